@@ -1,0 +1,69 @@
+"""Typed configuration of the native block-diffusion transformer (DESIGN section 2)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+
+@dataclass
+class ModelArgs:
+    vocab_size: int = 64
+    dim: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    n_kv_heads: int = 2
+    head_dim: int = 32
+    ffn_dim: int = 384
+    norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rotary_fraction: float = 1.0  # partial rotary: only the first fraction of each head is rotated
+    qk_norm: bool = True
+    tie_embeddings: bool = True
+    max_seq_len: int = 512
+    # tiny models learn positional tasks much faster with an absolute position table on top of RoPE
+    learned_pos: bool = False
+    # MoE: n_experts == 0 means a dense SwiGLU in every layer
+    n_experts: int = 0
+    n_experts_per_tok: int = 2
+    moe_ffn_dim: int = 0
+    shared_expert_ffn_dim: int = 0  # 0: no shared expert
+    norm_topk_prob: bool = True
+    moe_every: int = 1  # layer i is MoE when (i + 1) % moe_every == 0 (Qwen3-MoE decoder_sparse_step)
+    # residual adapter g_phi (ORL adapter mode); 0 means the model has no adapter weights
+    adapter_dim: int = 0
+    adapter_alpha: float = 1.0
+
+    def __post_init__(self) -> None:
+        problems = []
+        for name in ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim", "max_seq_len"):
+            if getattr(self, name) <= 0:
+                problems.append(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.n_kv_heads > 0 and self.n_heads % self.n_kv_heads:
+            problems.append(f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
+        if not 0.0 < self.rotary_fraction <= 1.0:
+            problems.append(f"rotary_fraction must be in (0, 1], got {self.rotary_fraction}")
+        if self.rotary_dim % 2:
+            problems.append(f"rotary dim {self.rotary_dim} (head_dim * rotary_fraction) must be even")
+        if self.n_experts and not 0 < self.n_experts_per_tok <= self.n_experts:
+            problems.append(f"n_experts_per_tok must be in [1, n_experts], got {self.n_experts_per_tok}")
+        if self.n_experts and self.moe_ffn_dim <= 0:
+            problems.append("moe_ffn_dim must be > 0 when n_experts > 0")
+        if problems:
+            raise ValueError("invalid ModelArgs: " + "; ".join(problems))
+
+    @property
+    def rotary_dim(self) -> int:
+        return int(self.head_dim * self.rotary_fraction)
+
+    def is_moe_layer(self, i: int) -> bool:
+        return self.n_experts > 0 and (i + 1) % self.moe_every == 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModelArgs":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown ModelArgs field(s): {', '.join(unknown)}")
+        return cls(**d)

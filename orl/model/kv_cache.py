@@ -1,0 +1,32 @@
+"""Static, preallocated KV cache. Writes go to slot indices given as a device tensor, so the same
+captured graph serves every block; attention always reads the whole buffer through a mask."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+class KVCache(nn.Module):
+    def __init__(self, n_layers: int, batch: int, n_kv_heads: int, max_len: int, head_dim: int,
+                 dtype: torch.dtype = torch.float32, device=None):
+        super().__init__()
+        shape = (n_layers, batch, n_kv_heads, max_len, head_dim)
+        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        # committed slots; a device tensor so that no host value leaks into the decode graph
+        self.register_buffer("length", torch.zeros((), dtype=torch.long, device=device), persistent=False)
+
+    @property
+    def max_len(self) -> int:
+        return self.k.shape[3]
+
+    def update(self, layer: int, slots: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write k, v [B, Hkv, T, Dh] at slots [T]; return the full buffers [B, Hkv, S, Dh]."""
+        self.k[layer].index_copy_(2, slots, k.to(self.k.dtype))
+        self.v[layer].index_copy_(2, slots, v.to(self.v.dtype))
+        return self.k[layer], self.v[layer]
+
+    def reset(self) -> None:
+        self.k.zero_()
+        self.v.zero_()
+        self.length.zero_()

@@ -1,0 +1,104 @@
+"""One mask builder for every attention visibility pattern (DESIGN section 2).
+
+Every token carries metadata and one rule decides who sees whom:
+  block  the block index: the prompt is block 0, answer block j is block j + 1
+  state  0 for the clean sequence, s > 0 for the s-th noisy state in the row
+  doc    which packed response the token belongs to (tokens of different docs never meet)
+  valid  False for padding keys
+
+Rule (query q, key k; same doc, k valid):
+  clean q sees clean k with block(k) <= block(q)                     (block-causal)
+  noisy q sees clean k with block(k) <  block(q), and its own state  (staircase)
+With one noisy state per block this is the BD3-LM / SDAR training mask; with the current block as
+the only noisy state over a cache of committed clean blocks it is the inference mask.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def visibility(q_block: Tensor, q_state: Tensor, k_block: Tensor, k_state: Tensor,
+               k_valid: Tensor | None = None, q_doc: Tensor | None = None,
+               k_doc: Tensor | None = None) -> Tensor:
+    """Metadata [..., Q] and [..., K] -> bool mask [..., Q, K] (True = may attend)."""
+    qb, qs = q_block[..., :, None], q_state[..., :, None]
+    kb, ks = k_block[..., None, :], k_state[..., None, :]
+    k_clean = ks == 0
+    clean_q = (qs == 0) & k_clean & (kb <= qb)
+    noisy_q = (qs != 0) & ((k_clean & (kb < qb)) | (ks == qs))
+    mask = clean_q | noisy_q
+    if k_valid is not None:
+        mask = mask & k_valid[..., None, :]
+    if q_doc is not None:
+        mask = mask & (q_doc[..., :, None] == k_doc[..., None, :])
+    return mask
+
+
+def causal(n: int, valid: Tensor | None = None, device=None) -> Tensor:
+    """[n, n] (or [B, n, n] with valid [B, n]) autoregressive mask."""
+    idx = torch.arange(n, device=device)
+    mask = idx[None, :] <= idx[:, None]
+    if valid is not None:
+        mask = mask & valid[:, None, :]
+    return mask
+
+
+def bidirectional(n: int, valid: Tensor | None = None, device=None) -> Tensor:
+    mask = torch.ones(n, n, dtype=torch.bool, device=device)
+    if valid is not None:
+        mask = mask & valid[:, None, :]
+    return mask
+
+
+def block_ids(prompt_len: int, answer_len: int, block_len: int, device=None) -> Tensor:
+    """[prompt_len + answer_len] block index: prompt = block 0, answer blocks of block_len after it."""
+    if block_len <= 0:
+        raise ValueError(f"block_len must be > 0, got {block_len}")
+    ans = torch.arange(answer_len, device=device) // block_len + 1
+    return torch.cat([torch.zeros(prompt_len, dtype=torch.long, device=device), ans])
+
+
+def block_causal(prompt_len: int, answer_len: int, block_len: int, device=None) -> Tensor:
+    """[T, T] mask of a clean sequence: bidirectional inside a block, causal across blocks."""
+    b = block_ids(prompt_len, answer_len, block_len, device)
+    zero = torch.zeros_like(b)
+    return visibility(b, zero, b, zero)
+
+
+def staircase_layout(prompt_len: int, answer_len: int, block_len: int, noisy_blocks: list[int],
+                     device=None) -> dict[str, Tensor]:
+    """Metadata of one training row: the clean sequence, then one noisy copy of each listed answer block.
+
+    noisy_blocks holds answer block indices (0-based, may repeat for several states of one block).
+    Returns block, state, pos (RoPE position of every row token) and src (index into the clean
+    sequence each row token copies), all [T_row].
+    """
+    n_blocks = -(-answer_len // block_len)
+    clean_block = block_ids(prompt_len, answer_len, block_len, device)
+    T = prompt_len + answer_len
+    blocks, states, pos = [clean_block], [torch.zeros(T, dtype=torch.long, device=device)], [torch.arange(T, device=device)]
+    for s, j in enumerate(noisy_blocks, start=1):
+        if not 0 <= j < n_blocks:
+            raise ValueError(f"noisy block {j} out of range: the answer has {n_blocks} blocks")
+        lo, hi = prompt_len + j * block_len, min(prompt_len + (j + 1) * block_len, T)
+        p = torch.arange(lo, hi, device=device)
+        blocks.append(clean_block[lo:hi])
+        states.append(torch.full_like(p, s))
+        pos.append(p)
+    position = torch.cat(pos)
+    return {"block": torch.cat(blocks), "state": torch.cat(states), "pos": position, "src": position.clone()}
+
+
+def staircase(prompt_len: int, answer_len: int, block_len: int, noisy_blocks: list[int],
+              device=None) -> tuple[dict[str, Tensor], Tensor]:
+    """Layout metadata and its [T_row, T_row] mask."""
+    meta = staircase_layout(prompt_len, answer_len, block_len, noisy_blocks, device)
+    return meta, visibility(meta["block"], meta["state"], meta["block"], meta["state"])
+
+
+def see_self_if_blind(mask: Tensor) -> Tensor:
+    """Padding queries see no key; let them see themselves so attention yields no NaN."""
+    blind = ~mask.any(-1, keepdim=True)
+    eye = torch.eye(mask.shape[-2], mask.shape[-1], dtype=torch.bool, device=mask.device)
+    return mask | (blind & eye)

@@ -1,0 +1,162 @@
+"""The native block-diffusion transformer (Qwen3-style), whole, in one file.
+
+Parameter names follow Hugging Face's Qwen3 / Qwen3-MoE layout, so a transformers checkpoint maps
+onto this module without renaming. The model knows nothing about engines or training: visibility
+comes in as a boolean mask (orl.model.masks), residual context as (z, a, unresolved).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from orl.model.args import ModelArgs
+from orl.model.kv_cache import KVCache
+from orl.model.residual import RMSNorm, ResidualAdapter, residual_inputs
+
+
+def rope_cos_sin(pos: Tensor, rotary_dim: int, theta: float, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """pos [B, T] -> cos, sin [B, 1, T, rotary_dim] (the rotate-half convention of HF Llama/Qwen)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.int64, device=pos.device).float() / rotary_dim))
+    freqs = pos[..., None].float() * inv_freq
+    emb = torch.cat([freqs, freqs], dim=-1)[:, None]
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x [B, H, T, Dh]; rotates the first cos.shape[-1] dims (partial rotary leaves the rest)."""
+    rot = cos.shape[-1]
+    xr, xp = x[..., :rot], x[..., rot:]
+    x1, x2 = xr[..., : rot // 2], xr[..., rot // 2:]
+    xr = xr * cos + torch.cat([-x2, x1], dim=-1) * sin
+    return torch.cat([xr, xp], dim=-1) if xp.shape[-1] else xr
+
+
+class Attention(nn.Module):
+    def __init__(self, args: ModelArgs, layer: int):
+        super().__init__()
+        self.layer, self.args = layer, args
+        hd = args.head_dim
+        self.q_proj = nn.Linear(args.dim, args.n_heads * hd, bias=False)
+        self.k_proj = nn.Linear(args.dim, args.n_kv_heads * hd, bias=False)
+        self.v_proj = nn.Linear(args.dim, args.n_kv_heads * hd, bias=False)
+        self.o_proj = nn.Linear(args.n_heads * hd, args.dim, bias=False)
+        self.q_norm = RMSNorm(hd, args.norm_eps) if args.qk_norm else nn.Identity()
+        self.k_norm = RMSNorm(hd, args.norm_eps) if args.qk_norm else nn.Identity()
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor,
+                cache: KVCache | None, slots: Tensor | None) -> Tensor:
+        B, T, _ = x.shape
+        a = self.args
+        q = self.q_norm(self.q_proj(x).view(B, T, a.n_heads, a.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(B, T, a.n_kv_heads, a.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, a.n_kv_heads, a.head_dim).transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if cache is not None:
+            k, v = cache.update(self.layer, slots, k, v)
+            k, v = k.to(q.dtype), v.to(q.dtype)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None],
+                                           enable_gqa=a.n_heads != a.n_kv_heads)  # [B, H, T, Dh]
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(dim, hidden, bias=False)
+        self.up_proj = nn.Linear(dim, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class MoE(nn.Module):
+    """Top-k routed experts (+ optional shared expert). Every expert runs on every token and the
+    routing weights zero out the unchosen ones: static shapes and no host sync, at the price of
+    n_experts times the FFN flops (right for tiny models; a grouped kernel is the scale-up path)."""
+
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.k, self.norm_topk = args.n_experts_per_tok, args.norm_topk_prob
+        self.gate = nn.Linear(args.dim, args.n_experts, bias=False)
+        self.experts = nn.ModuleList(MLP(args.dim, args.moe_ffn_dim) for _ in range(args.n_experts))
+        self.shared_expert = MLP(args.dim, args.shared_expert_ffn_dim) if args.shared_expert_ffn_dim else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        probs = F.softmax(self.gate(x), dim=-1, dtype=torch.float)  # [B, T, E]
+        top_w, top_i = probs.topk(self.k, dim=-1)
+        if self.norm_topk:
+            top_w = top_w / top_w.sum(-1, keepdim=True)
+        w = torch.zeros_like(probs).scatter(-1, top_i, top_w).to(x.dtype)
+        out = sum(w[..., e, None] * expert(x) for e, expert in enumerate(self.experts))
+        if self.shared_expert is not None:
+            out = out + self.shared_expert(x)
+        return out
+
+
+class Block(nn.Module):
+    def __init__(self, args: ModelArgs, layer: int):
+        super().__init__()
+        self.self_attn = Attention(args, layer)
+        self.mlp = MoE(args) if args.is_moe_layer(layer) else MLP(args.dim, args.ffn_dim)
+        self.input_layernorm = RMSNorm(args.dim, args.norm_eps)
+        self.post_attention_layernorm = RMSNorm(args.dim, args.norm_eps)
+
+    def forward(self, x, cos, sin, mask, cache, slots):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, slots)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Backbone(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(args.vocab_size, args.dim)
+        self.embed_positions = nn.Embedding(args.max_seq_len, args.dim) if args.learned_pos else None
+        self.residual_adapter = ResidualAdapter(args.dim, args.adapter_dim, args.norm_eps) if args.adapter_dim else None
+        self.layers = nn.ModuleList(Block(args, i) for i in range(args.n_layers))
+        self.norm = RMSNorm(args.dim, args.norm_eps)
+
+
+class Transformer(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.args = args
+        self.model = Backbone(args)
+        self.lm_head = nn.Linear(args.dim, args.vocab_size, bias=False)
+        if args.tie_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def embed(self, tokens: Tensor, pos: Tensor, *, mask_id: int | None = None, z: Tensor | None = None,
+              a: Tensor | None = None, unresolved: Tensor | None = None, residual: str = "off") -> Tensor:
+        """tokens, pos [B, T] -> input embeddings [B, T, D], residual context at unresolved positions."""
+        m = self.model
+        h = m.embed_tokens(tokens)
+        if residual != "off":
+            mask_emb = m.embed_tokens.weight[mask_id] if mask_id is not None else None
+            h = residual_inputs(h, mask_emb, z, a, unresolved, residual, m.residual_adapter, self.args.adapter_alpha)
+        if m.embed_positions is not None:
+            h = h + m.embed_positions(pos.clamp(0, self.args.max_seq_len - 1))
+        return h
+
+    def forward(self, tokens: Tensor, pos: Tensor, mask: Tensor, *, cache: KVCache | None = None,
+                slots: Tensor | None = None, return_hidden: bool = False, **residual) -> Tensor:
+        """tokens, pos [B, T]; mask [B, T, K] bool (K = T, or the cache length with a cache);
+        slots [T] cache slots the new K/V go to. Returns logits [B, T, V] (fp32)."""
+        h = self.embed(tokens, pos, **residual)
+        cos, sin = rope_cos_sin(pos, self.args.rotary_dim, self.args.rope_theta, h.dtype)
+        for layer in self.model.layers:
+            h = layer(h, cos, sin, mask, cache, slots)
+        h = self.model.norm(h)
+        if return_hidden:
+            return h
+        return self.lm_head(h).float()
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def new_cache(self, batch: int, max_len: int, dtype=None, device=None) -> KVCache:
+        a = self.args
+        w = self.lm_head.weight
+        return KVCache(a.n_layers, batch, a.n_kv_heads, max_len, a.head_dim,
+                       dtype or w.dtype, device or w.device)

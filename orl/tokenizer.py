@@ -1,0 +1,145 @@
+"""Tokenizers with one interface: encode, decode, special ids (mask / eos / pad), chat template.
+
+CharTokenizer serves the tiny synthetic tasks (one token per printable ASCII character, saved with
+the checkpoint as orl_tokenizer.json); HFTokenizer wraps a Hugging Face tokenizer.json.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+CHAR_FILE = "orl_tokenizer.json"
+SPECIALS = ("<pad>", "<eos>", "<mask>")
+PRINTABLE = "\n" + "".join(chr(c) for c in range(32, 127))
+
+
+class TokenizerError(ValueError):
+    pass
+
+
+class CharTokenizer:
+    """Specials first (pad 0, eos 1, mask 2), then one id per character."""
+
+    kind = "char"
+
+    def __init__(self, chars: str = PRINTABLE):
+        if len(set(chars)) != len(chars):
+            raise TokenizerError("character vocabulary has duplicates")
+        self.chars = chars
+        self.itos = list(SPECIALS) + list(chars)
+        self.stoi = {c: i + len(SPECIALS) for i, c in enumerate(chars)}
+        self.pad_id, self.eos_id, self.mask_id = 0, 1, 2
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.itos)
+
+    def encode(self, text: str) -> list[int]:
+        ids = []
+        for i, c in enumerate(text):
+            if c not in self.stoi:
+                raise TokenizerError(f"character {c!r} at position {i} is not in the tokenizer's vocabulary")
+            ids.append(self.stoi[c])
+        return ids
+
+    def decode(self, ids, skip_special: bool = True) -> str:
+        out = []
+        for i in ids:
+            i = int(i)
+            if not 0 <= i < len(self.itos):
+                raise TokenizerError(f"token id {i} out of range [0, {len(self.itos)})")
+            if i < len(SPECIALS):
+                if not skip_special:
+                    out.append(self.itos[i])
+                continue
+            out.append(self.itos[i])
+        return "".join(out)
+
+    def token_str(self, i: int) -> str:
+        return self.itos[int(i)]
+
+    def apply_chat_template(self, messages: list[dict]) -> str:
+        """The tiny models are prompted with the task text itself: user turns joined by newlines."""
+        return "\n".join(m["content"] for m in messages if m.get("role") == "user")
+
+    def save(self, directory: str | os.PathLike) -> None:
+        data = {"type": "char", "chars": self.chars, "specials": list(SPECIALS)}
+        Path(directory, CHAR_FILE).write_text(json.dumps(data, indent=1))
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> "CharTokenizer":
+        path = Path(directory, CHAR_FILE)
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise TokenizerError(f"cannot read char tokenizer {path}: {e}") from e
+        if data.get("type") != "char" or tuple(data.get("specials", ())) != SPECIALS:
+            raise TokenizerError(f"{path} is not an orl char tokenizer (type/specials mismatch)")
+        return cls(data["chars"])
+
+
+class HFTokenizer:
+    """A tokenizer.json (tokenizers library) plus the special tokens of tokenizer_config.json."""
+
+    kind = "hf"
+
+    def __init__(self, directory: str | os.PathLike, mask_token: str | None = None):
+        from tokenizers import Tokenizer
+
+        d = Path(directory)
+        try:
+            self.tok = Tokenizer.from_file(str(d / "tokenizer.json"))
+        except Exception as e:  # tokenizers raises a bare Exception on bad files
+            raise TokenizerError(f"cannot read {d / 'tokenizer.json'}: {e}") from e
+        cfg_path = d / "tokenizer_config.json"
+        self.config = json.loads(cfg_path.read_text()) if cfg_path.exists() else {}
+        self.chat_template = self.config.get("chat_template")
+
+        def special(name: str, override: str | None = None) -> int | None:
+            tok = override or self.config.get(name)
+            if isinstance(tok, dict):
+                tok = tok.get("content")
+            return self.tok.token_to_id(tok) if tok else None
+
+        self.eos_id = special("eos_token")
+        self.pad_id = special("pad_token")
+        self.mask_id = special("mask_token", mask_token)
+        if self.pad_id is None:
+            self.pad_id = self.eos_id
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tok.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self.tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids, skip_special: bool = True) -> str:
+        return self.tok.decode([int(i) for i in ids], skip_special_tokens=skip_special)
+
+    def token_str(self, i: int) -> str:
+        return self.tok.id_to_token(int(i)) or ""
+
+    def apply_chat_template(self, messages: list[dict]) -> str:
+        if not self.chat_template:
+            raise TokenizerError("this tokenizer has no chat_template in tokenizer_config.json")
+        import jinja2
+
+        env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+        return env.from_string(self.chat_template).render(messages=messages, add_generation_prompt=True,
+                                                          **{k: v for k, v in self.config.items() if isinstance(v, str)})
+
+    def save(self, directory: str | os.PathLike) -> None:
+        self.tok.save(str(Path(directory, "tokenizer.json")))
+        if self.config:
+            Path(directory, "tokenizer_config.json").write_text(json.dumps(self.config, indent=1))
+
+
+def load_tokenizer(directory: str | os.PathLike, mask_token: str | None = None):
+    d = Path(directory)
+    if (d / CHAR_FILE).exists():
+        return CharTokenizer.load(d)
+    if (d / "tokenizer.json").exists():
+        return HFTokenizer(d, mask_token)
+    raise TokenizerError(f"no tokenizer in {d}: expected {CHAR_FILE} or tokenizer.json")
