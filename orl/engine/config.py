@@ -1,0 +1,63 @@
+"""DecodeConfig: every knob of a decode, validated up front so bad input never reaches the loop."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from orl.model.residual import RESIDUAL_MODES
+
+RULES = ("threshold", "topk", "factor", "entropy")
+
+
+@dataclass
+class DecodeConfig:
+    block_len: int = 16
+    max_new_tokens: int = 64
+    rule: str = "threshold"
+    threshold: float = 0.9         # threshold rule: commit every unresolved position with p_max >= tau
+    steps_per_block: int = 0       # topk rule (LLaDA schedule): 0 means one token per step
+    factor: float = 1.0            # factor rule (Fast-dLLM): largest n with (n + 1)(1 - c_n) < f
+    entropy_bound: float = 0.5     # entropy rule: most certain first while sum(H) - max(H) <= bound
+    residual: str = "off"          # off | rcd | adapter
+    residual_temperature: float = 1.0
+    temperature: float = 0.0       # 0: greedy
+    seed: int = 0
+    chunk_steps: int = 1           # denoising steps between two host checks of "block done"
+    eos_fill: bool = True          # a committed EOS resolves every later position of its block as EOS
+    compile: bool = False          # torch.compile the step function (CPU/GPU)
+    cuda_graph: bool = False       # capture chunks of steps as CUDA graphs (GPU only)
+
+    def validate(self) -> "DecodeConfig":
+        problems = []
+        if self.block_len <= 0:
+            problems.append(f"block_len must be > 0, got {self.block_len}")
+        if self.max_new_tokens <= 0:
+            problems.append(f"max_new_tokens must be > 0, got {self.max_new_tokens}")
+        if self.rule not in RULES:
+            problems.append(f"unknown commit rule {self.rule!r}; expected one of {RULES}")
+        if not 0.0 < self.threshold <= 1.0:
+            problems.append(f"threshold must be in (0, 1], got {self.threshold}")
+        if self.steps_per_block < 0:
+            problems.append(f"steps_per_block must be >= 0, got {self.steps_per_block}")
+        if self.factor <= 0:
+            problems.append(f"factor must be > 0, got {self.factor}")
+        if self.entropy_bound < 0:
+            problems.append(f"entropy_bound must be >= 0, got {self.entropy_bound}")
+        if self.residual not in RESIDUAL_MODES:
+            problems.append(f"unknown residual mode {self.residual!r}; expected one of {RESIDUAL_MODES}")
+        if self.residual_temperature <= 0:
+            problems.append(f"residual_temperature must be > 0, got {self.residual_temperature}")
+        if self.temperature < 0:
+            problems.append(f"temperature must be >= 0, got {self.temperature}")
+        if self.chunk_steps <= 0:
+            problems.append(f"chunk_steps must be > 0, got {self.chunk_steps}")
+        if problems:
+            raise ValueError("invalid DecodeConfig: " + "; ".join(problems))
+        return self
+
+    @property
+    def n_steps(self) -> int:
+        """Steps of the topk schedule (LLaDA): at most one per position."""
+        return self.steps_per_block or self.block_len
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,202 @@
+"""dlmrt: the block-diffusion engine. The host loop here only sets up blocks and reads "done" once
+per chunk of steps; every denoising step runs in orl.engine.decode on static buffers."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import torch
+
+from orl.engine.config import DecodeConfig
+from orl.engine.decode import DecodeState, SpecialIds, denoise_step, prefill
+from orl.engine.graph import ChunkRunner
+from orl.engine.trace import StepRecord, TraceRecorder
+from orl.model.model import Transformer
+
+
+@dataclass
+class Generation:
+    prompt_ids: list[int]
+    token_ids: list[int]          # generated tokens up to and including the first EOS
+    text: str                     # decoded, without EOS
+    finished: bool                # stopped at EOS (False: max_new_tokens reached)
+    prefill_forwards: int
+    denoise_forwards: int
+    commit_forwards: int
+    prefill_s: float
+    total_s: float                # request start -> this row's last token
+    block_steps: list[int] = field(default_factory=list)
+    trace: list[StepRecord] | None = None
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def forwards(self) -> int:
+        return self.denoise_forwards + self.commit_forwards
+
+    @property
+    def tpf(self) -> float:
+        """DESIGN section 5: tokens up to and including EOS / (denoising + commit forwards)."""
+        return self.n_tokens / max(self.forwards, 1)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.n_tokens / self.total_s if self.total_s > 0 else 0.0
+
+
+class Engine:
+    def __init__(self, model: Transformer, tokenizer, max_len: int | None = None):
+        for name in ("mask_id", "eos_id", "pad_id"):
+            if getattr(tokenizer, name, None) is None:
+                raise ValueError(f"the tokenizer has no {name.replace('_id', '')} token; a dLLM engine needs mask, eos and pad ids")
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.mask_id, self.eos_id, self.pad_id = tokenizer.mask_id, tokenizer.eos_id, tokenizer.pad_id
+        self.max_len = max_len or model.args.max_seq_len
+        self.ids = SpecialIds(self.mask_id, self.eos_id, self.pad_id)
+        self.runner = ChunkRunner(model, self.ids)
+        self._states: dict[tuple[int, int], DecodeState] = {}
+
+    @classmethod
+    def from_checkpoint(cls, directory, device: str = "cpu", dtype: torch.dtype | None = None) -> "Engine":
+        from orl.checkpoint import load_checkpoint
+
+        model, tokenizer, _ = load_checkpoint(directory, device=device, dtype=dtype)
+        return cls(model, tokenizer)
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.lm_head.weight.device
+
+    def state(self, batch: int, block_len: int) -> DecodeState:
+        """Static buffers per (batch, block length), allocated once and reused by every request."""
+        key = (batch, block_len)
+        if key not in self._states:
+            self._states[key] = DecodeState.allocate(self.model, batch, self.max_len, block_len)
+        return self._states[key]
+
+    def encode(self, prompt: str) -> list[int]:
+        return self.tokenizer.encode(prompt)
+
+    def generate(self, prompts: str | list[str], cfg: DecodeConfig | None = None, *, trace: bool = False,
+                 seeds: list[int] | None = None) -> list[Generation]:
+        prompts = [prompts] if isinstance(prompts, str) else prompts
+        for i, p in enumerate(prompts):
+            if not isinstance(p, str) or not p:
+                raise ValueError(f"prompt {i} is empty; give at least one character")
+        return self.generate_ids([self.encode(p) for p in prompts], cfg, trace=trace, seeds=seeds)
+
+    def generate_ids(self, prompt_ids: list[list[int]], cfg: DecodeConfig | None = None, *, trace: bool = False,
+                     seeds: list[int] | None = None) -> list[Generation]:
+        result = None
+        for event in self.run(prompt_ids, cfg, trace=trace, seeds=seeds):
+            if event["type"] == "done":
+                result = event["generations"]
+        return result
+
+    def stream(self, prompt: str, cfg: DecodeConfig | None = None, *, steps: bool = False) -> Iterator[dict]:
+        """Events of one request: {"type": "step"} per denoising step (when steps=True), {"type": "block"}
+        per committed block, then {"type": "done", "generations": [...]}."""
+        if not prompt:
+            raise ValueError("prompt is empty; give at least one character")
+        yield from self.run([self.encode(prompt)], cfg, trace=steps, step_events=steps)
+
+    @torch.no_grad()
+    def run(self, prompt_ids: list[list[int]], cfg: DecodeConfig | None = None, *, trace: bool = False,
+            seeds: list[int] | None = None, step_events: bool = False) -> Iterator[dict]:
+        cfg = (cfg or DecodeConfig()).validate()
+        if not prompt_ids:
+            raise ValueError("no prompts given")
+        B, L = len(prompt_ids), cfg.block_len
+        lens = [len(p) for p in prompt_ids]
+        if min(lens) == 0:
+            raise ValueError(f"prompt {lens.index(0)} is empty; give at least one token")
+        P = max(lens)
+        n_blocks = -(-cfg.max_new_tokens // L)
+        if P + n_blocks * L > self.max_len:
+            raise ValueError(f"prompt ({P} tokens) + {n_blocks} blocks of {L} exceeds the context of "
+                             f"{self.max_len} tokens; shorten the prompt or lower max_new_tokens")
+        seeds = seeds if seeds is not None else [cfg.seed + b for b in range(B)]
+        if len(seeds) != B:
+            raise ValueError(f"got {len(seeds)} seeds for {B} prompts")
+        dev = self.device
+        t0 = time.perf_counter()
+        st = self.state(B, L)
+        tokens = torch.full((B, P), self.pad_id, dtype=torch.long)
+        for b, p in enumerate(prompt_ids):
+            tokens[b, P - len(p):] = torch.tensor(p, dtype=torch.long)
+        pad = torch.tensor([P - n for n in lens], dtype=torch.long)
+        slot = torch.arange(self.max_len)
+        st.valid.copy_((slot[None] >= pad[:, None]) & (slot[None] < P + cfg.max_new_tokens))
+        st.pad.copy_(pad)
+        st.prompt_end.fill_(P)
+        st.global_step.zero_()
+        st.seed.copy_(torch.tensor(seeds, dtype=torch.long))
+        prefill(self.model, st, tokens.to(dev))
+        prefill_s = time.perf_counter() - t0
+
+        out_ids: list[list[int]] = [[] for _ in range(B)]
+        finished, done_at = [False] * B, [0.0] * B
+        denoise, commits = [0] * B, [0] * B
+        block_steps: list[list[int]] = [[] for _ in range(B)]
+        recorder = TraceRecorder(B, cfg.residual != "off") if trace else None
+        for j in range(n_blocks):
+            start = P + j * L
+            n_valid = min(L, cfg.max_new_tokens - j * L)
+            active_rows = [not f for f in finished]
+            st.start.fill_(start)
+            in_block = torch.arange(L, device=dev) < n_valid
+            live = torch.tensor(active_rows, device=dev)
+            st.canvas.copy_(torch.where(in_block, self.mask_id, self.pad_id).expand(B, L))
+            st.unresolved.copy_(in_block[None] & live[:, None])
+            st.z.zero_()
+            st.a.zero_()
+            st.steps.zero_()
+            while True:
+                if recorder is not None:  # traces need every step's state, so one step per host check
+                    recorder.before(st)
+                    denoise_step(self.model, st, cfg, self.ids)
+                    recorder.after(st, j)
+                    done = not bool(st.unresolved.any())
+                    if step_events:
+                        yield {"type": "step", "block": j, "record": recorder.rows[0][-1]}
+                else:
+                    done = bool(self.runner(st, cfg))  # the one host sync per chunk
+                if done:
+                    break
+            block = st.canvas[:, :n_valid].cpu().tolist()
+            steps = st.steps.cpu().tolist()
+            now = time.perf_counter() - t0
+            for b in range(B):
+                if not active_rows[b]:
+                    continue
+                denoise[b] += steps[b]
+                block_steps[b].append(steps[b])
+                toks = block[b]
+                if self.eos_id in toks:
+                    toks = toks[: toks.index(self.eos_id) + 1]
+                    finished[b] = True
+                out_ids[b].extend(toks)
+                if finished[b] or j == n_blocks - 1:
+                    done_at[b] = now
+            yield {"type": "block", "block": j, "token_ids": [list(o) for o in out_ids],
+                   "text": [self.tokenizer.decode(o) for o in out_ids]}
+            if all(finished) or j == n_blocks - 1:
+                break
+            # commit forward: the resolved canvas writes the block's clean K/V (an all-resolved step)
+            denoise_step(self.model, st, cfg, self.ids)
+            for b in range(B):
+                if not finished[b]:
+                    commits[b] += 1
+        gens = []
+        for b in range(B):
+            ids = out_ids[b]
+            gens.append(Generation(
+                prompt_ids=list(prompt_ids[b]), token_ids=ids, text=self.tokenizer.decode(ids),
+                finished=finished[b], prefill_forwards=1, denoise_forwards=denoise[b], commit_forwards=commits[b],
+                prefill_s=prefill_s, total_s=done_at[b], block_steps=block_steps[b],
+                trace=recorder.rows[b] if recorder else None))
+        yield {"type": "done", "generations": gens}
