@@ -19,7 +19,7 @@ def residual_state(logits: Tensor, embedding: Tensor, temperature: float = 1.0) 
     """logits [B, L, V], input codebook [V, D] -> (z [B, L, D], a [B, L])."""
     logp = F.log_softmax(logits.float() / temperature, dim=-1)
     p = logp.exp()
-    a = -(p * logp).sum(-1) / math.log(logits.shape[-1])
+    a = torch.special.entr(p).sum(-1) / math.log(logits.shape[-1])  # entr(0) = 0 for banned tokens
     z = (p.to(embedding.dtype) @ embedding)
     return z, a.to(embedding.dtype)
 
@@ -63,6 +63,8 @@ def residual_inputs(tok_emb: Tensor, mask_emb: Tensor, z: Tensor, a: Tensor, unr
     if mode == "off":
         return tok_emb
     if mode == "rcd":
+        if mask_emb is None:
+            raise ValueError("residual mode 'rcd' needs the mask token's embedding (pass mask_id)")
         a = a[..., None].to(tok_emb.dtype)
         res = (1 - a) * mask_emb + a * z.to(tok_emb.dtype)
     elif mode == "adapter":
