@@ -1,0 +1,1 @@
+"""Evaluation: verifiable synthetic tasks for tiny character-level dLLMs."""

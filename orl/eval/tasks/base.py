@@ -1,0 +1,84 @@
+"""Sample, Task base class and the split rule shared by every synthetic task family.
+
+Splits are disjoint by construction: a stable hash of a prompt's canonical form puts it in exactly one
+split, and `Task.sample` rejects draws whose prompt belongs to the other split. Families whose prompts
+have equivalent rewrites (a+b vs b+a, permutations of a list to sort) override `canonical` so that all
+rewrites of a held-out prompt are held out too.
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from dataclasses import dataclass
+
+SPLITS = ("train", "heldout")
+HELDOUT_PERCENT = 10
+# Every family's prompts fall in the held-out split with probability ~10%, so a few hundred
+# draws always find one; running out means the knobs leave a split empty.
+MAX_DRAWS = 10_000
+
+_INT = re.compile(r"0|-?[1-9][0-9]*")
+
+
+def parse_int(text: str) -> int | None:
+    """Canonical decimal integer (no leading zeros, no '+', no '-0'), else None.
+
+    Verifiers are strict so that exactly one string spells each number: a model that pads with zeros
+    has not produced the reference format.
+    """
+    return int(text) if _INT.fullmatch(text) else None
+
+
+def split_of(task: str, canonical_prompt: str) -> str:
+    # blake2b rather than hash(): Python's str hash is salted per process.
+    digest = hashlib.blake2b(f"{task}\0{canonical_prompt}".encode(), digest_size=8).digest()
+    return "heldout" if int.from_bytes(digest, "big") % 100 < HELDOUT_PERCENT else "train"
+
+
+@dataclass(frozen=True)
+class Sample:
+    task: str
+    split: str
+    index: int
+    prompt: str
+    answer: str  # one reference answer; `Task.verify` is the judge, not string equality with this
+
+
+class Task:
+    """A family of verifiable prompts. Subclasses set the class attributes and implement
+    `generate` and `check`; knobs (difficulty) are constructor arguments."""
+
+    name: str
+    description: str
+    why_parallel_is_hard: str
+
+    def generate(self, rng: random.Random) -> tuple[str, str]:
+        """Draw one (prompt, reference answer) pair, ignoring splits."""
+        raise NotImplementedError
+
+    def check(self, prompt: str, output: str) -> bool:
+        """Judge an output that has already had trailing whitespace stripped."""
+        raise NotImplementedError
+
+    def canonical(self, prompt: str) -> str:
+        return prompt
+
+    def split_of(self, prompt: str) -> str:
+        return split_of(self.name, self.canonical(prompt))
+
+    def sample(self, split: str, index: int) -> Sample:
+        """Deterministic in (name, split, index): the rng is seeded from those alone (str seeds are
+        hashed with sha512, stable across processes and platforms)."""
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
+        rng = random.Random(f"{self.name}|{split}|{index}")
+        for _ in range(MAX_DRAWS):
+            prompt, answer = self.generate(rng)
+            if self.split_of(prompt) == split:
+                return Sample(self.name, split, index, prompt, answer)
+        raise RuntimeError(f"task {self.name!r}: no {split} prompt in {MAX_DRAWS} draws; are the knobs too narrow?")
+
+    def verify(self, prompt: str, output: str) -> bool:
+        """True iff the model output (decoded, without EOS) answers the prompt."""
+        return self.check(prompt, output.rstrip())

@@ -1,0 +1,234 @@
+"""orl.eval.tasks: generators, verifiers, the program interpreter, splits and the registry."""
+from __future__ import annotations
+
+import itertools
+import random
+import re
+import string
+from functools import lru_cache
+
+import pytest
+
+from orl.eval.tasks import SPLITS, TASKS, Sample, get_task, make_samples, run_program, task_names
+from orl.eval.tasks.arithmetic import Add
+from orl.eval.tasks.constraints import Constr
+from orl.eval.tasks.long import Long
+from orl.eval.tasks.programs import Prog, ProgramError
+from orl.eval.tasks.sorting import Sort
+from orl.tokenizer import CharTokenizer
+
+NAMES = ["add", "sort", "prog", "constr", "long"]
+N_SPLIT = 3000
+
+
+@lru_cache(maxsize=None)
+def samples(name: str, split: str, n: int = N_SPLIT) -> tuple[Sample, ...]:
+    return tuple(get_task(name).sample(split, i) for i in range(n))
+
+
+def references(name: str, n: int = 200) -> list[Sample]:
+    """n samples from each split: 400 per family, above the 300 the acceptance checks need."""
+    return [s for split in SPLITS for s in samples(name, split)[:n]]
+
+
+def change_char(text: str, i: int, rng: random.Random) -> str:
+    c = text[i]
+    pool = string.digits if c.isdigit() else string.ascii_lowercase if c.isalpha() else string.digits + "-,"
+    return text[:i] + rng.choice([p for p in pool if p != c]) + text[i + 1:]
+
+
+def test_registry_names_and_unknown_task():
+    assert task_names() == NAMES
+    assert all(TASKS[n].name == n and get_task(n) is TASKS[n] for n in NAMES)
+    with pytest.raises(ValueError) as e:
+        get_task("nope")
+    assert all(n in str(e.value) for n in NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_verifier_accepts_reference(name):
+    task = get_task(name)
+    refs = references(name)
+    assert len(refs) >= 300
+    for s in refs:
+        assert s.task == name and task.verify(s.prompt, s.answer), s
+        # Trailing whitespace (e.g. a newline before EOS) is not the model's fault.
+        assert task.verify(s.prompt, s.answer + " \n")
+
+
+@pytest.mark.parametrize("name", ["add", "sort", "prog", "long"])
+def test_single_answer_verifier_rejects_corruptions(name):
+    task, rng = get_task(name), random.Random(0)
+    for s in references(name):
+        a = s.answer
+        i = rng.randrange(len(a))
+        swapped = a[::-1] if a != a[::-1] else a + a  # reordering alone must be caught too
+        for bad in (change_char(a, i, rng), a[:i] + a[i + 1:], a + "7", a + "x", " " + a, "", swapped):
+            assert not task.verify(s.prompt, bad), (s, bad)
+
+
+def test_constr_rejects_corruptions():
+    task, rng = get_task("constr"), random.Random(0)
+    for s in references("constr"):
+        a = s.answer
+        i = rng.randrange(len(a) - 1)
+        # Copying a neighbour breaks both variants (duplicate digit / equal neighbours); changing one
+        # digit of the sum variant breaks the sum; dropping or adding a character breaks the length.
+        bad = [a[:i] + a[i + 1] + a[i + 1:], a[:i] + a[i + 1:], a + a[-1], a + "x"]
+        if a.isdigit():
+            bad.append(change_char(a, i, rng))
+        for b in bad:
+            assert not task.verify(s.prompt, b), (s, b)
+
+
+def test_constr_accepts_several_valid_answers_and_rejects_near_misses():
+    task = get_task("constr")
+    p = "4 distinct digits sum 17 incl 5:"
+    for good in ("9215", "5129", "0539", "5138", "8405"):
+        assert task.verify(p, good), good
+    for bad in ("5552", "1268", "5129 0", "512", "51290", "9216", "5a29", "-5129"):
+        assert not task.verify(p, bad), bad
+    p = "7 of abc, 2 c, no equal neighbours:"
+    for good in ("ababcbc", "cabcaba", "bcbabca", "acabacb"):
+        assert task.verify(p, good), good
+    for bad in ("abbacbc", "abababa", "ababcbcc", "abcbcbc", "abadcbc", "ababcb"):
+        assert not task.verify(p, bad), bad
+
+
+def test_constr_verifier_matches_brute_force_and_references_vary():
+    task = get_task("constr")
+    p = "3 distinct digits sum 6 incl 0:"  # {0,1,5}, {0,2,4} in any order
+    valid = {"".join(t) for t in itertools.product(string.digits, repeat=3) if task.verify(p, "".join(t))}
+    assert valid == {"".join(q) for s in ("015", "024") for q in itertools.permutations(s)}
+    p = "5 of abc, 2 a, no equal neighbours:"
+    valid = {"".join(t) for t in itertools.product("abc", repeat=5) if task.verify(p, "".join(t))}
+    assert valid == {w for w in map("".join, itertools.product("abc", repeat=5))
+                     if w.count("a") == 2 and "aa" not in w and "bb" not in w and "cc" not in w}
+    # The references are drawn from all valid answers, not one canonical answer per prompt.
+    by_prompt: dict[str, set[str]] = {}
+    for s in samples("constr", "train"):
+        by_prompt.setdefault(s.prompt, set()).add(s.answer)
+    assert max(len(v) for v in by_prompt.values()) >= 5
+
+
+@pytest.mark.parametrize("src,value", [
+    ("a=3;b=a+4;a=b*2;a?", 14),
+    ("a=3;b=a+4;a=b*2;b?", 7),
+    ("a=2+3*4;a?", 14),
+    ("a=9-2-3;a?", 4),
+    ("x=5;y=x*x-x;y?", 20),
+    ("a=1;a=a+1;a=a*a;a?", 4),
+    ("c=2;b=c-7;b?", -5),
+    ("n=12*10;m=n-n*2;m?", -120),
+])
+def test_interpreter_hand_written(src, value):
+    assert run_program(src) == value
+    assert get_task("prog").verify(src, str(value))
+    assert not get_task("prog").verify(src, str(value + 1))
+
+
+@pytest.mark.parametrize("src", ["a=1;b?", "a=b+1;a?", "a=1;a", "a=1+;a?", "a=1 2;a?", "a=(1);a?",
+                                 "a?", "a=1;a=2**3;a?", "A=1;A?", "a=__import__;a?"])
+def test_interpreter_rejects_malformed(src):
+    with pytest.raises(ProgramError):
+        run_program(src)
+
+
+def test_add_format_is_reversed_with_trailing_sign():
+    task = get_task("add")
+    assert task.verify("347+85=", "234")
+    assert not task.verify("347+85=", "432")
+    assert task.verify("85-347=", "262-")
+    assert not task.verify("85-347=", "-262")
+    assert task.verify("50-50=", "0") and not task.verify("50-50=", "00") and not task.verify("50-50=", "0-")
+    assert task.verify("990+10=", "0001") and not task.verify("990+10=", "00010")
+    assert task.canonical("85+347=") == task.canonical("347+85=") != task.canonical("85-347=")
+
+
+def test_equivalent_prompts_share_a_split():
+    rng = random.Random(0)
+    add, sort = get_task("add"), get_task("sort")
+    for s in samples("add", "heldout")[:300]:
+        a, b = s.prompt[:-1].replace("-", "+").split("+")
+        if "+" in s.prompt:
+            assert add.split_of(f"{b}+{a}=") == "heldout"
+    for s in samples("sort", "heldout")[:300]:
+        items = s.prompt[5:-1].split(",")
+        rng.shuffle(items)
+        assert sort.split_of(f"sort:{','.join(items)}=") == "heldout"
+
+
+def test_prog_intermediate_values_are_bounded():
+    for s in samples("prog", "train")[:500]:
+        statements = s.prompt.split(";")[:-1]
+        # Each prefix program, queried at its last target, gives one intermediate value.
+        for k in range(1, len(statements) + 1):
+            assert abs(run_program(";".join(statements[:k]) + f";{statements[k - 1][0]}?")) <= 99, s
+
+
+def test_sort_and_long_examples():
+    assert get_task("sort").verify("sort:5,2,9,1,2=", "1,2,2,5,9")
+    assert not get_task("sort").verify("sort:5,2,9,1,2=", "1,2,5,9")
+    assert get_task("long").verify("cumsum:314159265358979=", "3,4,8,9,14,23,25,31,36,39,44,52,61,68,77")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_splits_are_disjoint(name):
+    task = get_task(name)
+    train, held = samples(name, "train"), samples(name, "heldout")
+    assert all(s.split == "train" for s in train) and all(s.split == "heldout" for s in held)
+    assert not {s.prompt for s in train} & {s.prompt for s in held}
+    # Equivalent rewrites (b+a, permuted lists) stay on the held-out side too.
+    assert not {task.canonical(s.prompt) for s in train} & {task.canonical(s.prompt) for s in held}
+    assert len({s.prompt for s in held}) > 20  # the held-out side is not degenerate
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_determinism(name):
+    fresh = type(get_task(name))()  # no hidden state on the registry's instance
+    for split in SPLITS:
+        for i in (0, 1, 17, 2999):
+            assert fresh.sample(split, i) == samples(name, split)[i]
+    assert len({s.prompt for s in samples(name, "train")[:100]}) > 30
+
+
+def test_make_samples_interleaves_and_reproduces():
+    out = make_samples("all", "train", 12, seed=3)
+    assert [s.task for s in out] == NAMES * 2 + NAMES[:2]
+    assert out == make_samples("all", "train", 12, seed=3)
+    assert all(get_task(s.task).sample("train", s.index) == s for s in out)
+    other = make_samples("all", "train", 12, seed=4)
+    assert not {s.index for s in out} & {s.index for s in other} and out != other
+    assert [s.task for s in make_samples(["long", "add"], "heldout", 4)] == ["long", "add"] * 2
+    assert [s.task for s in make_samples("sort", "train", 3)] == ["sort"] * 3
+    with pytest.raises(ValueError):
+        make_samples(["add", "nope"], "train", 2)
+    with pytest.raises(ValueError):
+        make_samples("all", "test", 2)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_encodes_and_fits_length_limits(name):
+    tok = CharTokenizer()
+    for split in SPLITS:
+        for s in samples(name, split):
+            assert tok.decode(tok.encode(s.prompt)) == s.prompt and tok.decode(tok.encode(s.answer)) == s.answer
+            assert len(s.prompt) <= 40
+            if name == "long":
+                assert len(s.answer) >= 33 and re.fullmatch(r"cumsum:[1-9]{15}=", s.prompt)
+            else:
+                assert 1 <= len(s.answer) <= 15
+
+
+def test_knobs_change_difficulty_and_are_validated():
+    rng = random.Random(0)
+    assert all(len(Add(min_digits=4, max_digits=4).generate(rng)[0]) == 10 for _ in range(20))
+    assert all(len(Sort(min_len=8, max_len=8).generate(rng)[1]) == 15 for _ in range(20))
+    assert all(Prog(min_assign=4, max_assign=4).generate(rng)[0].count("=") == 4 for _ in range(20))
+    assert all(len(Constr(variants=("word",), min_word=9, max_word=9).generate(rng)[1]) == 9 for _ in range(20))
+    assert all(Long(n_digits=20).generate(rng)[0].count(",") == 0 for _ in range(5))
+    assert all(Long(n_digits=20).generate(rng)[1].count(",") == 19 for _ in range(5))
+    for bad in (lambda: Add(min_digits=3, max_digits=2), lambda: Sort(alphabets=("a,b",)),
+                lambda: Prog(ops="/"), lambda: Constr(variants=("xor",)), lambda: Long(n_digits=0)):
+        with pytest.raises(ValueError):
+            bad()
