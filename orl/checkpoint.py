@@ -42,8 +42,9 @@ class CheckpointError(ValueError):
 # ---------------------------------------------------------------- save
 
 def save_checkpoint(model: Transformer, tokenizer: Tokenizer, directory: str | os.PathLike, manifest: dict | None = None,
-                    max_shard_bytes: int = 2**31) -> Path:
-    """Write the checkpoint atomically: a crash leaves either the old directory or the new one."""
+                    max_shard_bytes: int = 2**31, extra_files: dict[str, object] | None = None) -> Path:
+    """Write the checkpoint atomically: a crash leaves either the old directory or the new one.
+    extra_files: name -> object saved with torch.save inside the same atomic write (trainer state)."""
     target = Path(directory).resolve()
     if target.exists() and not _is_replaceable(target):
         raise ValueError(f"refusing to replace {target}: it exists and is not a checkpoint directory")
@@ -73,6 +74,8 @@ def save_checkpoint(model: Transformer, tokenizer: Tokenizer, directory: str | o
         tokenizer.save(tmp)
         _write_json(tmp / "config.json", config)
         _write_json(tmp / MANIFEST, full)
+        for name, obj in (extra_files or {}).items():
+            torch.save(obj, tmp / name)
         for f in tmp.iterdir():
             _fsync(f)
         _fsync(tmp)

@@ -25,11 +25,15 @@ class SpecialIds(NamedTuple):
     mask: int
     eos: int
     pad: int
+    banned: tuple[int, ...] = ()  # never valid outputs (see `special_ids`)
 
-    @property
-    def banned(self) -> tuple[int, ...]:
-        """Never valid outputs: the mask token, and pad unless it doubles as EOS (HF tokenizers)."""
-        return (self.mask,) if self.pad == self.eos else (self.mask, self.pad)
+
+def special_ids(tokenizer, vocab_size: int) -> SpecialIds:
+    """The mask token, pad unless it doubles as EOS (HF tokenizers), and the model's padded vocabulary
+    rows beyond the tokenizer are never valid outputs."""
+    m, e, p = tokenizer.mask_id, tokenizer.eos_id, tokenizer.pad_id
+    banned = (m,) + ((p,) if p != e else ()) + tuple(range(tokenizer.vocab_size, vocab_size))
+    return SpecialIds(m, e, p, banned)
 
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import Iterator
 import torch
 
 from orl.engine.config import DecodeConfig
-from orl.engine.decode import DecodeState, SpecialIds, denoise_step, prefill
+from orl.engine.decode import DecodeState, denoise_step, prefill, special_ids
 from orl.engine.graph import ChunkRunner
 from orl.engine.trace import StepRecord, TraceRecorder
 from orl.model.model import Transformer
@@ -56,7 +56,7 @@ class Engine:
         self.tokenizer = tokenizer
         self.mask_id, self.eos_id, self.pad_id = tokenizer.mask_id, tokenizer.eos_id, tokenizer.pad_id
         self.max_len = max_len or model.args.max_seq_len
-        self.ids = SpecialIds(self.mask_id, self.eos_id, self.pad_id)
+        self.ids = special_ids(tokenizer, model.args.vocab_size)
         self.runner = ChunkRunner(model, self.ids)
         self._states: dict[tuple[int, int], DecodeState] = {}
 
@@ -105,9 +105,12 @@ class Engine:
         yield from self.run([self.encode(prompt)], cfg, trace=steps, step_events=steps)
 
     @torch.no_grad()
-    def run(self, prompt_ids: list[list[int]], cfg: DecodeConfig | None = None, *, trace: bool = False,
-            seeds: list[int] | None = None, step_events: bool = False) -> Iterator[dict]:
-        cfg = (cfg or DecodeConfig()).validate()
+    def setup(self, prompt_ids: list[list[int]], cfg: DecodeConfig,
+              seeds: list[int] | None = None) -> tuple[DecodeState, int]:
+        """Validate a request, fill the static buffers of its batch shape and prefill the prompts
+        (left padded to the longest). Returns the state and the padded prompt length P (the answer
+        starts at slot P). Raises ValueError naming the problem before any forward runs."""
+        cfg.validate()
         if not prompt_ids:
             raise ValueError("no prompts given")
         B, L = len(prompt_ids), cfg.block_len
@@ -123,7 +126,6 @@ class Engine:
         if len(seeds) != B:
             raise ValueError(f"got {len(seeds)} seeds for {B} prompts")
         dev = self.device
-        t0 = time.perf_counter()
         st = self.state(B, L)
         tokens = torch.full((B, P), self.pad_id, dtype=torch.long)
         for b, p in enumerate(prompt_ids):
@@ -136,6 +138,32 @@ class Engine:
         st.global_step.zero_()
         st.seed.copy_(torch.tensor(seeds, dtype=torch.long))
         prefill(self.model, st, tokens.to(dev))
+        return st, P
+
+    def begin_block(self, st: DecodeState, cfg: DecodeConfig, P: int, j: int, live: list[bool]) -> int:
+        """Set up answer block j: canvas of mask tokens (pad beyond max_new_tokens), unresolved only
+        for live rows, cold residual (z = 0, a = 0), step counters zeroed. Returns its valid length."""
+        L = cfg.block_len
+        n_valid = min(L, cfg.max_new_tokens - j * L)
+        dev = self.device
+        st.start.fill_(P + j * L)
+        in_block = torch.arange(L, device=dev) < n_valid
+        live_t = torch.tensor(live, device=dev)
+        st.canvas.copy_(torch.where(in_block, self.mask_id, self.pad_id).expand(st.canvas.shape))
+        st.unresolved.copy_(in_block[None] & live_t[:, None])
+        st.z.zero_()
+        st.a.zero_()
+        st.steps.zero_()
+        return n_valid
+
+    @torch.no_grad()
+    def run(self, prompt_ids: list[list[int]], cfg: DecodeConfig | None = None, *, trace: bool = False,
+            seeds: list[int] | None = None, step_events: bool = False) -> Iterator[dict]:
+        cfg = (cfg or DecodeConfig()).validate()
+        t0 = time.perf_counter()
+        st, P = self.setup(prompt_ids, cfg, seeds)
+        B, L = len(prompt_ids), cfg.block_len
+        n_blocks = -(-cfg.max_new_tokens // L)
         prefill_s = time.perf_counter() - t0
 
         out_ids: list[list[int]] = [[] for _ in range(B)]
@@ -144,17 +172,8 @@ class Engine:
         block_steps: list[list[int]] = [[] for _ in range(B)]
         recorder = TraceRecorder(B, cfg.residual != "off") if trace else None
         for j in range(n_blocks):
-            start = P + j * L
-            n_valid = min(L, cfg.max_new_tokens - j * L)
             active_rows = [not f for f in finished]
-            st.start.fill_(start)
-            in_block = torch.arange(L, device=dev) < n_valid
-            live = torch.tensor(active_rows, device=dev)
-            st.canvas.copy_(torch.where(in_block, self.mask_id, self.pad_id).expand(B, L))
-            st.unresolved.copy_(in_block[None] & live[:, None])
-            st.z.zero_()
-            st.a.zero_()
-            st.steps.zero_()
+            n_valid = self.begin_block(st, cfg, P, j, active_rows)
             while True:
                 if recorder is not None:  # traces need every step's state, so one step per host check
                     recorder.before(st)

@@ -126,6 +126,16 @@ class Transformer(nn.Module):
         self.lm_head = nn.Linear(args.dim, args.vocab_size, bias=False)
         if args.tie_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+        self.reset_parameters()
+
+    def reset_parameters(self, std: float = 0.02) -> None:
+        """GPT-2 style init (small normal, residual-branch outputs scaled by depth); a no-op on the
+        meta device, where checkpoints are loaded. The adapter's down projection stays zero."""
+        out_std = std / (2 * self.args.n_layers) ** 0.5
+        for name, mod in self.named_modules():
+            if isinstance(mod, (nn.Linear, nn.Embedding)) and "residual_adapter.down_proj" not in name:
+                last = name.endswith("o_proj") or name.endswith("down_proj")
+                nn.init.normal_(mod.weight, std=out_std if last else std)
 
     def embed(self, tokens: Tensor, pos: Tensor, *, mask_id: int | None = None, z: Tensor | None = None,
               a: Tensor | None = None, unresolved: Tensor | None = None, residual: str = "off") -> Tensor:

@@ -1,0 +1,18 @@
+"""Presets are plain Python functions returning typed configs; `orl train --preset NAME` looks them up here."""
+from __future__ import annotations
+
+from typing import Callable
+
+from orl.presets.pretrain import smoke_base, tiny_base
+
+PRESETS: dict[str, dict[str, Callable]] = {
+    "pretrain": {"tiny_base": tiny_base, "smoke": smoke_base},
+}
+
+
+def get_preset(recipe: str, name: str):
+    if recipe not in PRESETS:
+        raise ValueError(f"unknown recipe {recipe!r}; expected one of {sorted(PRESETS)}")
+    if name not in PRESETS[recipe]:
+        raise ValueError(f"unknown preset {name!r} for recipe {recipe!r}; expected one of {sorted(PRESETS[recipe])}")
+    return PRESETS[recipe][name]()

@@ -1,0 +1,26 @@
+"""Base-model presets for the tiny character-level dLLM."""
+from __future__ import annotations
+
+from orl.model.args import ModelArgs
+from orl.train.pretrain import PretrainConfig
+
+
+def tiny_model() -> ModelArgs:
+    # 2.4M parameters (9.7 MB in fp32): fits the 15 MB budget for shipped checkpoints.
+    # The learned absolute positions make digit alignment easy for a model this small.
+    return ModelArgs(vocab_size=128, dim=192, n_layers=6, n_heads=6, n_kv_heads=2, head_dim=32, ffn_dim=512,
+                     qk_norm=True, tie_embeddings=True, max_seq_len=160, learned_pos=True)
+
+
+def tiny_base() -> PretrainConfig:
+    """The shipped checkpoints/orl-tiny-base: AR stage, then block diffusion (block 16)."""
+    return PretrainConfig(model=tiny_model(), block_len=16, ar_steps=1400, diffusion_steps=1400, batch_size=64,
+                          lr=3e-3, warmup=100, eval_every=350, save_every=100, bf16=False)
+
+
+def smoke_base() -> PretrainConfig:
+    """Seconds-long run for tests and CI: a very small model, a few steps of each stage."""
+    model = ModelArgs(vocab_size=128, dim=32, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=16, ffn_dim=64,
+                      max_seq_len=160, learned_pos=True)
+    return PretrainConfig(model=model, block_len=16, ar_steps=4, diffusion_steps=4, batch_size=8, warmup=2,
+                          eval_every=4, eval_samples=2, save_every=4, bf16=False)

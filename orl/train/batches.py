@@ -1,0 +1,111 @@
+"""Training batches: autoregressive rows and staircase block-diffusion rows (DESIGN section 2).
+
+Rows of a batch share one layout: prompts are left-padded to the longest prompt (pad keys are
+invisible, RoPE positions start at each row's first real token) and answers (+ EOS) are right-padded
+with EOS to a whole number of blocks, which is exactly what the engine's EOS fill produces.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from orl.model.masks import causal, see_self_if_blind, staircase
+
+TAIL_WEIGHT = 0.25  # EOS padding after the first EOS is easy and plentiful; keep it from dominating
+
+
+@dataclass
+class Batch:
+    tokens: Tensor     # [B, T]
+    pos: Tensor        # [B, T]
+    mask: Tensor       # [B, T, T] bool
+    targets: Tensor    # [B, T] token to predict at each position
+    weight: Tensor     # [B, T] loss weight (0 = no loss)
+
+    @property
+    def n_tokens(self) -> int:
+        return self.tokens.numel()
+
+
+def _left_pad(prompts: list[list[int]], pad_id: int) -> tuple[Tensor, Tensor]:
+    P = max(len(p) for p in prompts)
+    out = torch.full((len(prompts), P), pad_id, dtype=torch.long)
+    for b, p in enumerate(prompts):
+        out[b, P - len(p):] = torch.tensor(p)
+    return out, torch.tensor([P - len(p) for p in prompts])
+
+
+def ar_batch(pairs: list[tuple[list[int], list[int]]], pad_id: int, eos_id: int) -> Batch:
+    """Causal rows prompt + answer + EOS; next-token loss on the answer and its EOS only."""
+    prompts, pad = _left_pad([p for p, _ in pairs], pad_id)
+    A = max(len(a) for _, a in pairs) + 1
+    ans = torch.full((len(pairs), A), eos_id, dtype=torch.long)
+    w_ans = torch.zeros(len(pairs), A)
+    for b, (_, a) in enumerate(pairs):
+        ans[b, : len(a)] = torch.tensor(a, dtype=torch.long)
+        w_ans[b, : len(a) + 1] = 1.0
+    seq = torch.cat([prompts, ans], 1)
+    B, T = seq.shape
+    P = prompts.shape[1]
+    valid = torch.arange(T)[None] >= pad[:, None]
+    tokens, targets = seq[:, :-1], seq[:, 1:]
+    weight = torch.cat([torch.zeros(B, P - 1), w_ans], 1)
+    pos = (torch.arange(T - 1)[None] - pad[:, None]).clamp(min=0)
+    mask = see_self_if_blind(causal(T - 1, valid[:, :-1]))
+    return Batch(tokens, pos, mask, targets, weight)
+
+
+def answer_blocks(answer: list[int], eos_id: int, length: int) -> tuple[Tensor, Tensor]:
+    """answer + EOS padded with EOS to `length` -> tokens [length], weight [length]."""
+    toks = torch.full((length,), eos_id, dtype=torch.long)
+    toks[: len(answer)] = torch.tensor(answer, dtype=torch.long)
+    w = torch.full((length,), TAIL_WEIGHT)
+    w[: len(answer) + 1] = 1.0
+    return toks, w
+
+
+def diffusion_batch(pairs: list[tuple[list[int], list[int]]], block_len: int, ids, gen: torch.Generator,
+                    copies: int = 1) -> Batch:
+    """Staircase rows: clean prompt + answer, then `copies` noisy states of every answer block.
+
+    Each noisy state masks each position with probability t ~ U(0, 1) (at least one position), and
+    the loss is cross-entropy at the masked positions (plain mean: it beat 1/t weighting here).
+    """
+    prompts, pad = _left_pad([p for p, _ in pairs], ids.pad)
+    B, P = prompts.shape
+    A = -(-(max(len(a) for _, a in pairs) + 1) // block_len) * block_len
+    n_blocks = A // block_len
+    ans, ans_w = zip(*(answer_blocks(a, ids.eos, A) for _, a in pairs))
+    ans, ans_w = torch.stack(ans), torch.stack(ans_w)
+    clean = torch.cat([prompts, ans], 1)  # [B, P + A]
+    noisy_blocks = [j for _ in range(copies) for j in range(n_blocks)]
+    meta, mask = staircase(P, A, block_len, noisy_blocks)
+    src = meta["src"]  # [T]
+    T = src.numel()
+    N = T - (P + A)
+    tokens = clean[:, src]
+    targets = clean[:, src]
+    # noise: one t per (row, noisy state), shared by the state's positions
+    state = meta["state"][P + A:] - 1                  # [N] noisy state index
+    t = torch.rand(B, len(noisy_blocks), generator=gen)[:, state]  # [B, N]
+    u = torch.rand(B, N, generator=gen)
+    masked = u < t
+    # guarantee one masked position per state: the position with the smallest u in each state
+    u_state = torch.full((B, len(noisy_blocks)), 2.0).scatter_reduce(1, state.expand(B, N), u, "amin")
+    masked |= u == u_state[:, state]
+    tokens[:, P + A:] = torch.where(masked, ids.mask, tokens[:, P + A:])
+    weight = torch.zeros(B, T)
+    weight[:, P + A:] = torch.where(masked, ans_w[:, src[P + A:] - P], 0.0)
+    pos = (meta["pos"][None] - pad[:, None]).clamp(min=0)
+    valid = torch.cat([torch.arange(P)[None] >= pad[:, None], torch.ones(B, T - P, dtype=torch.bool)], 1)
+    full_mask = see_self_if_blind(mask[None] & valid[:, None, :])
+    return Batch(tokens, pos, full_mask, targets, weight)
+
+
+def weighted_ce(logits: Tensor, batch: Batch) -> Tensor:
+    """Weighted mean cross-entropy over positions with weight > 0."""
+    ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), batch.targets.flatten(), reduction="none")
+    w = batch.weight.flatten().to(ce.dtype)
+    return (ce * w).sum() / w.sum().clamp(min=1e-6)

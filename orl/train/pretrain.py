@@ -1,0 +1,179 @@
+"""Base-model recipe for the tiny dLLM: an autoregressive stage (dense next-token supervision), then
+conversion to block diffusion with the staircase masked-diffusion loss (the QwenDLM route).
+
+Exact resume: every batch and every noise draw is a pure function of (seed, step), and the
+checkpoint carries the optimizer state and the step, so a resumed run continues bit for bit.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from orl.engine.decode import special_ids
+from orl.eval.tasks import get_task
+from orl.model.args import ModelArgs
+from orl.model.model import Transformer
+from orl.train.batches import Batch, ar_batch, diffusion_batch, weighted_ce
+
+TRAIN_STATE = "trainer_state.pt"
+
+
+@dataclass
+class PretrainConfig:
+    model: ModelArgs = field(default_factory=ModelArgs)
+    tasks: tuple[str, ...] = ("add", "sort", "prog", "constr", "long")
+    block_len: int = 16
+    ar_steps: int = 1000          # stage 1: causal LM
+    diffusion_steps: int = 1000   # stage 2: block diffusion
+    batch_size: int = 64
+    noisy_copies: int = 1         # noisy states of every block per row (clean context reused)
+    lr: float = 3e-3
+    min_lr_frac: float = 0.1
+    warmup: int = 100
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    bf16: bool = True
+    seed: int = 0
+    eval_every: int = 250
+    eval_samples: int = 40        # held-out samples per family for the periodic eval
+    save_every: int = 250
+    threads: int = 0              # torch threads; 0 keeps torch's default
+
+    @property
+    def total_steps(self) -> int:
+        return self.ar_steps + self.diffusion_steps
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def lr_at(cfg: PretrainConfig, step: int) -> float:
+    """Warm-up then cosine, restarted at the start of each stage (the conversion is a new task)."""
+    stage_start, stage_len = (0, cfg.ar_steps) if step < cfg.ar_steps else (cfg.ar_steps, cfg.diffusion_steps)
+    s = step - stage_start
+    if s < cfg.warmup:
+        return cfg.lr * (s + 1) / cfg.warmup
+    frac = (s - cfg.warmup) / max(1, stage_len - cfg.warmup)
+    return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+
+
+def make_batch(cfg: PretrainConfig, tok, step: int) -> Batch:
+    rng = random.Random(f"pretrain|{cfg.seed}|{step}")
+    pairs = []
+    for _ in range(cfg.batch_size):
+        task = get_task(rng.choice(cfg.tasks))
+        s = task.sample("train", rng.randrange(1 << 30))
+        pairs.append((tok.encode(s.prompt), tok.encode(s.answer)))
+    ids = special_ids(tok, cfg.model.vocab_size)
+    if step < cfg.ar_steps:
+        return ar_batch(pairs, tok.pad_id, tok.eos_id)
+    gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+    return diffusion_batch(pairs, cfg.block_len, ids, gen, cfg.noisy_copies)
+
+
+def make_optimizer(model: Transformer, cfg: PretrainConfig) -> torch.optim.Optimizer:
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+
+
+def train_step(model: Transformer, opt: torch.optim.Optimizer, batch: Batch, cfg: PretrainConfig, lr: float) -> float:
+    for g in opt.param_groups:
+        g["lr"] = lr
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
+        logits = model(batch.tokens, batch.pos, batch.mask)
+    loss = weighted_ce(logits, batch)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    opt.step()
+    return loss.item()  # logging only: one sync per optimizer step, outside any decode loop
+
+
+def save(out: Path, model, tok, opt, cfg: PretrainConfig, step: int, extra: dict) -> None:
+    from orl.checkpoint import save_checkpoint
+
+    manifest = {"block_len": cfg.block_len, "residual_mode": "off",
+                "recipe": {"name": "pretrain", "config": cfg.to_dict(), "step": step, **extra}}
+    state = {"step": step, "optimizer": opt.state_dict(), "config": cfg.to_dict()}
+    save_checkpoint(model, tok, out, manifest, extra_files={TRAIN_STATE: state})
+
+
+def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, log=print) -> Transformer:
+    from orl.checkpoint import load_checkpoint
+    from orl.tokenizer import CharTokenizer
+
+    out = Path(out)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    tok = CharTokenizer()
+    if cfg.model.vocab_size < tok.vocab_size:
+        raise ValueError(f"model vocab_size {cfg.model.vocab_size} < tokenizer vocab {tok.vocab_size}")
+    start = 0
+    if resume and (out / TRAIN_STATE).exists():
+        model, tok, _ = load_checkpoint(out)
+        opt = make_optimizer(model, cfg)
+        state = torch.load(out / TRAIN_STATE, weights_only=False)
+        opt.load_state_dict(state["optimizer"])
+        start = state["step"]
+        log(f"resumed from {out} at step {start}")
+    else:
+        torch.manual_seed(cfg.seed)
+        model = Transformer(cfg.model)
+        opt = make_optimizer(model, cfg)
+    model.train()
+    log_path = out.parent / f"{out.name}.log.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    bar = tqdm(range(start, cfg.total_steps), initial=start, total=cfg.total_steps, dynamic_ncols=True)
+    t_last, tokens = time.perf_counter(), 0
+    for step in bar:
+        batch = make_batch(cfg, tok, step)
+        loss = train_step(model, opt, batch, cfg, lr_at(cfg, step))
+        tokens += batch.n_tokens
+        stage = "ar" if step < cfg.ar_steps else "diffusion"
+        rec = {"step": step + 1, "stage": stage, "loss": round(loss, 5), "lr": lr_at(cfg, step)}
+        done = step + 1
+        if done % 10 == 0:
+            dt = time.perf_counter() - t_last
+            rec["tok_s"] = round(tokens / dt)
+            bar.set_postfix(stage=stage, loss=f"{loss:.4f}", tok_s=f"{tokens / dt:.0f}")
+            t_last, tokens = time.perf_counter(), 0
+        if stage == "diffusion" and (done % cfg.eval_every == 0 or done == cfg.total_steps):
+            rec["eval"] = evaluate(model, tok, cfg)
+            log(f"step {done} eval {json.dumps(rec['eval'])}")
+            model.train()
+        with open(log_path, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+        if done % cfg.save_every == 0 or done == cfg.total_steps:
+            save(out, model, tok, opt, cfg, done, {"eval": rec.get("eval")})
+    model.eval()
+    return model
+
+
+@torch.no_grad()
+def evaluate(model: Transformer, tok, cfg: PretrainConfig, threshold: float | None = None) -> dict:
+    """Held-out accuracy per family through the engine; conservative decoding (one token per step,
+    most confident first) unless a threshold is given."""
+    from orl.engine import DecodeConfig, Engine
+
+    model.eval()
+    engine = Engine(model, tok)
+    dcfg = DecodeConfig(block_len=cfg.block_len, max_new_tokens=64, rule="topk") if threshold is None else \
+        DecodeConfig(block_len=cfg.block_len, max_new_tokens=64, rule="threshold", threshold=threshold)
+    res = {}
+    for name in cfg.tasks:
+        task = get_task(name)
+        samples = [task.sample("heldout", i) for i in range(cfg.eval_samples)]
+        gens = engine.generate([s.prompt for s in samples], dcfg)
+        acc = sum(task.verify(s.prompt, g.text) for s, g in zip(samples, gens)) / len(samples)
+        tpf = sum(g.tpf for g in gens) / len(gens)
+        res[name] = {"acc": round(acc, 3), "tpf": round(tpf, 2)}
+    return res
