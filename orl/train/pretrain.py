@@ -158,22 +158,12 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, log=prin
     return model
 
 
-@torch.no_grad()
 def evaluate(model: Transformer, tok, cfg: PretrainConfig, threshold: float | None = None) -> dict:
-    """Held-out accuracy per family through the engine; conservative decoding (one token per step,
-    most confident first) unless a threshold is given."""
+    """Held-out accuracy per family; conservative decoding (one token per step, most confident
+    first) unless a threshold is given."""
     from orl.engine import DecodeConfig, Engine
+    from orl.train.heldout import heldout_eval
 
-    model.eval()
-    engine = Engine(model, tok)
-    dcfg = DecodeConfig(block_len=cfg.block_len, max_new_tokens=64, rule="topk") if threshold is None else \
-        DecodeConfig(block_len=cfg.block_len, max_new_tokens=64, rule="threshold", threshold=threshold)
-    res = {}
-    for name in cfg.tasks:
-        task = get_task(name)
-        samples = [task.sample("heldout", i) for i in range(cfg.eval_samples)]
-        gens = engine.generate([s.prompt for s in samples], dcfg)
-        acc = sum(task.verify(s.prompt, g.text) for s, g in zip(samples, gens)) / len(samples)
-        tpf = sum(g.tpf for g in gens) / len(gens)
-        res[name] = {"acc": round(acc, 3), "tpf": round(tpf, 2)}
-    return res
+    rule = {"rule": "topk"} if threshold is None else {"rule": "threshold", "threshold": threshold}
+    dcfg = DecodeConfig(block_len=cfg.block_len, max_new_tokens=64, **rule)
+    return heldout_eval(Engine(model, tok), cfg.tasks, dcfg, cfg.eval_samples)

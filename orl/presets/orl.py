@@ -1,0 +1,46 @@
+"""ORL post-training presets and their ablations (same prompts, rollouts per update and updates,
+so the self-generated token budget matches)."""
+from __future__ import annotations
+
+import dataclasses
+
+from orl.engine import DecodeConfig
+from orl.train.objective import LossWeights
+from orl.train.trainer import ORLConfig
+
+
+def tiny_orl() -> ORLConfig:
+    """The shipped checkpoints/orl-tiny-orl recipe."""
+    return ORLConfig(base="checkpoints/orl-tiny-base", updates=120, prompts_per_update=16, group_size=4,
+                     rollout=DecodeConfig(block_len=16, max_new_tokens=64, threshold=0.9, temperature=0.7,
+                                          residual="adapter"),
+                     adapter_dim=128, lr=5e-5, adapter_lr=1e-3,
+                     weights=LossWeights(lambda_aec=1.0, rho=0.25, lambda_kl=0.1, kl_cap=1.0))
+
+
+def no_aec() -> ORLConfig:
+    cfg = tiny_orl()
+    return dataclasses.replace(cfg, weights=dataclasses.replace(cfg.weights, lambda_aec=0.0))
+
+
+def no_residual() -> ORLConfig:
+    """On-policy self-distillation on verified outputs, without residual context."""
+    cfg = tiny_orl()
+    return dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, residual="off"))
+
+
+def stale() -> ORLConfig:
+    """Each rollout batch is reused for 4 updates (same number of updates, a quarter of the rollouts)."""
+    return dataclasses.replace(tiny_orl(), rollout_reuse=4)
+
+
+def rcd() -> ORLConfig:
+    """Off-policy RCD baseline (orl.train.rcd): residuals from the frozen base."""
+    return dataclasses.replace(tiny_orl(), lr=1e-4)
+
+
+def smoke() -> ORLConfig:
+    return dataclasses.replace(tiny_orl(), updates=2, prompts_per_update=2, group_size=2, eval_every=2,
+                               eval_samples=2, save_every=2, adapter_dim=16,
+                               rollout=DecodeConfig(block_len=16, max_new_tokens=32, threshold=0.5,
+                                                    temperature=0.7, residual="adapter"))

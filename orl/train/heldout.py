@@ -1,0 +1,29 @@
+"""Periodic held-out evaluation during training, through the serving engine."""
+from __future__ import annotations
+
+import torch
+
+from orl.engine import DecodeConfig, Engine
+from orl.eval.tasks import get_task
+
+
+@torch.no_grad()
+def heldout_eval(engine: Engine, tasks: tuple[str, ...], cfg: DecodeConfig, n: int) -> dict:
+    """Accuracy, mean TPF and mean steps per block per family on the first n held-out samples."""
+    was_training = engine.model.training
+    engine.model.eval()
+    res = {}
+    for name in tasks:
+        task = get_task(name)
+        samples = [task.sample("heldout", i) for i in range(n)]
+        gens = engine.generate([s.prompt for s in samples], cfg)
+        steps = [k for g in gens for k in g.block_steps]
+        res[name] = {"acc": round(sum(task.verify(s.prompt, g.text) for s, g in zip(samples, gens)) / n, 3),
+                     "tpf": round(sum(g.tpf for g in gens) / n, 2),
+                     "steps_per_block": round(sum(steps) / max(len(steps), 1), 2)}
+    engine.model.train(was_training)
+    return res
+
+
+def mean_over_tasks(res: dict, key: str) -> float:
+    return sum(v[key] for v in res.values()) / max(len(res), 1)

@@ -1,0 +1,147 @@
+"""Replay of captured denoising states with staircase attention (DESIGN sections 2 and 4).
+
+A *unit* is one verified response: its clean prompt + answer once, then every captured state of its
+blocks (all states are kept: tiny blocks take few steps, and AEC needs every adjacent pair). A
+noisy state of block j sees the clean prompt and answer blocks < j and itself, exactly what the
+engine's cache held when the step ran, and consumes exactly the captured z / a. Units are packed
+into rows (doc ids keep them apart) balanced by estimated attention cost.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from orl.model.masks import see_self_if_blind, visibility
+from orl.train.rollout import Rollout
+
+
+@dataclass
+class Unit:
+    tokens: Tensor      # [T] clean prompt + answer, then the states' canvases
+    pos: Tensor         # [T] RoPE position
+    block: Tensor       # [T] block id (prompt 0)
+    state: Tensor       # [T] 0 clean, s >= 1 the s-th state of the unit
+    targets: Tensor     # [T] verified token at every position
+    unresolved: Tensor  # [T] bool, True only at a state's unresolved positions
+    confident: Tensor   # [T] bool, unresolved and already confident in the rollout
+    z: Tensor           # [T, D] residual consumed (zeros elsewhere)
+    a: Tensor           # [T]
+    pairs: list[tuple[int, int]]  # (s, s + 1) adjacent states of one block, 1-based state ids
+    cost: int           # tokens x attended tokens
+
+    @property
+    def length(self) -> int:
+        return self.tokens.numel()
+
+
+def make_unit(r: Rollout, block_len: int, eos_id: int, dim: int, kl_conf: float) -> Unit:
+    trace = r.gen.trace
+    prompt = torch.tensor(r.gen.prompt_ids, dtype=torch.long)
+    P = prompt.numel()
+    n_blocks = max(rec.block for rec in trace) + 1
+    answer = torch.full((n_blocks * block_len,), eos_id, dtype=torch.long)
+    answer[: r.gen.n_tokens] = torch.tensor(r.gen.token_ids, dtype=torch.long)
+    L = block_len
+    clean_block = torch.cat([torch.zeros(P, dtype=torch.long), torch.arange(n_blocks * L) // L + 1])
+    toks, pos, blk, st, tgt = [torch.cat([prompt, answer])], [torch.arange(P + n_blocks * L)], [clean_block], \
+        [torch.zeros(P + n_blocks * L, dtype=torch.long)], [torch.cat([prompt, answer])]
+    unres, conf = [torch.zeros(P + n_blocks * L, dtype=torch.bool)], [torch.zeros(P + n_blocks * L, dtype=torch.bool)]
+    zs, as_ = [torch.zeros(P + n_blocks * L, dim)], [torch.zeros(P + n_blocks * L)]
+    pairs = []
+    for s, rec in enumerate(trace, start=1):
+        lo = P + rec.block * L
+        toks.append(rec.canvas)
+        pos.append(torch.arange(lo, lo + L))
+        blk.append(torch.full((L,), rec.block + 1))
+        st.append(torch.full((L,), s))
+        tgt.append(answer[rec.block * L: (rec.block + 1) * L])
+        unres.append(rec.unresolved.clone())
+        conf.append(rec.unresolved & (rec.confidence >= kl_conf))
+        zs.append(rec.z.float() if rec.z is not None else torch.zeros(L, dim))
+        as_.append(rec.a.float() if rec.a is not None else torch.zeros(L))
+        if s > 1 and trace[s - 2].block == rec.block:
+            pairs.append((s - 1, s))
+    block, state = torch.cat(blk), torch.cat(st)
+    cost = int(visibility(block, state, block, state).sum())
+    return Unit(torch.cat(toks), torch.cat(pos), block, state, torch.cat(tgt), torch.cat(unres),
+                torch.cat(conf), torch.cat(zs), torch.cat(as_), pairs, cost)
+
+
+def pack(units: list[Unit], row_tokens: int) -> list[list[int]]:
+    """Greedy balanced packing: largest cost first, into the cheapest row that still has room."""
+    rows: list[list[int]] = []
+    cost: list[int] = []
+    used: list[int] = []
+    for i in sorted(range(len(units)), key=lambda i: -units[i].cost):
+        u = units[i]
+        if u.length > row_tokens:
+            raise ValueError(f"a response needs {u.length} tokens, more than row_tokens={row_tokens}")
+        fits = [r for r in range(len(rows)) if used[r] + u.length <= row_tokens]
+        if fits:
+            r = min(fits, key=lambda r: cost[r])
+        else:
+            rows.append([]), cost.append(0), used.append(0)
+            r = len(rows) - 1
+        rows[r].append(i)
+        cost[r] += u.cost
+        used[r] += u.length
+    return rows
+
+
+@dataclass
+class ReplayBatch:
+    tokens: Tensor      # [R, T]
+    pos: Tensor
+    mask: Tensor        # [R, T, T]
+    targets: Tensor
+    unresolved: Tensor  # [R, T] bool
+    confident: Tensor
+    z: Tensor           # [R, T, D]
+    a: Tensor
+    noisy: Tensor       # [R, T] bool: position belongs to a replayed state
+    response: Tensor    # [R, T] response index (per-response normalisation)
+    state_id: Tensor    # [R, T] global state index (-1 for clean / padding)
+    pair_src: Tensor    # [P] global state index of the source state
+    pair_next: Tensor   # [P]
+    pair_response: Tensor  # [P]
+    n_states: int
+    n_responses: int
+
+
+def build_batch(units: list[Unit], rows: list[list[int]], pad_id: int) -> ReplayBatch:
+    T = max(sum(units[i].length for i in row) for row in rows)
+    R, D = len(rows), units[0].z.shape[-1]
+
+    def full(fill, dtype, *extra):
+        return torch.full((R, T, *extra), fill, dtype=dtype)
+
+    out = {k: full(0, torch.long) for k in ("pos", "block", "state", "doc", "targets", "response")}
+    out["tokens"] = full(pad_id, torch.long)
+    out["state_id"] = full(-1, torch.long)
+    for k in ("unresolved", "confident", "valid"):
+        out[k] = full(False, torch.bool)
+    out["z"], out["a"] = full(0.0, torch.float, D), full(0.0, torch.float)
+    src, nxt, presp = [], [], []
+    n_states = 0
+    for r, row in enumerate(rows):
+        off = 0
+        for doc, i in enumerate(row):
+            u = units[i]
+            sl = slice(off, off + u.length)
+            for k in ("tokens", "pos", "block", "state", "targets", "unresolved", "confident", "z", "a"):
+                out[k][r, sl] = getattr(u, k)
+            out["doc"][r, sl] = doc
+            out["valid"][r, sl] = True
+            out["response"][r, sl] = i
+            out["state_id"][r, sl] = torch.where(u.state > 0, u.state - 1 + n_states, -1)
+            for s, s1 in u.pairs:
+                src.append(n_states + s - 1), nxt.append(n_states + s1 - 1), presp.append(i)
+            n_states += int(u.state.max())
+            off += u.length
+    mask = visibility(out["block"], out["state"], out["block"], out["state"], out["valid"], out["doc"], out["doc"])
+    as_long = lambda x: torch.tensor(x, dtype=torch.long)  # noqa: E731
+    return ReplayBatch(out["tokens"], out["pos"], see_self_if_blind(mask), out["targets"], out["unresolved"],
+                       out["confident"], out["z"], out["a"], out["state"] > 0, out["response"], out["state_id"],
+                       as_long(src), as_long(nxt), as_long(presp), n_states, len(units))

@@ -1,0 +1,165 @@
+"""ORL trainer: fresh rollouts -> one optimizer update -> discard, repeated (DESIGN section 4).
+
+The same loop runs the ablations: residual off (plain on-policy self-distillation), lambda_aec = 0,
+and stale rollouts (`rollout_reuse` > 1 updates per rollout batch, with the KL anchor measured
+against the weights that produced them). The off-policy RCD baseline is orl.train.rcd.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from orl.engine import DecodeConfig, Engine
+from orl.engine.decode import special_ids
+from orl.model.args import ModelArgs
+from orl.model.model import Transformer
+from orl.train.heldout import heldout_eval, mean_over_tasks
+from orl.train.objective import LossWeights, orl_loss
+from orl.train.replay import build_batch, make_unit, pack
+from orl.train.rollout import collect, rollout_stats, sample_prompts
+
+TRAIN_STATE = "trainer_state.pt"
+
+
+@dataclass
+class ORLConfig:
+    base: str = "checkpoints/orl-tiny-base"
+    tasks: tuple[str, ...] = ("add", "sort", "prog", "constr", "long")
+    updates: int = 100
+    prompts_per_update: int = 16
+    group_size: int = 4                 # rollouts per prompt
+    rollout: DecodeConfig = field(default_factory=lambda: DecodeConfig(
+        max_new_tokens=64, threshold=0.9, temperature=0.7, residual="adapter"))
+    adapter_dim: int = 128
+    adapter_alpha: float = 1.0
+    lr: float = 5e-5
+    adapter_lr: float = 1e-3
+    grad_clip: float = 1.0
+    adapter_grad_clip: float = 1.0
+    weights: LossWeights = field(default_factory=LossWeights)
+    kl_conf: float = 0.9                # rollout confidence above which a position is anchored
+    rollout_reuse: int = 1              # > 1: stale-rollout ablation
+    row_tokens: int = 768
+    eval_every: int = 25
+    eval_samples: int = 20
+    eval_threshold: float = 0.9
+    save_every: int = 10
+    seed: int = 0
+    threads: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def with_adapter(base: Transformer, adapter_dim: int, alpha: float) -> Transformer:
+    """The base model plus a fresh residual adapter (zero-initialised: identical outputs)."""
+    if base.args.adapter_dim:
+        return base
+    args = ModelArgs.from_dict({**base.args.to_dict(), "adapter_dim": adapter_dim, "adapter_alpha": alpha})
+    model = Transformer(args).to(base.lm_head.weight.dtype)
+    missing, unexpected = model.load_state_dict(base.state_dict(), strict=False)
+    if unexpected or any(not k.startswith("model.residual_adapter.") for k in missing):
+        raise ValueError(f"cannot add an adapter: missing {missing}, unexpected {unexpected}")
+    return model
+
+
+def make_optimizer(model: Transformer, cfg: ORLConfig) -> torch.optim.Optimizer:
+    adapter = [p for n, p in model.named_parameters() if "residual_adapter" in n]
+    rest = [p for n, p in model.named_parameters() if "residual_adapter" not in n]
+    groups = [{"params": rest, "lr": cfg.lr, "name": "base"}]
+    if adapter:
+        groups.append({"params": adapter, "lr": cfg.adapter_lr, "name": "adapter"})
+    return torch.optim.AdamW(groups, betas=(0.9, 0.95), weight_decay=0.0)
+
+
+def clip(model: Transformer, cfg: ORLConfig) -> None:
+    adapter = [p for n, p in model.named_parameters() if "residual_adapter" in n]
+    rest = [p for n, p in model.named_parameters() if "residual_adapter" not in n]
+    torch.nn.utils.clip_grad_norm_(rest, cfg.grad_clip)
+    if adapter:
+        torch.nn.utils.clip_grad_norm_(adapter, cfg.adapter_grad_clip)
+
+
+def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, log=print) -> Transformer:
+    from orl.checkpoint import load_checkpoint, save_checkpoint
+
+    out = Path(out)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    start = 0
+    if resume and (out / TRAIN_STATE).exists():
+        model, tok, manifest = load_checkpoint(out)
+        state = torch.load(out / TRAIN_STATE, weights_only=False)
+        start = state["update"]
+        log(f"resumed from {out} at update {start}")
+    else:
+        model, tok, manifest = load_checkpoint(cfg.base)
+        if cfg.rollout.residual == "adapter":
+            model = with_adapter(model, cfg.adapter_dim, cfg.adapter_alpha)
+        state = None
+    block_len = manifest.get("block_len") or cfg.rollout.block_len
+    rollout_cfg = DecodeConfig(**{**cfg.rollout.to_dict(), "block_len": block_len}).validate()
+    opt = make_optimizer(model, cfg)
+    if state:
+        opt.load_state_dict(state["optimizer"])
+    ids = special_ids(tok, model.args.vocab_size)
+    engine = Engine(model, tok)
+    log_path = out.parent / f"{out.name}.log.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    gen_tokens = state["generated_tokens"] if state else 0
+    rollouts, ref_model = [], None
+    t0 = time.perf_counter()
+    bar = tqdm(range(start, cfg.updates), initial=start, total=cfg.updates, dynamic_ncols=True)
+    for update in bar:
+        if update % cfg.rollout_reuse == 0 or not rollouts:
+            model.eval()
+            samples = sample_prompts(cfg.tasks, cfg.prompts_per_update, f"orl|{cfg.seed}|{update}")
+            rollouts = collect(engine, samples, cfg.group_size, rollout_cfg, seed=cfg.seed * 7919 + update)
+            stats = rollout_stats(rollouts)
+            gen_tokens += stats["tokens"]
+            # stale ablation: the rollout distribution comes from the weights that produced it
+            ref_model = copy.deepcopy(model).eval() if cfg.rollout_reuse > 1 else None
+        kept = [r for r in rollouts if r.verified]
+        rec = {"update": update + 1, **{f"rollout_{k}": v for k, v in stats.items()}, "generated_tokens": gen_tokens}
+        model.train()
+        if kept:
+            units = [make_unit(r, block_len, ids.eos, model.args.dim, cfg.kl_conf) for r in kept]
+            batch = build_batch(units, pack(units, cfg.row_tokens), ids.pad)
+            loss, parts = orl_loss(model, batch, rollout_cfg.residual, ids, cfg.weights, ref_model)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            clip(model, cfg)
+            opt.step()
+            rec.update(loss=round(loss.item(), 5), **{k: round(v.item(), 5) for k, v in parts.items()},
+                       kept=len(kept), rows=len(batch.tokens))
+        done = update + 1
+        if done % cfg.eval_every == 0 or done == cfg.updates:
+            ecfg = DecodeConfig(**{**rollout_cfg.to_dict(), "temperature": 0.0, "threshold": cfg.eval_threshold})
+            ev = heldout_eval(engine, cfg.tasks, ecfg, cfg.eval_samples)
+            rec["eval"] = ev
+            log(f"update {done}: acc {mean_over_tasks(ev, 'acc'):.3f} tpf {mean_over_tasks(ev, 'tpf'):.2f} {json.dumps(ev)}")
+        rec["wall_s"] = round(time.perf_counter() - t0, 1)
+        bar.set_postfix(reward=f"{stats['reward']:.2f}", tpf=f"{stats['tpf']:.2f}",
+                        steps=f"{stats['steps_per_block']:.2f}", loss=f"{rec.get('loss', float('nan')):.3f}")
+        with open(log_path, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+        if done % cfg.save_every == 0 or done == cfg.updates:
+            model.eval()
+            save_checkpoint(model, tok, out, {
+                "block_len": block_len, "residual_mode": rollout_cfg.residual,
+                "recipe": {"name": "orl", "config": _jsonable(cfg.to_dict()), "update": done, "base": cfg.base,
+                           "generated_tokens": gen_tokens}},
+                extra_files={TRAIN_STATE: {"update": done, "optimizer": opt.state_dict(),
+                                           "generated_tokens": gen_tokens}})
+    model.eval()
+    return model
+
+
+def _jsonable(d):
+    return json.loads(json.dumps(d, default=str))
