@@ -61,6 +61,38 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from orl.eval.report import eval_summary
+    from orl.eval.runner import EvalSpec, run_eval
+
+    decode = {k: v for k, v in dict(rule=args.rule, residual=args.residual, block_len=args.block_len,
+                                    max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                                    steps_per_block=args.steps_per_block, factor=args.factor,
+                                    entropy_bound=args.entropy_bound, chunk_steps=args.chunk_steps,
+                                    compile=args.compile or None, cuda_graph=args.cuda_graph or None).items()
+              if v is not None}
+    spec = EvalSpec(model=args.model, out=args.out, tasks=args.tasks.split(","), split=args.split, limit=args.limit,
+                    thresholds=_floats(args.thresholds) if args.thresholds else [args.threshold], decode=decode,
+                    batch_size=args.batch_size, n_samples=args.n_samples, seed=args.seed, device=args.device,
+                    prompt_style=args.prompt_style, progress=not args.no_progress)
+    print(eval_summary(run_eval(spec)))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from orl.eval.report import build_report
+
+    print(build_report(args.records, args.out))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="orl", description="ORL post-training and the dlmrt inference engine")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
@@ -86,6 +118,37 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=float, default=600.0, help="seconds per request, queue wait included (default 600)")
     s.add_argument("--device", default=None, help="cpu | cuda (default: cuda when available)")
     s.set_defaults(func=cmd_serve)
+    s = sub.add_parser("eval", help="evaluate a checkpoint on tasks; one JSONL record per sample (resumable)")
+    s.add_argument("--model", required=True, help="checkpoint directory")
+    s.add_argument("--tasks", default="all", help="'all' (synthetic families) or comma-separated names, e.g. add,sort,humaneval")
+    s.add_argument("--split", default="heldout", help="train | heldout")
+    s.add_argument("--limit", type=int, default=100, help="samples per task")
+    s.add_argument("--threshold", type=float, default=0.9, help="commit threshold (one point)")
+    s.add_argument("--thresholds", help="comma-separated thresholds to sweep; overrides --threshold")
+    s.add_argument("--rule", help="commit rule: threshold | topk | factor | entropy")
+    s.add_argument("--residual", help="residual mode: off | rcd | adapter")
+    s.add_argument("--block-len", type=int, help="block length (default: the checkpoint's)")
+    s.add_argument("--max-new-tokens", type=int)
+    s.add_argument("--temperature", type=float)
+    s.add_argument("--steps-per-block", type=int, help="topk rule")
+    s.add_argument("--factor", type=float, help="factor rule")
+    s.add_argument("--entropy-bound", type=float, help="entropy rule")
+    s.add_argument("--chunk-steps", type=int)
+    s.add_argument("--compile", action="store_true", help="torch.compile the denoising step")
+    s.add_argument("--cuda-graph", action="store_true", help="capture CUDA graphs (GPU)")
+    s.add_argument("--batch-size", type=int, default=16, help="prompts per generate call; 1 for latency/tokens-per-s runs")
+    s.add_argument("--n-samples", type=int, default=1, help="draws per prompt, for pass@k (use --temperature > 0)")
+    s.add_argument("--seed", type=int, default=0, help="sample selection and decoding seed")
+    s.add_argument("--device", default="cpu")
+    s.add_argument("--prompt-style", default="auto", help="humaneval prompts: auto | base | chat")
+    s.add_argument("--out", required=True, help="records JSONL (appended; finished samples are skipped)")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
+    s.set_defaults(func=cmd_eval)
+
+    s = sub.add_parser("report", help="tables, plots and report.html from evaluation records")
+    s.add_argument("records", nargs="+", help="records JSONL files")
+    s.add_argument("--out", required=True, help="output directory")
+    s.set_defaults(func=cmd_report)
     return p
 
 

@@ -1,0 +1,131 @@
+"""Every evaluation metric of DESIGN section 5, defined here once. Records store the per-sample values
+computed by these functions; tables, plots and the CLI summary aggregate them with `summarize`.
+
+Formulas
+- TPF = n_tokens / (denoise_forwards + commit_forwards), n_tokens counting generated tokens up to and
+  including the first EOS; prefill is not a forward here.
+- tokens/s = n_tokens / wall seconds from request start to the row's last token (warm-up excluded by
+  the runner).
+- accuracy = fraction of samples the verifier accepts (pass@1 when there is one sample per prompt).
+- pass@k (Chen et al. 2021, unbiased): 1 - C(n-c, k) / C(n, k) for n samples of which c pass,
+  computed as 1 - prod_{i=n-c+1}^{n} (1 - k / i), which never forms the huge binomials.
+- AUP (accuracy under parallelism, d3LLM): with the curve's points sorted by TPF rho_1 < ... < rho_m and
+  accuracies y_i in percent, points with y_i < y_1 - max_drop are dropped, then
+      AUP = rho_1 * y_1 + sum_{i>=2} (rho_i - rho_{i-1}) * (y_i W(y_i) + y_{i-1} W(y_{i-1})) / 2,
+      W(y) = min(exp(-alpha * (1 - y / y_max)), 1),  alpha = 3,  max_drop = 5 points,
+  where y_max is the best accuracy among the compared curves (default: this curve's). The first term
+  credits the least parallel point as a rectangle from TPF 0; W discounts accuracy lost to parallelism.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+
+LATENCY_QUANTILES = (50, 90, 99)
+PASS_KS = (1, 2, 5, 10, 100)
+
+
+def tpf(n_tokens: int, denoise_forwards: int, commit_forwards: int) -> float:
+    forwards = denoise_forwards + commit_forwards
+    if forwards <= 0:
+        raise ValueError(f"TPF needs at least one denoising or commit forward, got {forwards}")
+    return n_tokens / forwards
+
+
+def tokens_per_s(n_tokens: int, seconds: float) -> float:
+    if seconds <= 0:
+        raise ValueError(f"tokens/s needs a positive wall time, got {seconds}")
+    return n_tokens / seconds
+
+
+def mean(values: Sequence[float]) -> float:
+    if not values:
+        raise ValueError("mean of no values")
+    return math.fsum(values) / len(values)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default method)."""
+    if not values:
+        raise ValueError("percentile of no values")
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile q must be in [0, 100], got {q}")
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def accuracy(verdicts: Sequence[bool]) -> float:
+    return mean([1.0 if v else 0.0 for v in verdicts])
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:  # every k-subset contains a passing sample
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def aup(tpfs: Sequence[float], accuracies: Sequence[float], y_max: float | None = None,
+        alpha: float = 3.0, max_drop: float = 5.0) -> float:
+    """Accuracy under parallelism; accuracies are fractions in [0, 1] (scaled to percent inside, the
+    scale of d3LLM's published numbers); y_max is a fraction too."""
+    if len(tpfs) != len(accuracies) or not tpfs:
+        raise ValueError(f"AUP needs equally many TPF and accuracy values (>= 1), got {len(tpfs)} and {len(accuracies)}")
+    if min(tpfs) <= 0:
+        raise ValueError("AUP needs positive TPF values")
+    points = sorted(zip(tpfs, (100.0 * a for a in accuracies)))
+    y_top = 100.0 * y_max if y_max is not None else max(y for _, y in points)
+    if y_top <= 0:
+        return 0.0
+
+    def weighted(y: float) -> float:
+        return y * min(math.exp(-alpha * (1.0 - y / y_top)), 1.0)
+
+    floor = points[0][1] - max_drop
+    kept = [(r, y) for r, y in points if y >= floor]
+    area = kept[0][0] * kept[0][1]
+    for (r0, y0), (r1, y1) in zip(kept, kept[1:]):
+        area += (r1 - r0) * (weighted(y1) + weighted(y0)) / 2
+    return area
+
+
+def summarize(records: Iterable[dict], keys: Sequence[str],
+              key_of: Callable[[dict, str], object] | None = None) -> list[dict]:
+    """One row per group of records (grouped by `keys`, looked up with key_of(record, key) or
+    record[key]): n samples, accuracy, pass@k (k up to the smallest samples-per-prompt count),
+    means of the stored per-sample TPF and tokens/s, median tokens/s, latency percentiles, mean
+    steps per block over all blocks, and the batch sizes the timings were taken at."""
+    get = key_of or (lambda r, k: r[k])
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in records:
+        groups[tuple(get(r, k) for k in keys)].append(r)
+    rows = []
+    for group in sorted(groups, key=lambda g: tuple(_order(x) for x in g)):
+        recs = groups[group]
+        per_prompt: dict[str, list[bool]] = defaultdict(list)
+        for r in recs:
+            per_prompt[r["prompt_id"]].append(bool(r["verdict"]))
+        n_min = min(len(v) for v in per_prompt.values())
+        speeds = [r["timing"]["tokens_per_s"] for r in recs]
+        latency = [r["timing"]["total_s"] for r in recs]
+        steps = [s for r in recs for s in r["block_steps"]]
+        row = dict(zip(keys, group))
+        row.update(n=len(recs), n_prompts=len(per_prompt), accuracy=accuracy([r["verdict"] for r in recs]))
+        for k in (k for k in PASS_KS if k <= n_min and (k > 1 or n_min > 1)):
+            row[f"pass@{k}"] = mean([pass_at_k(len(v), sum(v), k) for v in per_prompt.values()])
+        row.update(tpf=mean([r["tpf"] for r in recs]), tokens_per_s=mean(speeds),
+                   tokens_per_s_median=percentile(speeds, 50))
+        row.update({f"latency_p{q}_s": percentile(latency, q) for q in LATENCY_QUANTILES})
+        row["steps_per_block"] = mean(steps) if steps else float("nan")
+        row["batch_size"] = ",".join(str(b) for b in sorted({r["batch_size"] for r in recs}))
+        rows.append(row)
+    return rows
+
+
+def _order(x: object) -> tuple:
+    """Numbers sort numerically (thresholds), everything else by its text."""
+    return (0, x, "") if isinstance(x, (int, float)) else (1, 0, str(x))

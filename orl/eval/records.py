@@ -1,0 +1,151 @@
+"""Per-sample evaluation records: one JSON object per line, append-only.
+
+A record is the unit every table and plot is built from, so it carries everything needed to
+interpret it: the prompt id (task/split/index) and sample number, prompt, output ids and text,
+reference answer, verdict, forwards by kind, n_tokens, TPF, timings, block steps, the batch size the
+timings were taken at, the decode config, the model (path, name, identity hash) and the code (git
+commit). Resumption keys on (model id, config id, prompt id, sample): rerunning a command skips
+what the file already holds.
+
+Model identity hashes orl.json and config.json contents plus each weight file's name, size and
+mtime: cheap for multi-GB checkpoints and changed by any rewrite; a byte-identical copy made with a
+new mtime counts as a different model (safe: it is just evaluated again).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+SCHEMA = 1
+Key = tuple[str, str, str, int]
+
+
+def _digest(payload: object) -> str:
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def model_identity(directory: str | os.PathLike) -> dict:
+    d = Path(directory).resolve()
+    parts: dict[str, object] = {}
+    for name in ("orl.json", "config.json"):
+        if (d / name).exists():
+            parts[name] = hashlib.sha256((d / name).read_bytes()).hexdigest()
+    for f in sorted(d.glob("*.safetensors")):
+        st = f.stat()
+        parts[f.name] = [st.st_size, st.st_mtime_ns]
+    if not any(name.endswith(".safetensors") for name in parts):
+        raise FileNotFoundError(f"{d} holds no *.safetensors weights")
+    return {"path": str(d), "name": d.name, "id": _digest(parts)}
+
+
+def code_identity() -> dict:
+    """git commit of the orl sources, and whether tracked files differ from it."""
+    here = Path(__file__).parent
+
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", *args], cwd=here, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    return {"git_commit": git("rev-parse", "HEAD"),
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
+def config_id(decode: dict, batch_size: int) -> str:
+    """Everything that changes a sample's outcome or timing besides the model and the prompt."""
+    return _digest({"decode": decode, "batch_size": batch_size})
+
+
+def decoder_label(decode: dict) -> str:
+    """Name of a speed-quality curve: the decoder settings other than the swept threshold."""
+    label = f"{decode['rule']} L{decode['block_len']}"
+    if decode["residual"] != "off":
+        label += f" +{decode['residual']}"
+    if decode["temperature"] > 0:
+        label += f" T{decode['temperature']:g}"
+    return label
+
+
+def record_key(r: dict) -> Key:
+    return r["model"]["id"], r["config_id"], r["prompt_id"], r["sample"]
+
+
+def group_value(r: dict, key: str) -> object:
+    """Field lookup for metrics.summarize: the columns reports group by."""
+    if key == "model":
+        return r["model"]["name"]
+    if key == "decoder":
+        return decoder_label(r["decode"])
+    if key == "threshold":
+        return r["decode"]["threshold"]
+    return r[key]
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
+    """(line number, text, is_last_and_unterminated)."""
+    data = path.read_text()
+    lines = data.split("\n")
+    for i, line in enumerate(lines):
+        if line.strip():
+            yield i + 1, line, i == len(lines) - 1 and not data.endswith("\n")
+
+
+def read_records(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[dict]:
+    """Records of one or more JSONL files. An unterminated last line (a run killed mid-write) is
+    skipped; any other unreadable line is an error naming file and line."""
+    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    out = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise FileNotFoundError(f"records file {p} does not exist")
+        for lineno, line, partial in _lines(p):
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                if partial:
+                    continue
+                raise ValueError(f"{p}:{lineno}: not a JSON record ({e})") from None
+            if rec.get("schema") != SCHEMA:
+                raise ValueError(f"{p}:{lineno}: record schema {rec.get('schema')!r}, this orl reads {SCHEMA}")
+            out.append(rec)
+    return out
+
+
+class RecordWriter:
+    """Appends records, flushing after each batch so that a kill loses at most the batch in flight.
+    Opening drops an unterminated last line left by an earlier kill, so appends start on a fresh line."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():
+            data = self.path.read_bytes()
+            if data and not data.endswith(b"\n"):
+                with open(self.path, "r+b") as f:
+                    f.truncate(data.rfind(b"\n") + 1)
+        self._f = open(self.path, "a", encoding="utf-8")
+
+    def keys(self) -> set[Key]:
+        return {record_key(r) for r in read_records(self.path)}
+
+    def write(self, records: list[dict]) -> None:
+        for r in records:
+            self._f.write(json.dumps({"schema": SCHEMA, **r}, ensure_ascii=False) + "\n")
+            self._f.flush()
+        os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> "RecordWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

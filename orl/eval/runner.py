@@ -1,0 +1,147 @@
+"""`orl eval`: run the engine over task samples for each commit threshold and append one record per
+(sample, draw) to a JSONL file (orl.eval.records), resuming where an interrupted run stopped.
+
+Timing: each threshold's run starts with one untimed warm-up generate on a full batch; every batch is
+padded to the same size (repeating its last prompt, extra rows discarded) so buffers and captured
+graphs keep one shape, and records state the batch size. Per-row timings with batch size > 1 include
+the other rows' work; use --batch-size 1 when latency and tokens/s matter.
+Seeds: each row's sampling seed depends only on (decode seed, prompt id, draw), never on its batch, so
+a resumed run draws what an uninterrupted one would.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import platform
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from tqdm import tqdm
+
+from orl.engine import DecodeConfig, Engine, Generation
+from orl.eval import metrics
+from orl.eval.humaneval import HumanEval
+from orl.eval.records import RecordWriter, code_identity, config_id, model_identity, read_records, record_key
+from orl.eval.tasks import Sample, get_task, make_samples, task_names
+
+PROMPT_STYLES = ("auto", "base", "chat")
+
+
+@dataclass
+class EvalSpec:
+    model: str
+    out: str
+    tasks: list[str] = field(default_factory=lambda: ["all"])   # "all" = every synthetic family
+    split: str = "heldout"
+    limit: int = 100                     # samples per task
+    thresholds: list[float] = field(default_factory=lambda: [0.9])
+    decode: dict = field(default_factory=dict)   # DecodeConfig overrides; block_len, residual default to the manifest's
+    batch_size: int = 16
+    n_samples: int = 1                   # draws per prompt (pass@k; use temperature > 0)
+    seed: int = 0                        # sample selection and decode seed
+    device: str = "cpu"
+    prompt_style: str = "auto"           # humaneval: chat if the tokenizer has a chat template
+    progress: bool = True
+
+    def validate(self) -> "EvalSpec":
+        problems = []
+        if self.limit <= 0 or self.batch_size <= 0 or self.n_samples <= 0:
+            problems.append(f"limit, batch_size and n_samples must be > 0, got {self.limit}, {self.batch_size}, {self.n_samples}")
+        if not self.thresholds:
+            problems.append("give at least one threshold")
+        if self.prompt_style not in PROMPT_STYLES:
+            problems.append(f"unknown prompt style {self.prompt_style!r}; expected one of {PROMPT_STYLES}")
+        if unknown := set(self.decode) - {f.name for f in dataclasses.fields(DecodeConfig)}:
+            problems.append(f"unknown decode settings {sorted(unknown)}")
+        if problems:
+            raise ValueError("invalid eval settings: " + "; ".join(problems))
+        return self
+
+
+def _tasks(spec: EvalSpec, tokenizer) -> dict[str, object]:
+    names = [n for name in spec.tasks for n in (task_names() if name == "all" else [name])]
+    out: dict[str, object] = {}
+    for name in dict.fromkeys(names):
+        if name == HumanEval.name:
+            chat = spec.prompt_style == "chat" or (spec.prompt_style == "auto" and bool(getattr(tokenizer, "chat_template", None)))
+            out[name] = HumanEval(tokenizer, chat)
+        else:
+            out[name] = get_task(name)
+    return out
+
+
+def _samples(name: str, task, spec: EvalSpec) -> list[Sample]:
+    if isinstance(task, HumanEval):
+        return [task.sample(spec.split, i) for i in range(min(spec.limit, len(task)))]
+    return make_samples(name, spec.split, spec.limit, spec.seed)
+
+
+def prompt_id(s: Sample) -> str:
+    return f"{s.task}/{s.split}/{s.index}"
+
+
+def row_seed(seed: int, pid: str, draw: int) -> int:
+    return int.from_bytes(hashlib.blake2b(f"{seed}|{pid}|{draw}".encode(), digest_size=4).digest(), "big") >> 1
+
+
+def _record(s: Sample, draw: int, g: Generation, verdict: bool, cfg: DecodeConfig, batch: int, ident: dict) -> dict:
+    return {
+        "prompt_id": prompt_id(s), "task": s.task, "split": s.split, "index": s.index, "sample": draw,
+        "prompt": s.prompt, "answer": s.answer, "output_ids": g.token_ids, "output_text": g.text,
+        "finished": g.finished, "verdict": verdict,
+        "forwards": {"prefill": g.prefill_forwards, "denoise": g.denoise_forwards, "commit": g.commit_forwards},
+        "n_tokens": g.n_tokens, "tpf": metrics.tpf(g.n_tokens, g.denoise_forwards, g.commit_forwards),
+        "block_steps": g.block_steps,
+        "timing": {"total_s": g.total_s, "prefill_s": g.prefill_s,
+                   "tokens_per_s": metrics.tokens_per_s(g.n_tokens, g.total_s)},
+        "batch_size": batch, "decode": cfg.to_dict(), **ident,
+    }
+
+
+def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = None) -> list[dict]:
+    """Evaluate and return this spec's records (earlier ones from the file included). on_batch sees
+    each batch's new records after they are written."""
+    from orl.checkpoint import load_checkpoint
+
+    spec.validate()
+    model, tokenizer, manifest = load_checkpoint(spec.model, device=spec.device)
+    engine = Engine(model, tokenizer)
+    base = {"block_len": manifest.get("block_len") or DecodeConfig.block_len,
+            "residual": manifest.get("residual_mode") or "off", "seed": spec.seed, **spec.decode}
+    configs = [DecodeConfig(**{**base, "threshold": t}).validate() for t in spec.thresholds]
+    tasks = _tasks(spec, tokenizer)
+    samples = [s for name, task in tasks.items() for s in _samples(name, task, spec)]
+    model_id = model_identity(spec.model)
+    ident = {"model": model_id, "code": code_identity(),
+             "device": torch.cuda.get_device_name() if engine.device.type == "cuda" else platform.processor() or "cpu"}
+    cids = set()
+    with RecordWriter(spec.out) as writer:
+        done = writer.keys()
+        for cfg in configs:
+            cid = config_id(cfg.to_dict(), spec.batch_size)
+            cids.add(cid)
+            todo = [(s, k) for s in samples for k in range(spec.n_samples)
+                    if (model_id["id"], cid, prompt_id(s), k) not in done]
+            if not todo:
+                continue
+            _batch_generate(engine, todo[: spec.batch_size], cfg, spec.batch_size)  # warm-up, untimed
+            bar = tqdm(total=len(todo), desc=f"eval tau={cfg.threshold:g}", disable=not spec.progress, unit="sample")
+            for i in range(0, len(todo), spec.batch_size):
+                chunk = todo[i: i + spec.batch_size]
+                gens = _batch_generate(engine, chunk, cfg, spec.batch_size)
+                recs = [_record(s, k, g, tasks[s.task].verify(s.prompt, g.text), cfg, spec.batch_size,
+                                {"config_id": cid, **ident}) for (s, k), g in zip(chunk, gens)]
+                writer.write(recs)
+                bar.update(len(chunk))
+                if on_batch is not None:
+                    on_batch(recs)
+            bar.close()
+    keys = {(model_id["id"], cid, prompt_id(s), k) for cid in cids for s in samples for k in range(spec.n_samples)}
+    return [r for r in read_records(spec.out) if record_key(r) in keys]
+
+
+def _batch_generate(engine: Engine, chunk: list[tuple[Sample, int]], cfg: DecodeConfig, batch: int) -> list[Generation]:
+    rows = chunk + [chunk[-1]] * (batch - len(chunk))
+    seeds = [row_seed(cfg.seed, prompt_id(s), k) for s, k in rows]
+    return engine.generate([s.prompt for s, _ in rows], cfg, seeds=seeds)[: len(chunk)]

@@ -1,0 +1,129 @@
+"""`orl eval`: records content, resumption after an interruption (same records as an uninterrupted
+run), repair of a half-written last line, and the CLI end to end (eval then report)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from orl.checkpoint import save_checkpoint
+from orl.cli import main
+from orl.eval import metrics
+from orl.eval.records import read_records, record_key
+from orl.eval.runner import EvalSpec, run_eval
+from orl.eval.tasks import get_task
+from orl.model import ModelArgs, Transformer
+from orl.tokenizer import CharTokenizer
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    torch.manual_seed(0)
+    tok = CharTokenizer()
+    model = Transformer(ModelArgs(vocab_size=tok.vocab_size, dim=32, n_layers=2, n_heads=2, n_kv_heads=1,
+                                  head_dim=16, ffn_dim=64, max_seq_len=256))
+    return save_checkpoint(model, tok, tmp_path_factory.mktemp("ckpt") / "tiny")
+
+
+def spec(ckpt, out, **kw) -> EvalSpec:
+    base = dict(model=str(ckpt), out=str(out), tasks=["add", "sort"], limit=3, thresholds=[0.5, 0.9],
+                decode={"block_len": 4, "max_new_tokens": 8}, batch_size=2, progress=False)
+    return EvalSpec(**{**base, **kw})
+
+
+def outcome(r: dict) -> tuple:
+    """What must not depend on interruptions (timings may)."""
+    return record_key(r), tuple(r["output_ids"]), r["verdict"], r["forwards"]["denoise"], r["forwards"]["commit"]
+
+
+@pytest.fixture(scope="module")
+def full(ckpt, tmp_path_factory):
+    out = tmp_path_factory.mktemp("full") / "records.jsonl"
+    return run_eval(spec(ckpt, out)), out
+
+
+def test_one_record_per_sample_and_threshold_with_its_provenance(full, ckpt):
+    recs, out = full
+    assert len(recs) == 2 * 3 * 2 == len(read_records(out))
+    assert len({record_key(r) for r in recs}) == len(recs)
+    assert {r["decode"]["threshold"] for r in recs} == {0.5, 0.9}
+    for r in recs:
+        task, split, index = r["prompt_id"].split("/")
+        s = get_task(task).sample(split, int(index))
+        assert (r["prompt"], r["answer"], split) == (s.prompt, s.answer, "heldout")
+        assert r["verdict"] == get_task(task).verify(r["prompt"], r["output_text"])
+        assert r["n_tokens"] == len(r["output_ids"]) <= 8
+        assert r["tpf"] == metrics.tpf(r["n_tokens"], r["forwards"]["denoise"], r["forwards"]["commit"])
+        assert sum(r["block_steps"]) == r["forwards"]["denoise"] and r["forwards"]["prefill"] == 1
+        assert r["timing"]["total_s"] > 0 and r["timing"]["tokens_per_s"] > 0
+        assert r["batch_size"] == 2 and r["decode"]["block_len"] == 4
+        assert r["model"]["path"] == str(ckpt) and len(r["model"]["id"]) == 16
+        assert "git_commit" in r["code"]
+
+
+def test_interrupted_run_resumes_to_the_same_records(full, ckpt, tmp_path):
+    recs, _ = full
+    out = tmp_path / "records.jsonl"
+    batches = []
+
+    def crash_after_two(new: list[dict]) -> None:
+        batches.append(new)
+        if len(batches) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_eval(spec(ckpt, out), on_batch=crash_after_two)
+    assert len(read_records(out)) == 4
+    # a kill in the middle of writing leaves half a line; it is dropped and redone
+    with open(out, "a") as f:
+        f.write(json.dumps(recs[-1])[:40])
+    with pytest.raises(ValueError):
+        json.loads(out.read_text().splitlines()[-1])
+    resumed_batches = []
+    resumed = run_eval(spec(ckpt, out), on_batch=resumed_batches.append)
+    assert sum(len(b) for b in resumed_batches) == len(recs) - 4  # nothing done twice
+    assert sorted(map(outcome, resumed)) == sorted(map(outcome, recs))
+    lines = out.read_text().splitlines()
+    assert len(lines) == len(recs) and all(json.loads(x) for x in lines)
+    # a finished run is a no-op
+    again = []
+    run_eval(spec(ckpt, out), on_batch=again.append)
+    assert again == []
+
+
+def test_other_settings_are_new_records(full, ckpt, tmp_path):
+    recs, out = full
+    copy = tmp_path / "records.jsonl"
+    copy.write_text(out.read_text())
+    new = []
+    more = run_eval(spec(ckpt, copy, batch_size=3, thresholds=[0.9]), on_batch=new.append)
+    assert sum(map(len, new)) == 6 and len(more) == 6 and {r["batch_size"] for r in more} == {3}
+    assert len(read_records(copy)) == len(recs) + 6
+
+
+def test_corrupt_line_in_the_middle_is_an_error(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"schema": 1}\nnot json\n{"schema": 1}\n')
+    with pytest.raises(ValueError, match="r.jsonl:2"):
+        read_records(path)
+
+
+def test_cli_eval_then_report(ckpt, tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    rc = main(["eval", "--model", str(ckpt), "--tasks", "add", "--limit", "2", "--thresholds", "0.5,0.9",
+               "--block-len", "4", "--max-new-tokens", "8", "--batch-size", "2", "--no-progress", "--out", str(out)])
+    assert rc == 0
+    table = capsys.readouterr().out
+    assert "accuracy" in table and "steps_per_block" in table and len(table.strip().splitlines()) == 3
+    assert main(["report", str(out), "--out", str(tmp_path / "rep")]) == 0
+    assert (tmp_path / "rep" / "report.html").stat().st_size > 10_000
+    assert main(["eval", "--model", str(ckpt), "--tasks", "nope", "--out", str(out), "--no-progress"]) == 2
