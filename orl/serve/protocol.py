@@ -1,0 +1,270 @@
+"""Wire format of the OpenAI-compatible API: request models, validation, response bodies, errors.
+
+Requests are validated strictly (no type coercion, unknown fields rejected) so a client learns about
+a typo or an unsupported option instead of silently getting default behaviour.
+"""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from orl.engine import DecodeConfig, Generation
+from orl.engine.config import RULES
+from orl.model.residual import RESIDUAL_MODES
+
+
+class APIError(Exception):
+    """An error answered as OpenAI's {"error": {message, type, param, code}} with an HTTP status."""
+
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+class DlmParams(BaseModel):
+    """Knobs shared by every generation endpoint. The dLLM ones are extra body fields for OpenAI clients
+    (`extra_body=` in the Python client); None means the server's default (from the checkpoint)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    seed: int | None = None
+    threshold: float | None = Field(None, gt=0.0, le=1.0)
+    rule: Literal[RULES] | None = None
+    block_len: int | None = Field(None, ge=1)
+    residual: Literal[RESIDUAL_MODES] | None = None
+    steps_per_block: int | None = Field(None, ge=0)
+    factor: float | None = Field(None, gt=0.0)
+    entropy_bound: float | None = Field(None, ge=0.0)
+
+    def decode_config(self, defaults: DecodeConfig) -> DecodeConfig:
+        knobs = {"max_new_tokens": self.max_tokens, "temperature": self.temperature, "seed": self.seed,
+                 "threshold": self.threshold, "rule": self.rule, "block_len": self.block_len,
+                 "residual": self.residual, "steps_per_block": self.steps_per_block, "factor": self.factor,
+                 "entropy_bound": self.entropy_bound}
+        cfg = DecodeConfig(**{**defaults.to_dict(), **{k: v for k, v in knobs.items() if v is not None}})
+        try:
+            return cfg.validate()
+        except ValueError as e:
+            raise APIError(400, str(e)) from e
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    include_usage: bool = False
+
+
+class OpenAIParams(DlmParams):
+    """OpenAI fields this server has no use for are still declared so that their neutral values (which
+    some clients always send) pass, while anything that would change the answer is refused."""
+
+    model: str
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+    n: int | None = None
+    top_p: float | None = None
+    stop: object = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: object = None
+
+    @field_validator("n")
+    @classmethod
+    def _one_choice(cls, v: int | None) -> int | None:
+        if v is not None and v != 1:
+            raise ValueError(f"n={v} is not supported: the server returns exactly one choice (n=1)")
+        return v
+
+    @field_validator("top_p")
+    @classmethod
+    def _no_nucleus(cls, v: float | None) -> float | None:
+        if v is not None and v != 1.0:
+            raise ValueError("top_p is not supported (only 1.0); use temperature")
+        return v
+
+    @field_validator("stop", "logit_bias")
+    @classmethod
+    def _empty(cls, v):
+        if v:
+            raise ValueError("not supported by this server")
+        return v
+
+    @field_validator("presence_penalty", "frequency_penalty")
+    @classmethod
+    def _no_penalty(cls, v: float | None) -> float | None:
+        if v:
+            raise ValueError("penalties are not supported (only 0)")
+        return v
+
+
+class CompletionRequest(OpenAIParams):
+    prompt: str
+    echo: bool = False
+    logprobs: int | None = None
+    best_of: int | None = None
+    suffix: str | None = None
+
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _one_prompt(cls, v: object) -> object:
+        if isinstance(v, list):
+            if len(v) != 1:
+                raise ValueError(f"got {len(v)} prompts; this server takes one prompt per request")
+            v = v[0]
+        if not isinstance(v, str):
+            raise ValueError(f"prompt must be a string (or a list of one string), got {type(v).__name__}")
+        if not v:
+            raise ValueError("prompt is empty; give at least one character")
+        return v
+
+    @field_validator("echo", "logprobs", "best_of", "suffix")
+    @classmethod
+    def _unsupported(cls, v, info):
+        if v and not (info.field_name == "best_of" and v == 1):
+            raise ValueError(f"{info.field_name} is not supported by this server")
+        return v
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str
+    name: str | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _flatten(cls, v: object) -> object:
+        """OpenAI also allows a list of content parts; only text parts can reach a text-only model."""
+        if isinstance(v, list):
+            if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in v):
+                raise ValueError("content parts must all be {'type': 'text', 'text': <string>}; other kinds are not supported")
+            return "".join(p["text"] for p in v)
+        return v
+
+    def as_template_input(self) -> dict:
+        return {"role": self.role, "content": self.content}
+
+
+class ChatCompletionRequest(OpenAIParams):
+    messages: list[Message] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+
+    @field_validator("logprobs", "top_logprobs")
+    @classmethod
+    def _unsupported(cls, v, info):
+        if v:
+            raise ValueError(f"{info.field_name} is not supported by this server")
+        return v
+
+    def decode_config(self, defaults: DecodeConfig) -> DecodeConfig:
+        if self.max_completion_tokens is not None:
+            if self.max_tokens is not None and self.max_tokens != self.max_completion_tokens:
+                raise APIError(400, "max_tokens and max_completion_tokens disagree; give one of them",
+                               param="max_completion_tokens")
+            return self.model_copy(update={"max_tokens": self.max_completion_tokens}).decode_config(defaults)
+        return super().decode_config(defaults)
+
+
+class DlmStreamRequest(DlmParams):
+    """Body of POST /v1/dlm/stream (the web page's per-step event stream)."""
+
+    prompt: str = Field(min_length=1)
+    model: str | None = None
+
+
+def parse_body(raw: bytes, model: type[BaseModel]) -> BaseModel:
+    """bytes -> validated request; every failure is a 400 that names the problem and the field."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise APIError(400, f"request body is not valid UTF-8: {e}", code="invalid_encoding") from e
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise APIError(400, f"malformed JSON in request body: {e}", code="invalid_json") from e
+    if not isinstance(data, dict):
+        raise APIError(400, f"request body must be a JSON object, got {type(data).__name__}", code="invalid_json")
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        param = ".".join(str(p) for p in first["loc"]) or None
+        if first["type"] == "extra_forbidden":
+            msg = f"unsupported field {param!r}"
+        elif first["type"] == "missing":
+            msg = f"missing required field {param!r}"
+        else:
+            msg = f"invalid value for {param!r}: {first['msg'].removeprefix('Value error, ')}"
+        more = len(e.errors()) - 1
+        raise APIError(400, msg + (f" (and {more} more problem{'s' * (more > 1)})" if more else ""),
+                       param=param, code=first["type"]) from e
+
+
+class Usage(BaseModel):
+    """OpenAI's token counts (completion tokens include a final EOS, as in DESIGN section 5) plus the
+    dLLM cost: model forwards (denoising + commit) and tokens per forward."""
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    forwards: int
+    tpf: float
+
+    @classmethod
+    def of(cls, gen: Generation) -> "Usage":
+        return cls(prompt_tokens=len(gen.prompt_ids), completion_tokens=gen.n_tokens,
+                   total_tokens=len(gen.prompt_ids) + gen.n_tokens, forwards=gen.forwards, tpf=round(gen.tpf, 4))
+
+
+class CompletionChoice(BaseModel):
+    index: int = 0
+    text: str
+    logprobs: None = None
+    finish_reason: Literal["stop", "length"] | None = None
+
+
+class ChatMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class ChatChoice(BaseModel):
+    index: int = 0
+    message: ChatMessage
+    logprobs: None = None
+    finish_reason: Literal["stop", "length"]
+
+
+class ChatDeltaChoice(BaseModel):
+    index: int = 0
+    delta: dict[str, str]
+    logprobs: None = None
+    finish_reason: Literal["stop", "length"] | None = None
+
+
+class Response(BaseModel):
+    id: str
+    object: Literal["text_completion", "chat.completion", "chat.completion.chunk"]
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[CompletionChoice] | list[ChatChoice] | list[ChatDeltaChoice]
+    usage: Usage | None = None
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def finish_reason(gen: Generation) -> Literal["stop", "length"]:
+    return "stop" if gen.finished else "length"

@@ -1,0 +1,67 @@
+"""The live denoising page in real headless Chromium: run a prompt, watch intermediate canvases with
+masked cells, and get the same final text as the API."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from orl.checkpoint import load_checkpoint
+from orl.engine import DecodeConfig, Engine
+from orl.serve import create_app
+from test_serve import ThreadedServer, post, tiny_checkpoint
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+if not os.path.exists(CHROMIUM):
+    pytest.skip(f"{CHROMIUM} is absent (Debian package chromium; .ci/run installs it)", allow_module_level=True)
+sync_playwright = pytest.importorskip("playwright.sync_api", reason="playwright is a dev dependency").sync_playwright
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny model on a shared 2-core machine: threads cost more than they give
+    model, tok, _ = load_checkpoint(tiny_checkpoint(tmp_path_factory.mktemp("web")))
+    engine = Engine(model, tok)
+    with ThreadedServer(create_app(engine, "tiny")) as url:
+        yield url, engine
+    torch.set_num_threads(n)
+
+
+def test_page_shows_denoising_and_final_text(served, tmp_path):
+    url, engine = served
+    prompt, params = "hello", {"threshold": 0.9, "block_len": 8, "max_tokens": 16}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 1100})
+            page.goto(url + "/")
+            page.wait_for_function("document.querySelector('#model').textContent.includes('tiny')")
+            page.fill("#prompt", prompt)
+            page.fill("#threshold", str(params["threshold"]))
+            page.fill("#block-len", str(params["block_len"]))
+            page.fill("#max-tokens", str(params["max_tokens"]))
+            page.fill("#delay", "5")
+            page.click("#run")
+            page.wait_for_selector('#final-text[data-state="done"]', timeout=60_000)
+            final = page.text_content("#final-text")
+            steps = int(page.get_attribute("#canvas", "data-steps"))
+            masked_steps = int(page.get_attribute("#canvas", "data-masked-steps"))
+            trace_rows = page.locator("#trace .trace-row").count()
+            tpf = float(page.text_content("#stat-tpf"))
+            assert page.is_hidden("#error")
+            page.screenshot(path=str(tmp_path / "web.png"), full_page=True)
+        finally:
+            browser.close()
+    # the random model commits one token per step: 2 blocks x 8 steps, all but each block's last with masks
+    assert steps == trace_rows == 16
+    assert masked_steps == 14
+    assert tpf == pytest.approx(16 / 17, abs=0.01)  # 16 denoising steps + 1 commit forward
+    status, body = post(url, "/v1/completions", {"model": "tiny", "prompt": prompt, **params})
+    assert status == 200 and final == body["choices"][0]["text"]
+    cfg = DecodeConfig(max_new_tokens=params["max_tokens"], threshold=params["threshold"], block_len=params["block_len"])
+    assert final == engine.generate(prompt, cfg)[0].text and len(final) == 16
