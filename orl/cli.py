@@ -12,6 +12,77 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _manifest_default(directory: str, key: str):
+    """A decode default recorded in the checkpoint's orl.json (block_len, residual_mode), if any."""
+    import json
+    from pathlib import Path
+
+    path = Path(directory, "orl.json")
+    try:
+        return json.loads(path.read_text()).get(key) if path.exists() else None
+    except (OSError, ValueError):
+        return None
+
+
+def _show_step(tokenizer, cfg, record, n_valid: int, color: bool) -> str:
+    """One denoising step as a line: resolved tokens, '_' where still masked, the tokens this step
+    committed in brackets (bold green on a terminal)."""
+    eos = tokenizer.eos_id
+    canvas, unresolved = record.canvas.tolist(), record.unresolved.tolist()
+    tokens, committed = record.tokens.tolist(), record.committed.tolist()
+    out, seen_eos = [], False
+    for i in range(n_valid):
+        new = committed[i]
+        if new:
+            t = tokens[i]
+        elif not unresolved[i]:
+            t = canvas[i]
+        elif cfg.eos_fill and seen_eos:
+            t = eos
+        else:
+            out.append("_")
+            continue
+        seen_eos = seen_eos or t == eos
+        text = "<eos>" if t == eos else tokenizer.token_str(t).replace("\n", "\\n")
+        if new:
+            text = f"\x1b[1;32m{text}\x1b[0m" if color else f"[{text}]"
+        out.append(text)
+    return "".join(out)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    import torch
+
+    from orl.engine import DecodeConfig, Engine
+
+    cfg = DecodeConfig(
+        block_len=args.block_len or _manifest_default(args.model, "block_len") or 16,
+        max_new_tokens=args.max_new_tokens, rule=args.rule, threshold=args.threshold,
+        steps_per_block=args.steps_per_block, factor=args.factor, entropy_bound=args.entropy_bound,
+        residual=args.residual or _manifest_default(args.model, "residual_mode") or "off",
+        temperature=args.temperature, seed=args.seed, chunk_steps=args.chunk_steps, compile=args.compile,
+        cuda_graph=args.cuda_graph,
+    ).validate()  # bad flags fail before the checkpoint is read
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    engine = Engine.from_checkpoint(args.model, device=device)
+    color = sys.stdout.isatty()
+    gen = None
+    for event in engine.stream(args.prompt, cfg, steps=args.show_steps):
+        if event["type"] == "step":
+            r = event["record"]
+            n_valid = min(cfg.block_len, cfg.max_new_tokens - r.block * cfg.block_len)
+            line = _show_step(engine.tokenizer, cfg, r, n_valid, color)
+            print(f"block {r.block} step {r.step + 1}: {line}  (+{int(r.committed.sum())})", flush=True)
+        elif event["type"] == "done":
+            gen = event["generations"][0]
+    print(gen.text)
+    stop = "EOS" if gen.finished else "max_new_tokens"
+    print(f"tokens: {gen.n_tokens}  forwards: {gen.forwards} ({gen.denoise_forwards} denoise + "
+          f"{gen.commit_forwards} commit)  TPF: {gen.tpf:.2f}  tokens/s: {gen.tokens_per_s:.1f}  "
+          f"stop: {stop}  [{cfg.rule}, block {cfg.block_len}, residual {cfg.residual}]")
+    return 0
+
+
 def _set_field(cfg, path: str, value: str) -> None:
     """--set a.b=value on nested dataclass configs, cast to the field's current type."""
     *parents, key = path.split(".")
@@ -100,6 +171,27 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("info", help="print a checkpoint's manifest and parameter count")
     s.add_argument("dir", help="checkpoint directory")
     s.set_defaults(func=cmd_info)
+
+    s = sub.add_parser("generate", help="decode one prompt with dlmrt and print the text and a speed summary")
+    s.add_argument("prompt", help="prompt text")
+    s.add_argument("--model", required=True, help="checkpoint directory")
+    s.add_argument("--rule", default="threshold", help="commit rule: threshold | topk | factor | entropy")
+    s.add_argument("--threshold", type=float, default=0.9, help="threshold rule: commit p_max >= tau (0, 1]")
+    s.add_argument("--steps-per-block", type=int, default=0, help="topk rule: steps per block (0: one token per step)")
+    s.add_argument("--factor", type=float, default=1.0, help="factor rule: f (> 0)")
+    s.add_argument("--entropy-bound", type=float, default=0.5, help="entropy rule: bound (>= 0)")
+    s.add_argument("--block-len", type=int, default=None, help="block length (default: the checkpoint's, else 16)")
+    s.add_argument("--max-new-tokens", type=int, default=64, help="at most this many generated tokens")
+    s.add_argument("--residual", default=None, help="off | rcd | adapter (default: the checkpoint's, else off)")
+    s.add_argument("--temperature", type=float, default=0.0, help="0: greedy; > 0: sampling")
+    s.add_argument("--seed", type=int, default=0, help="sampling seed")
+    s.add_argument("--chunk-steps", type=int, default=1, help="denoising steps between two host checks")
+    s.add_argument("--compile", action="store_true", help="torch.compile the step function")
+    s.add_argument("--cuda-graph", action="store_true", help="replay the steps as CUDA graphs (GPU)")
+    s.add_argument("--device", default=None, help="cpu | cuda (default: cuda when available)")
+    s.add_argument("--show-steps", action="store_true",
+                   help="print every denoising step: '_' masked, [x] committed by that step")
+    s.set_defaults(func=cmd_generate)
 
     s = sub.add_parser("train", help="train with a recipe and preset (resumes from --out if it holds a run)")
     s.add_argument("--recipe", default="pretrain", choices=["pretrain", "orl", "rcd"])

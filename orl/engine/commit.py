@@ -33,7 +33,14 @@ def hash_uniform(seed: Tensor, step: Tensor, length: int, vocab: int) -> Tensor:
     x = _mix((x + step[:, None, None] * 0x3C6EF35) & _M31)
     x = _mix((x + pos * 0x1B873593) & _M31)
     x = _mix((x + tok * 0x5BD1E995) & _M31)
-    return (x.double() + 0.5).float() / float(1 << 31)
+    return unit_interval(x)
+
+
+def unit_interval(x: Tensor) -> Tensor:
+    """31-bit hash -> float32 uniform strictly inside (0, 1): the top 23 bits, centred, are exact in
+    fp32. (Dividing all 31 bits by 2**31 rounds the top 64 values to exactly 1.0, whose Gumbel noise
+    is +inf: that token always wins, and on a banned token -inf + inf = NaN wins the argmax.)"""
+    return ((x >> 8).float() + 0.5) / float(1 << 23)
 
 
 def select_tokens(logits: Tensor, temperature: float, noise: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:

@@ -111,8 +111,26 @@ def block_forward(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: S
     return ban_tokens(logits, ids.banned)
 
 
+def _runs(ids: tuple[int, ...]) -> list[tuple[int, int]]:
+    """Sorted ids -> runs [lo, hi) of consecutive ids (mask, pad, the padded vocab rows: <= 3 runs)."""
+    runs: list[list[int]] = []
+    for i in sorted(set(ids)):
+        if runs and runs[-1][1] == i:
+            runs[-1][1] = i + 1
+        else:
+            runs.append([i, i + 1])
+    return [(lo, hi) for lo, hi in runs]
+
+
 def ban_tokens(logits: Tensor, ids: tuple[int, ...]) -> Tensor:
-    return logits.index_fill(-1, torch.tensor(ids, device=logits.device), float("-inf"))
+    """-inf at the banned ids. The mask is computed on the device from Python ints: building an index
+    tensor from host data (torch.tensor(ids, device=...)) in the step would be a host-to-device copy,
+    which PyTorch follows with a stream sync, and which CUDA graph capture rejects."""
+    vocab = torch.arange(logits.shape[-1], device=logits.device)
+    banned = torch.zeros_like(vocab, dtype=torch.bool)
+    for lo, hi in _runs(ids):
+        banned = banned | ((vocab >= lo) & (vocab < hi))
+    return logits.masked_fill(banned, float("-inf"))
 
 
 def denoise_step(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: SpecialIds) -> None:

@@ -1,0 +1,120 @@
+"""`orl generate` end to end on a tiny random checkpoint: text + summary line, step-by-step view,
+flag validation with exit status 2 and a message naming the bad flag."""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from orl.checkpoint import save_checkpoint
+from orl.cli import main
+from orl.engine import DecodeConfig, Engine
+from orl.tokenizer import CharTokenizer
+from reference_decoder import random_model
+
+SUMMARY = re.compile(r"^tokens: (\d+)  forwards: (\d+) \((\d+) denoise \+ (\d+) commit\)  TPF: ([\d.]+)  "
+                     r"tokens/s: ([\d.]+)", re.M)
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli") / "tiny"
+    tok = CharTokenizer()
+    save_checkpoint(random_model(vocab_size=tok.vocab_size), tok, d)
+    return d
+
+
+def orl_cmd() -> list[str]:
+    script = Path(sys.executable).parent / "orl"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "orl.cli"]
+
+
+def run_orl(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(orl_cmd() + list(args), capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_generate_prints_text_and_summary(ckpt):
+    flags = ["--block-len", "4", "--max-new-tokens", "10", "--threshold", "0.5", "--residual", "rcd"]
+    p = run_orl("generate", "--model", str(ckpt), "hello", *flags)
+    assert p.returncode == 0, p.stderr
+    m = SUMMARY.search(p.stdout)
+    assert m, p.stdout
+    n, fw, den, com, tpf = int(m[1]), int(m[2]), int(m[3]), int(m[4]), float(m[5])
+    # the same decode in process gives the same text and counts
+    engine = Engine.from_checkpoint(ckpt)
+    g = engine.generate("hello", DecodeConfig(block_len=4, max_new_tokens=10, threshold=0.5, residual="rcd"))[0]
+    assert (n, fw, den, com) == (g.n_tokens, g.forwards, g.denoise_forwards, g.commit_forwards)
+    assert com == 2 and fw == den + com and tpf == pytest.approx(n / fw, abs=0.01)
+    assert p.stdout[: m.start()] == g.text + "\n"
+
+
+def test_generate_bad_threshold_exits_2_naming_it(ckpt):
+    p = run_orl("generate", "--model", str(ckpt), "hello", "--threshold", "1.5")
+    assert p.returncode == 2
+    assert "threshold" in p.stderr and "1.5" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+@pytest.fixture
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_generate_show_steps(ckpt, capsys, one_thread):
+    assert main(["generate", "--model", str(ckpt), "ab", "--block-len", "8", "--max-new-tokens", "12",
+                 "--threshold", "0.5", "--show-steps"]) == 0
+    out = capsys.readouterr().out
+    steps = re.findall(r"^block (\d+) step (\d+): (.*)  \(\+(\d+)\)$", out, re.M)
+    m = SUMMARY.search(out)
+    assert m and len(steps) == int(m[3])                       # one line per denoising step
+    assert [s[:2] for s in steps][:2] == [("0", "1"), ("0", "2")]
+    assert {s[0] for s in steps} == {"0", "1"}
+    assert all("[" in s[2] for s in steps)                     # every step commits something
+    first = steps[0][2]
+    assert "_" in first                                        # still masked positions after step 1
+    assert sum(int(s[3]) for s in steps) == int(m[1])          # no EOS here: every position committed once
+    last_of_block0 = [s for s in steps if s[0] == "0"][-1][2]
+    assert "_" not in last_of_block0
+
+
+@pytest.mark.parametrize("flags,word", [
+    (["--rule", "fastest"], "rule"),
+    (["--residual", "soft"], "residual"),
+    (["--block-len", "-2"], "block_len"),
+    (["--max-new-tokens", "0"], "max_new_tokens"),
+    (["--temperature", "-1"], "temperature"),
+])
+def test_generate_bad_flags_in_process(ckpt, capsys, flags, word):
+    assert main(["generate", "--model", str(ckpt), "hi", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("orl generate: error:") and word in err
+
+
+def test_generate_missing_checkpoint_and_bad_prompt(ckpt, tmp_path, capsys, one_thread):
+    assert main(["generate", "--model", str(tmp_path / "nope"), "hi"]) == 2
+    assert "nope" in capsys.readouterr().err
+    assert main(["generate", "--model", str(ckpt), "caf\u00e9"]) == 2       # not in the char vocabulary
+    assert "position 3" in capsys.readouterr().err
+    assert main(["generate", "--model", str(ckpt), ""]) == 2
+    assert "empty" in capsys.readouterr().err
+
+
+def test_generate_defaults_come_from_the_manifest(tmp_path, capsys, one_thread):
+    tok = CharTokenizer()
+    d = tmp_path / "with_manifest"
+    save_checkpoint(random_model(vocab_size=tok.vocab_size), tok, d, manifest={"block_len": 4, "residual_mode": "rcd"})
+    assert main(["generate", "--model", str(d), "hi", "--max-new-tokens", "6", "--threshold", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "[threshold, block 4, residual rcd]" in out
+    m = SUMMARY.search(out)
+    assert int(m[4]) == 1                                      # 6 tokens in blocks of 4: one commit forward
+    assert main(["generate", "--model", str(d), "hi", "--max-new-tokens", "6", "--block-len", "8",
+                 "--residual", "off"]) == 0
+    assert "[threshold, block 8, residual off]" in capsys.readouterr().out

@@ -1,0 +1,400 @@
+"""dlmrt against a cache-free reference decoder, and the engine's request-level contract (DESIGN
+sections 3 and 5): every commit rule x residual mode token for token, batching, traces, EOS,
+max_new_tokens, forward counting / TPF, input validation, sampling and torch.compile."""
+import copy
+import dataclasses
+
+import pytest
+import torch
+
+from orl.engine import DecodeConfig, Engine
+from orl.tokenizer import CharTokenizer
+from reference_decoder import random_model, reference_generate
+
+TOK = CharTokenizer()
+V = TOK.vocab_size
+IDS = dict(mask_id=TOK.mask_id, eos_id=TOK.eos_id, pad_id=TOK.pad_id)
+
+RULES = {  # settings that give multi-step blocks on the random models below
+    "threshold": dict(threshold=0.5),
+    "topk": dict(steps_per_block=3),
+    "factor": dict(factor=1.5),
+    "entropy": dict(entropy_bound=1.0),
+}
+RESIDUALS = ("off", "rcd", "adapter")
+# (block_len, prompt, max_new_tokens): prompts shorter than a block and over two blocks; max_new_tokens
+# a multiple of block_len and not
+CASES = [(4, "hi", 13), (8, "hello world", 30), (16, "abc", 21), (8, "a prompt longer than two blocks", 16)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    # tiny models: thread sync costs more than the math, especially on a shared 2-core machine
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return random_model(vocab_size=V)
+
+
+@pytest.fixture(scope="module")
+def engine(model):
+    return Engine(model, TOK)
+
+
+@pytest.fixture(scope="module")
+def eos_engine():
+    """Same weights plus an EOS bias: EOS shows up in the middle of some answers, not in others."""
+    return Engine(random_model(vocab_size=V, eos_bias=5.0), TOK)
+
+
+@pytest.fixture(scope="module")
+def no_eos_engine():
+    return Engine(random_model(vocab_size=V, eos_bias=-1e4), TOK)
+
+
+def cfg_of(rule="threshold", residual="off", block_len=8, max_new_tokens=16, **kw) -> DecodeConfig:
+    return DecodeConfig(block_len=block_len, max_new_tokens=max_new_tokens, rule=rule, residual=residual,
+                        **{**RULES[rule], **kw})
+
+
+def assert_same_as_reference(engine, prompt: str, cfg: DecodeConfig, seed: int | None = None):
+    """Engine (no trace) == reference (tokens, EOS, per-block steps, forward counts); engine with trace ==
+    reference step by step (inputs, proposals, commits, the residual z / a consumed)."""
+    g = engine.generate(prompt, cfg, seeds=None if seed is None else [seed])[0]
+    r = reference_generate(engine.model, TOK.encode(prompt), cfg, seed=seed, **IDS)
+    where = f"{prompt!r} {cfg}"
+    assert g.token_ids == r.token_ids, where
+    assert (g.finished, g.block_steps, g.denoise_forwards, g.commit_forwards) == \
+           (r.finished, r.block_steps, r.denoise_forwards, r.commit_forwards), where
+    t = engine.generate(prompt, cfg, trace=True, seeds=None if seed is None else [seed])[0]
+    assert t.token_ids == g.token_ids
+    assert len(t.trace) == len(r.steps), where
+    for k, (s, rs) in enumerate(zip(t.trace, r.steps)):
+        n = len(rs.canvas)
+        assert (s.block, s.step) == (rs.block, rs.step), (where, k)
+        assert s.canvas[:n].tolist() == rs.canvas, (where, k)
+        assert s.unresolved[:n].tolist() == rs.unresolved, (where, k)
+        assert s.tokens[:n].tolist() == rs.tokens, (where, k)
+        assert s.committed[:n].tolist() == rs.committed, (where, k)
+        assert not s.unresolved[n:].any() and not s.committed[n:].any()  # beyond max_new_tokens
+        if cfg.residual != "off":
+            torch.testing.assert_close(s.z[:n], rs.z, atol=1e-3, rtol=1e-3)
+            torch.testing.assert_close(s.a[:n], rs.a, atol=1e-4, rtol=1e-4)
+    return g
+
+
+# ---------------------------------------------------------------- engine == reference
+
+@pytest.mark.parametrize("residual", RESIDUALS)
+@pytest.mark.parametrize("rule", list(RULES))
+def test_engine_matches_reference(engine, rule, residual):
+    multi = 0
+    for L, prompt, n in CASES:
+        g = assert_same_as_reference(engine, prompt, cfg_of(rule, residual, L, n))
+        multi += sum(s > 1 for s in g.block_steps)
+        assert g.n_tokens == n or g.finished
+    assert multi >= 3, "the settings must give multi-step blocks, or the test says little about the rules"
+
+
+def test_topk_one_token_per_step_matches_reference(engine):
+    for residual in RESIDUALS:
+        g = assert_same_as_reference(engine, "hi", cfg_of("topk", residual, 8, 11, steps_per_block=0))
+        assert g.block_steps == [8, 3]
+
+
+@pytest.mark.parametrize("eos_fill", [True, False])
+@pytest.mark.parametrize("rule", list(RULES))
+def test_engine_matches_reference_with_eos(eos_engine, rule, eos_fill):
+    finished = []
+    for prompt, residual in [("hi", "off"), ("abc def", "rcd"), ("xyz", "adapter"), ("hello world!", "off")]:
+        g = assert_same_as_reference(eos_engine, prompt, cfg_of(rule, residual, 4, 18, eos_fill=eos_fill))
+        finished.append(g.finished)
+    assert any(finished), "some answers must stop at EOS"
+
+
+@pytest.mark.parametrize("rule,residual", [("threshold", "rcd"), ("entropy", "off"), ("factor", "adapter")])
+def test_sampling_matches_reference(engine, rule, residual):
+    for seed in (0, 7):
+        assert_same_as_reference(engine, "hello", cfg_of(rule, residual, 8, 20, temperature=0.8), seed=seed)
+
+
+def test_padded_vocab_rows_are_never_generated():
+    """A model vocabulary padded beyond the tokenizer's (common in HF checkpoints): the extra rows
+    are banned like mask / pad, even when the model prefers them."""
+    model = random_model(vocab_size=V + 6)
+    with torch.no_grad():
+        model.lm_head.weight[V:] *= 4.0
+    engine = Engine(model, TOK)
+    cfg = cfg_of("threshold", "rcd", 8, 20)
+    r = reference_generate(model, TOK.encode("hello"), cfg, **IDS)
+    assert any(t >= V for t in r.token_ids), "the padded rows must be attractive, or the test says nothing"
+    g = engine.generate("hello", cfg)[0]
+    assert max(g.token_ids) < V
+    r = reference_generate(model, TOK.encode("hello"), cfg, tokenizer_vocab=V, **IDS)
+    assert g.token_ids == r.token_ids and g.block_steps == r.block_steps
+
+
+def test_residual_modes_change_the_tokens(engine, model):
+    out = {res: engine.generate("hello world", cfg_of("threshold", res, 8, 30))[0].token_ids for res in RESIDUALS}
+    assert out["rcd"] != out["off"] and out["adapter"] != out["off"] and out["rcd"] != out["adapter"]
+    # an untrained adapter (zero down projection) is exactly the base model
+    fresh = copy.deepcopy(model)
+    torch.nn.init.zeros_(fresh.model.residual_adapter.down_proj.weight)
+    assert Engine(fresh, TOK).generate("hello world", cfg_of("threshold", "adapter", 8, 30))[0].token_ids == out["off"]
+
+
+def test_adapter_mode_needs_adapter_weights():
+    e = Engine(random_model(vocab_size=V, adapter_dim=0), TOK)
+    with pytest.raises(ValueError, match="adapter"):
+        e.generate("hi", cfg_of("threshold", "adapter"))
+
+
+# ---------------------------------------------------------------- batching
+
+def fields(g):
+    return g.token_ids, g.finished, g.block_steps, g.denoise_forwards, g.commit_forwards
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_batch_equals_each_prompt_alone(eos_engine, temperature):
+    prompts = ["abc def", "hi", "hello world!"]  # different lengths: left padding; EOS in different blocks
+    seeds = [11, 12, 13]
+    cfg = cfg_of("threshold", "rcd", 4, 18, temperature=temperature)
+    batch = eos_engine.generate(prompts, cfg, seeds=seeds)
+    alone = [eos_engine.generate(p, cfg, seeds=[s])[0] for p, s in zip(prompts, seeds)]
+    for b, a in zip(batch, alone):
+        assert fields(b) == fields(a)
+    if temperature == 0:
+        assert [g.finished for g in batch] == [True, False, True]  # a row stops while the others go on
+        assert len(batch[0].block_steps) < len(batch[1].block_steps)  # ... and runs no more blocks
+    # same with the trace on, and a larger chunk of steps between host checks
+    traced = eos_engine.generate(prompts, dataclasses.replace(cfg, chunk_steps=3), seeds=seeds, trace=True)
+    for b, a in zip(traced, alone):
+        assert fields(b) == fields(a)
+        assert len(b.trace) == b.denoise_forwards
+
+
+def test_batch_default_seeds_are_per_row(engine):
+    cfg = cfg_of("threshold", "off", 8, 16, temperature=1.0, seed=5)
+    batch = engine.generate(["hi", "hi"], cfg)
+    assert batch[0].token_ids == engine.generate("hi", cfg)[0].token_ids                      # seed 5
+    assert batch[1].token_ids == engine.generate("hi", dataclasses.replace(cfg, seed=6))[0].token_ids
+    assert batch[0].token_ids != batch[1].token_ids
+
+
+# ---------------------------------------------------------------- traces
+
+@pytest.mark.parametrize("rule,residual", [("threshold", "rcd"), ("topk", "adapter"), ("entropy", "off")])
+def test_trace_on_equals_off_and_replays(eos_engine, rule, residual):
+    cfg = cfg_of(rule, residual, 8, 20)
+    L, D = cfg.block_len, eos_engine.model.args.dim
+    for prompt in ("hi", "abc def", "xyz"):
+        off = eos_engine.generate(prompt, cfg)[0]
+        on = eos_engine.generate(prompt, cfg, trace=True)[0]
+        assert off.trace is None
+        assert fields(on) == fields(off)
+        tr = on.trace
+        assert len(tr) == on.denoise_forwards
+        blocks = sorted({s.block for s in tr})
+        assert blocks == list(range(len(on.block_steps)))
+        canvas_end = []
+        for j in blocks:
+            steps = [s for s in tr if s.block == j]
+            assert [s.step for s in steps] == list(range(on.block_steps[j]))
+            for s in steps:
+                for f in ("canvas", "unresolved", "tokens", "confidence", "entropy", "committed"):
+                    assert getattr(s, f).shape == (L,), f
+                assert s.unresolved.dtype == torch.bool and s.committed.dtype == torch.bool
+                if residual == "off":
+                    assert s.z is None and s.a is None
+                else:
+                    assert s.z.shape == (L, D) and s.a.shape == (L,)
+                assert ((s.confidence > 0) & (s.confidence <= 1)).all() and (s.entropy >= 0).all()
+                assert s.committed.any() and not (s.committed & ~s.unresolved).any()  # >= 1, only unresolved
+                assert (s.canvas[s.unresolved] == TOK.mask_id).all()
+            first = steps[0]
+            assert first.unresolved.sum() == min(L, cfg.max_new_tokens - j * L)
+            if residual != "off":  # cold start at every block
+                assert not first.z.any() and not first.a.any()
+            for s, nxt in zip(steps, steps[1:]):
+                # committed positions become resolved with the proposed token; nothing else changes
+                # except EOS fill (unresolved positions after a resolved EOS turn into EOS)
+                left = s.unresolved & ~s.committed
+                assert not (nxt.unresolved & ~left).any()
+                filled = left & ~nxt.unresolved
+                assert (nxt.canvas[filled] == TOK.eos_id).all()
+                assert torch.equal(nxt.canvas[s.committed], s.tokens[s.committed])
+                keep = ~s.unresolved
+                assert torch.equal(nxt.canvas[keep], s.canvas[keep])
+                if residual != "off":
+                    assert nxt.z.abs().sum() > 0
+            last = steps[-1]
+            final = torch.where(last.committed, last.tokens, last.canvas)
+            left = last.unresolved & ~last.committed
+            if left.any():  # the last step resolved the rest by EOS fill
+                assert cfg.eos_fill and (final[~left] == TOK.eos_id).any()
+                final = torch.where(left, TOK.eos_id, final)
+            canvas_end += final[: min(L, cfg.max_new_tokens - j * L)].tolist()
+        expected = canvas_end[: canvas_end.index(TOK.eos_id) + 1] if TOK.eos_id in canvas_end else canvas_end
+        assert on.token_ids == expected  # the replayed canvas is the output
+
+
+def test_trace_to_dict_and_stream_events(engine):
+    cfg = cfg_of("threshold", "rcd", 8, 12)
+    events = list(engine.stream("hi", cfg, steps=True))
+    gen = events[-1]["generations"][0]
+    steps = [e for e in events if e["type"] == "step"]
+    blocks = [e for e in events if e["type"] == "block"]
+    assert len(steps) == gen.denoise_forwards and len(blocks) == len(gen.block_steps) == 2
+    assert blocks[-1]["token_ids"][0] == gen.token_ids and blocks[-1]["text"][0] == gen.text
+    d = steps[0]["record"].to_dict(TOK)
+    assert set(d) >= {"block", "step", "canvas", "unresolved", "tokens", "confidence", "entropy", "committed",
+                      "canvas_text", "tokens_text"}
+    assert d["canvas_text"] == ["<mask>"] * 8
+    with pytest.raises(ValueError, match="empty"):
+        list(engine.stream("", cfg))
+
+
+# ---------------------------------------------------------------- EOS, max_new_tokens, forwards, TPF
+
+class ForwardCounter:
+    def __init__(self, model):
+        self.n = 0
+        self.handle = model.register_forward_pre_hook(self)
+
+    def __call__(self, module, args):
+        self.n += 1
+
+    def close(self):
+        self.handle.remove()
+
+
+@pytest.mark.parametrize("eos_fill", [True, False])
+def test_eos_stops_the_answer_and_the_blocks(eos_engine, eos_fill):
+    cfg = cfg_of("threshold", "rcd", 4, 18, eos_fill=eos_fill)
+    counter = ForwardCounter(eos_engine.model)
+    try:
+        g = eos_engine.generate("abc def", cfg)[0]
+    finally:
+        counter.close()
+    eos = TOK.eos_id
+    assert g.finished and g.token_ids[-1] == eos and g.token_ids.count(eos) == 1
+    n_blocks = -(-g.n_tokens // 4)
+    assert 1 < n_blocks < 5, "EOS must fall in a middle block for this test"
+    assert len(g.block_steps) == n_blocks                      # no block after the EOS block runs
+    assert g.commit_forwards == n_blocks - 1                   # no commit forward for the EOS block
+    assert counter.n == 1 + g.denoise_forwards + g.commit_forwards
+    assert g.text == TOK.decode(g.token_ids[:-1])
+
+
+def test_forced_eos_first_token():
+    e = Engine(random_model(vocab_size=V, eos_bias=1e3), TOK)
+    for rule in RULES:
+        g = e.generate("hi", cfg_of(rule, "rcd", 8, 40))[0]
+        assert g.token_ids == [TOK.eos_id] and g.finished and g.text == ""
+        assert len(g.block_steps) == 1 and g.commit_forwards == 0
+        if rule != "topk":  # every position is a confident EOS: one step (with or without EOS fill)
+            assert g.block_steps == [1]
+        assert g.tpf == 1 / g.denoise_forwards
+
+
+@pytest.mark.parametrize("max_new,block_len", [(1, 8), (5, 8), (8, 8), (17, 8), (13, 4)])
+def test_max_new_tokens_respected(no_eos_engine, max_new, block_len):
+    cfg = cfg_of("threshold", "rcd", block_len, max_new)
+    counter = ForwardCounter(no_eos_engine.model)
+    try:
+        g = no_eos_engine.generate("hello", cfg)[0]
+    finally:
+        counter.close()
+    n_blocks = -(-max_new // block_len)
+    assert g.n_tokens == max_new and not g.finished and TOK.eos_id not in g.token_ids
+    assert len(g.block_steps) == n_blocks
+    assert g.denoise_forwards == sum(g.block_steps)
+    assert g.commit_forwards == n_blocks - 1                   # the final block is not committed
+    assert counter.n == 1 + g.denoise_forwards + g.commit_forwards
+    assert g.forwards == g.denoise_forwards + g.commit_forwards
+    assert g.tpf == pytest.approx(max_new / (g.denoise_forwards + g.commit_forwards))
+    assert g.tokens_per_s > 0 and g.total_s >= g.prefill_s > 0
+
+
+def test_chunk_steps_do_not_change_tokens_or_counts(engine):
+    for rule in RULES:
+        base = engine.generate("hello", cfg_of(rule, "rcd", 8, 20))[0]
+        for k in (2, 5):
+            g = engine.generate("hello", cfg_of(rule, "rcd", 8, 20, chunk_steps=k))[0]
+            assert fields(g) == fields(base), (rule, k)
+
+
+# ---------------------------------------------------------------- input validation
+
+@pytest.mark.parametrize("kw,words", [
+    (dict(max_new_tokens=0), "max_new_tokens"),
+    (dict(max_new_tokens=-3), "max_new_tokens"),
+    (dict(threshold=0.0), "threshold"),
+    (dict(threshold=1.5), "threshold"),
+    (dict(threshold=-0.1), "threshold"),
+    (dict(block_len=0), "block_len"),
+    (dict(block_len=-4), "block_len"),
+    (dict(rule="greedy"), "rule"),
+    (dict(residual="soft"), "residual"),
+    (dict(temperature=-1.0), "temperature"),
+    (dict(chunk_steps=0), "chunk_steps"),
+])
+def test_bad_config_raises_naming_the_problem(engine, kw, words):
+    cfg = DecodeConfig(block_len=8, max_new_tokens=8)
+    cfg = dataclasses.replace(cfg, **kw)
+    with pytest.raises(ValueError, match=words):
+        engine.generate("hi", cfg)
+    with pytest.raises(ValueError, match=words):
+        cfg.validate()
+
+
+def test_bad_prompts_raise_naming_the_problem(engine):
+    cfg = DecodeConfig(block_len=8, max_new_tokens=8)
+    with pytest.raises(ValueError, match="empty"):
+        engine.generate("", cfg)
+    with pytest.raises(ValueError, match="empty"):
+        engine.generate(["hi", ""], cfg)
+    with pytest.raises(ValueError, match="empty"):
+        engine.generate_ids([[5, 6], []], cfg)
+    with pytest.raises(ValueError, match="no prompts"):
+        engine.generate_ids([], cfg)
+    max_len = engine.max_len
+    with pytest.raises(ValueError, match="context"):
+        engine.generate("x" * (max_len + 1), cfg)           # longer than the context by itself
+    with pytest.raises(ValueError, match="context"):
+        engine.generate("x" * (max_len - 4), cfg)           # prompt + one block does not fit
+    with pytest.raises(ValueError, match="seeds"):
+        engine.generate(["a", "b"], cfg, seeds=[1])
+    # the engine is still usable after rejected requests
+    assert engine.generate("hi", cfg)[0].n_tokens > 0
+
+
+# ---------------------------------------------------------------- sampling
+
+def test_sampling_reproducible_per_seed_and_differs_across_seeds(engine):
+    cfg = cfg_of("threshold", "rcd", 8, 24, temperature=1.0)
+    runs = {s: engine.generate("hello", dataclasses.replace(cfg, seed=s))[0].token_ids for s in (0, 1, 2)}
+    assert engine.generate("hello", dataclasses.replace(cfg, seed=1))[0].token_ids == runs[1]
+    assert len({tuple(v) for v in runs.values()}) == 3
+    greedy = engine.generate("hello", cfg_of("threshold", "rcd", 8, 24))[0].token_ids
+    assert greedy not in runs.values()
+    banned = {TOK.mask_id, TOK.pad_id}
+    assert not banned & {t for v in runs.values() for t in v}
+
+
+# ---------------------------------------------------------------- torch.compile
+
+def test_compile_matches_eager():
+    # one layer and one step per chunk keep inductor's cold compile to ~10-20 s on 2 cores
+    model = random_model(vocab_size=V, n_layers=1)
+    cfg = cfg_of("threshold", "rcd", 8, 12)
+    eager = Engine(model, TOK).generate("hello", cfg)[0]
+    compiled = Engine(model, TOK).generate("hello", dataclasses.replace(cfg, compile=True))[0]
+    assert fields(compiled) == fields(eager)
+    assert eager.denoise_forwards > len(eager.block_steps)  # multi-step blocks ran through the compiled step
