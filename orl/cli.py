@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -24,36 +25,11 @@ def _manifest_default(directory: str, key: str):
         return None
 
 
-def _show_step(tokenizer, cfg, record, n_valid: int, color: bool) -> str:
-    """One denoising step as a line: resolved tokens, '_' where still masked, the tokens this step
-    committed in brackets (bold green on a terminal)."""
-    eos = tokenizer.eos_id
-    canvas, unresolved = record.canvas.tolist(), record.unresolved.tolist()
-    tokens, committed = record.tokens.tolist(), record.committed.tolist()
-    out, seen_eos = [], False
-    for i in range(n_valid):
-        new = committed[i]
-        if new:
-            t = tokens[i]
-        elif not unresolved[i]:
-            t = canvas[i]
-        elif cfg.eos_fill and seen_eos:
-            t = eos
-        else:
-            out.append("_")
-            continue
-        seen_eos = seen_eos or t == eos
-        text = "<eos>" if t == eos else tokenizer.token_str(t).replace("\n", "\\n")
-        if new:
-            text = f"\x1b[1;32m{text}\x1b[0m" if color else f"[{text}]"
-        out.append(text)
-    return "".join(out)
-
-
 def cmd_generate(args: argparse.Namespace) -> int:
     import torch
 
     from orl.engine import DecodeConfig, Engine
+    from orl.engine.trace import format_step
 
     cfg = DecodeConfig(
         block_len=args.block_len or _manifest_default(args.model, "block_len") or 16,
@@ -71,7 +47,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if event["type"] == "step":
             r = event["record"]
             n_valid = min(cfg.block_len, cfg.max_new_tokens - r.block * cfg.block_len)
-            line = _show_step(engine.tokenizer, cfg, r, n_valid, color)
+            line = format_step(engine.tokenizer, r, n_valid, cfg.eos_fill, color)
             print(f"block {r.block} step {r.step + 1}: {line}  (+{int(r.committed.sum())})", flush=True)
         elif event["type"] == "done":
             gen = event["generations"][0]
@@ -164,6 +140,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from orl.demo import run_demo
+
+    run_demo(args.base, args.orl, per_task=args.per_task, threshold=args.threshold)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="orl", description="ORL post-training and the dlmrt inference engine")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
@@ -192,6 +175,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--show-steps", action="store_true",
                    help="print every denoising step: '_' masked, [x] committed by that step")
     s.set_defaults(func=cmd_generate)
+
+    shipped = Path(__file__).resolve().parent.parent / "checkpoints"
+    s = sub.add_parser("demo", help="base vs ORL on held-out prompts, side by side, and one denoising step by step")
+    s.add_argument("--base", default=str(shipped / "orl-tiny-base"), help="base checkpoint")
+    s.add_argument("--orl", default=str(shipped / "orl-tiny-orl"), help="ORL checkpoint (skipped if absent)")
+    s.add_argument("--per-task", type=int, default=6, help="held-out prompts per task")
+    s.add_argument("--threshold", type=float, default=0.9, help="commit threshold for both models")
+    s.set_defaults(func=cmd_demo)
 
     s = sub.add_parser("train", help="train with a recipe and preset (resumes from --out if it holds a run)")
     s.add_argument("--recipe", default="pretrain", choices=["pretrain", "orl", "rcd"])

@@ -78,3 +78,11 @@ def test_kl_anchor_only_confident_positions():
     conf = torch.tensor([True, False])
     out = kl_anchor(lp, lq, conf, torch.tensor([0, 0]), 1, cap=10.0)
     assert out.item() == pytest.approx(capped_reverse_kl(lp[:1], lq[:1], 10.0).item(), rel=1e-6)
+
+
+def test_banned_tokens_give_finite_gradients():
+    logits = torch.tensor([[1.0, 2.0, float("-inf")], [0.5, float("-inf"), 0.1]], requires_grad=True)
+    ref = logits.detach() + torch.tensor([[0.3, 0.0, 0.0], [0.0, 0.0, -0.2]])
+    loss = normalized_entropy(logits).sum() + capped_reverse_kl(logits, ref, 10.0).sum()
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(logits.grad).all()

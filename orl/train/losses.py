@@ -22,10 +22,16 @@ def per_response_mean(values: Tensor, weight: Tensor, response: Tensor, n_respon
     return (per * has).sum() / has.sum().clamp(min=1)
 
 
+def _finite(x: Tensor, like: Tensor) -> Tensor:
+    """Zero where `like` is -inf (banned tokens: p = 0), so that neither the value nor the gradient
+    meets 0 * inf: entr() and p * log p have an infinite derivative at p = 0."""
+    return x.masked_fill(torch.isinf(like), 0.0)
+
+
 def normalized_entropy(logits: Tensor) -> Tensor:
     """logits [..., V] -> H(softmax) / log V in [0, 1]."""
     logp = F.log_softmax(logits.float(), dim=-1)
-    return torch.special.entr(logp.exp()).sum(-1) / math.log(logits.shape[-1])
+    return -(logp.exp() * _finite(logp, logp)).sum(-1) / math.log(logits.shape[-1])
 
 
 def gated_ce(logits: Tensor, targets: Tensor, unresolved: Tensor, response: Tensor, n_responses: int) -> Tensor:
@@ -63,8 +69,7 @@ def capped_reverse_kl(logits: Tensor, ref_logits: Tensor, cap: float) -> Tensor:
     logp = F.log_softmax(logits.float(), dim=-1)
     logq = F.log_softmax(ref_logits.float(), dim=-1).detach()
     # banned tokens are -inf in both: they carry no mass and must not produce inf - inf
-    terms = torch.where(torch.isinf(logp), 0.0, logp.exp() * (logp - logq))
-    return terms.sum(-1).clamp(max=cap)
+    return (logp.exp() * _finite(logp - logq, logp)).sum(-1).clamp(max=cap)
 
 
 def kl_anchor(logits: Tensor, ref_logits: Tensor, confident: Tensor, response: Tensor, n_responses: int,
