@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from orl.engine import DecodeConfig, Engine
+from orl.model import ModelArgs, Transformer
 from orl.tokenizer import CharTokenizer
 from reference_decoder import random_model, reference_generate
 
@@ -398,3 +399,16 @@ def test_compile_matches_eager():
     compiled = Engine(model, TOK).generate("hello", dataclasses.replace(cfg, compile=True))[0]
     assert fields(compiled) == fields(eager)
     assert eager.denoise_forwards > len(eager.block_steps)  # multi-step blocks ran through the compiled step
+
+
+def test_state_buffers_are_bounded():
+    from orl.engine.engine import MAX_STATES
+
+    torch.manual_seed(0)
+    model = Transformer(ModelArgs(vocab_size=CharTokenizer().vocab_size, dim=32, n_layers=1, n_heads=2,
+                                  n_kv_heads=1, head_dim=16, ffn_dim=64, max_seq_len=128))
+    engine = Engine(model, CharTokenizer())
+    for block_len in range(1, MAX_STATES + 3):
+        engine.generate("ab", DecodeConfig(block_len=block_len, max_new_tokens=4))
+    assert len(engine._states) == MAX_STATES
+    assert (1, MAX_STATES + 2) in engine._states and (1, 1) not in engine._states

@@ -3,6 +3,7 @@ per chunk of steps; every denoising step runs in orl.engine.decode on static buf
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -13,6 +14,8 @@ from orl.engine.decode import DecodeState, denoise_step, prefill, special_ids
 from orl.engine.graph import ChunkRunner
 from orl.engine.trace import StepRecord, TraceRecorder
 from orl.model.model import Transformer
+
+MAX_STATES = 4
 
 
 @dataclass
@@ -58,7 +61,7 @@ class Engine:
         self.max_len = max_len or model.args.max_seq_len
         self.ids = special_ids(tokenizer, model.args.vocab_size)
         self.runner = ChunkRunner(model, self.ids)
-        self._states: dict[tuple[int, int], DecodeState] = {}
+        self._states: OrderedDict[tuple[int, int], DecodeState] = OrderedDict()
 
     @classmethod
     def from_checkpoint(cls, directory, device: str = "cpu", dtype: torch.dtype | None = None) -> "Engine":
@@ -72,10 +75,17 @@ class Engine:
         return self.model.lm_head.weight.device
 
     def state(self, batch: int, block_len: int) -> DecodeState:
-        """Static buffers per (batch, block length), allocated once and reused by every request."""
+        """Static buffers per (batch, block length), allocated once and reused by every request.
+        Only the MAX_STATES most recently used shapes are kept: clients of a server pick block
+        lengths, and each shape holds a whole KV cache (and, on GPU, its captured graphs)."""
         key = (batch, block_len)
-        if key not in self._states:
-            self._states[key] = DecodeState.allocate(self.model, batch, self.max_len, block_len)
+        if key in self._states:
+            self._states.move_to_end(key)
+            return self._states[key]
+        if len(self._states) >= MAX_STATES:
+            _, old = self._states.popitem(last=False)
+            self.runner.forget(old)
+        self._states[key] = DecodeState.allocate(self.model, batch, self.max_len, block_len)
         return self._states[key]
 
     def encode(self, prompt: str) -> list[int]:

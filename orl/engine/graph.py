@@ -49,6 +49,11 @@ class ChunkRunner:
         with torch.no_grad():
             return fn(self.model, st, cfg, self.ids)
 
+    def forget(self, st: DecodeState) -> None:
+        """Drop the graphs captured on an evicted state's buffers."""
+        for key in [k for k in self._graphs if k[0] == id(st)]:
+            del self._graphs[key]
+
     def _replay(self, st: DecodeState, cfg: DecodeConfig) -> Tensor:
         if st.canvas.device.type != "cuda":
             raise ValueError("cuda_graph=True needs the model on a CUDA device")
