@@ -57,12 +57,15 @@ class ORLConfig:
         return asdict(self)
 
 
-def with_adapter(base: Transformer, adapter_dim: int, alpha: float) -> Transformer:
-    """The base model plus a fresh residual adapter (zero-initialised: identical outputs)."""
+def with_adapter(base: Transformer, adapter_dim: int, alpha: float, seed: int = 0) -> Transformer:
+    """The base model plus a fresh residual adapter (zero-initialised: identical outputs). Its init
+    depends on `seed` only, so that a run is reproducible whatever ran before in the process."""
     if base.args.adapter_dim:
         return base
     args = ModelArgs.from_dict({**base.args.to_dict(), "adapter_dim": adapter_dim, "adapter_alpha": alpha})
-    model = Transformer(args).to(base.lm_head.weight.dtype)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Transformer(args).to(base.lm_head.weight.dtype)
     missing, unexpected = model.load_state_dict(base.state_dict(), strict=False)
     if unexpected or any(not k.startswith("model.residual_adapter.") for k in missing):
         raise ValueError(f"cannot add an adapter: missing {missing}, unexpected {unexpected}")
@@ -101,7 +104,7 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, log=print) -
     else:
         model, tok, manifest = load_checkpoint(cfg.base)
         if cfg.rollout.residual == "adapter":
-            model = with_adapter(model, cfg.adapter_dim, cfg.adapter_alpha)
+            model = with_adapter(model, cfg.adapter_dim, cfg.adapter_alpha, cfg.seed)
         state = None
     block_len = manifest.get("block_len") or cfg.rollout.block_len
     rollout_cfg = DecodeConfig(**{**cfg.rollout.to_dict(), "block_len": block_len}).validate()
