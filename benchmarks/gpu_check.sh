@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# One GPU check of dlmrt, for whenever a CUDA machine is lent (fits in ~8 minutes):
+#   1. environment: torch / CUDA / device, and which optional deps exist (nothing is installed:
+#      the box has no internet and no registry; it runs the system python + this repo)
+#   2. python -m pytest -q -m gpu tests/     (tests/test_gpu.py: CUDA graph == eager, compile == eager, bf16)
+#   3. benchmarks/latency.py on cuda, modes eager, compile, cuda_graph, cuda_graph:4 (the table)
+#   4. if time is left: the same benchmark in bf16
+# Usage (repo root or anywhere):  bash benchmarks/gpu_check.sh      OUT=dir keeps the logs and JSON there.
+# PYTHON=... picks another interpreter. GPU_CHECK_CPU=1 runs the plumbing on a CPU machine (tiny
+# settings, no cuda modes) to test this script itself.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+OUT_DIR="${OUT:-}"
+if [ -n "$OUT_DIR" ]; then mkdir -p "$OUT_DIR"; fi
+START=$(date +%s)
+STATUS=0
+
+log_to() { if [ -n "$OUT_DIR" ]; then tee -a "$OUT_DIR/$1"; else cat; fi; }
+elapsed() { echo $(( $(date +%s) - START )); }
+section() { echo; echo "=== $* (t=$(elapsed)s)"; }
+
+main() {
+
+section "environment"
+"$PY" - <<'EOF'
+import importlib, shutil, sys
+print("python", sys.version.split()[0], sys.executable)
+try:
+    import torch
+except ImportError as e:
+    print("FATAL: torch is not importable:", e); sys.exit(2)
+print("torch", torch.__version__, "| CUDA build", torch.version.cuda, "| cuda available", torch.cuda.is_available())
+if torch.cuda.is_available():
+    p = torch.cuda.get_device_properties(0)
+    print("device", torch.cuda.get_device_name(0), f"| sm_{p.major}{p.minor} | {p.total_memory / 2**30:.0f} GiB",
+          "| devices", torch.cuda.device_count())
+deps = [("pytest", "needed for step 2 (tests/test_gpu.py)"),
+        ("triton", "needed by torch.compile on CUDA (inductor)"),
+        ("safetensors", "needed only to load checkpoints (latency.py --model); the random model does not"),
+        ("tokenizers", "needed only for HF-tokenizer checkpoints; not used here"),
+        ("numpy", "optional")]
+for mod, why in deps:
+    try:
+        m = importlib.import_module(mod)
+        print(f"  ok       {mod} {getattr(m, '__version__', '')}")
+    except Exception as e:  # ImportError, or a broken install
+        print(f"  MISSING  {mod}: {why} ({type(e).__name__})")
+cc = shutil.which("gcc") or shutil.which("cc")
+print("  C compiler", cc or "MISSING (inductor/Triton need one to build their launchers: compile mode would fail)")
+EOF
+[ $? -eq 2 ] && return 2
+
+HAVE_CUDA=$("$PY" -c "import torch; print(int(torch.cuda.is_available()))" 2>/dev/null || echo 0)
+if [ "$HAVE_CUDA" != "1" ] && [ "${GPU_CHECK_CPU:-0}" != "1" ]; then
+    echo "no CUDA device visible to torch: nothing to check here (GPU_CHECK_CPU=1 tests the script on CPU)"
+    return 1
+fi
+
+section "tests: python -m pytest -q -m gpu tests/"
+if "$PY" -c "import pytest" 2>/dev/null; then
+    # other test files may need deps this box lacks (transformers, openai, ...): their collection
+    # errors must not stop the gpu tests, which only need torch + this repo
+    timeout 300 "$PY" -m pytest -q -m gpu tests/ -p no:cacheprovider --continue-on-collection-errors -rs \
+        2>&1 | log_to pytest_gpu.txt
+    rc=${PIPESTATUS[0]}
+    echo "pytest exit code $rc (124: timed out; collection errors of non-gpu files show as 'errors' above)"
+    [ "$rc" -ne 0 ] && STATUS=1
+else
+    echo "SKIPPED: pytest is not installed on this machine (and nothing may be installed); running tests/test_gpu.py's"
+    echo "checks is impossible without it. The benchmark below still runs."
+    STATUS=1
+fi
+
+section "latency benchmark (fp32)"
+if [ "$HAVE_CUDA" = "1" ]; then
+    BENCH=(--device cuda --modes eager,compile,cuda_graph,cuda_graph:4 --repeats 5)
+else
+    BENCH=(--device cpu --modes eager --repeats 1 --gen-len 64)
+fi
+JSON=(); [ -n "$OUT_DIR" ] && JSON=(--json "$OUT_DIR/latency_cuda_fp32.json")
+timeout 240 "$PY" benchmarks/latency.py "${BENCH[@]}" "${JSON[@]}" 2>&1 | log_to latency_cuda_fp32.txt
+rc=${PIPESTATUS[0]}
+echo "latency.py exit code $rc"
+[ "$rc" -ne 0 ] && STATUS=1
+
+# bf16 only if the budget allows (~8 minutes in all): eager + graphs, no second compile
+if [ "$(elapsed)" -lt 330 ] && [ "$HAVE_CUDA" = "1" ]; then
+    section "latency benchmark (cuda, bf16)"
+    JSON=(); [ -n "$OUT_DIR" ] && JSON=(--json "$OUT_DIR/latency_cuda_bf16.json")
+    timeout $(( 450 - $(elapsed) )) "$PY" benchmarks/latency.py --device cuda --dtype bfloat16 \
+        --modes eager,cuda_graph,cuda_graph:4 --repeats 5 "${JSON[@]}" 2>&1 | log_to latency_cuda_bf16.txt
+    echo "latency.py (bf16) exit code ${PIPESTATUS[0]}"
+else
+    echo; echo "(bf16 benchmark skipped: $(elapsed)s used)"
+fi
+
+section "done, status $STATUS"
+return $STATUS
+}
+
+# everything printed also goes to $OUT/gpu_check.log; the pipe makes the shell wait for tee
+main 2>&1 | log_to gpu_check.log
+exit "${PIPESTATUS[0]}"
