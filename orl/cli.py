@@ -140,6 +140,26 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from orl.eval.bench import BenchSpec, run_bench
+
+    spec = BenchSpec(base=args.base, orl=args.orl, ar=args.ar, tasks=args.tasks.split(","), split=args.split,
+                     limit=args.limit, threshold=args.threshold, max_new_tokens=args.max_new_tokens,
+                     ref_steps=args.ref_steps, chunk_steps=args.chunk_steps, ar_chunk_steps=args.ar_chunk_steps,
+                     compile=args.compile, device=args.device, seed=args.seed, out=args.out)
+    print(run_bench(spec)[1])
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from orl.checkpoint import load_checkpoint
+    from orl.export import export_hf
+
+    model, tokenizer, _ = load_checkpoint(args.model)
+    print(f"wrote {export_hf(model, tokenizer, args.out)}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from orl.demo import run_demo
 
@@ -232,6 +252,29 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("records", nargs="+", help="records JSONL files")
     s.add_argument("--out", required=True, help="output directory")
     s.set_defaults(func=cmd_report)
+
+    s = sub.add_parser("bench", help="speed and accuracy of the dLLMs, baseline loops and AR peers: one table")
+    s.add_argument("--base", required=True, help="base dLLM checkpoint: systems (a), (c), (d) and the ratios' reference")
+    s.add_argument("--orl", help="dLLM after ORL (b); its manifest gives residual mode and block length")
+    s.add_argument("--ar", help="autoregressive checkpoint: (e) orl's AR decoder, (f) transformers generate")
+    s.add_argument("--tasks", default="all", help="'all' or comma-separated task names")
+    s.add_argument("--split", default="heldout", help="train | heldout")
+    s.add_argument("--limit", type=int, default=20, help="samples per task")
+    s.add_argument("--threshold", type=float, default=0.9, help="commit threshold tau of (a), (b), (d)")
+    s.add_argument("--max-new-tokens", type=int, default=64)
+    s.add_argument("--ref-steps", type=int, default=0, help="(c) steps over all blocks (0: one token per step)")
+    s.add_argument("--chunk-steps", type=int, default=1, help="dlmrt: denoising steps between host checks")
+    s.add_argument("--ar-chunk-steps", type=int, default=8, help="(e): decode steps between host EOS checks")
+    s.add_argument("--compile", action="store_true", help="torch.compile the steps of dlmrt and (e)")
+    s.add_argument("--device", default="cpu")
+    s.add_argument("--seed", type=int, default=0, help="sample selection")
+    s.add_argument("--out", help="markdown file the table is appended to")
+    s.set_defaults(func=cmd_bench)
+
+    s = sub.add_parser("export", help="write a checkpoint as a transformers Qwen3 directory (for generate)")
+    s.add_argument("--model", required=True, help="checkpoint directory")
+    s.add_argument("--out", required=True, help="output directory (refused if it exists and is not a checkpoint)")
+    s.set_defaults(func=cmd_export)
     return p
 
 

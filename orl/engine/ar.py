@@ -1,0 +1,209 @@
+"""Autoregressive decoding of the native Transformer under a causal mask, gpt-fast style: the AR
+peer that dlmrt is measured against, on the same model code, cache and timing discipline.
+
+- Static buffers: one preallocated KVCache (model.new_cache) and output buffer per batch size,
+  reused by every request; the next slot (cache.length), positions and the attention mask are
+  device tensors built inside the step, so a compiled step has one shape for every request.
+- Prefill covers prompt[:-1]; every decode step feeds one token (first the prompt's last one) and
+  yields one generated token. So every generated token costs exactly one decode forward and
+  TPF = 1 by definition (DESIGN section 5), prefill counted separately as for dLLMs.
+- Greedy or Gumbel-max sampling with counter-based noise (orl.engine.commit.hash_uniform): no
+  generator state, no multinomial, no host sync; a row's samples depend only on its seed.
+- EOS is checked on the host once per chunk of `chunk_steps` steps; rows that finished inside a
+  chunk keep emitting EOS, and those extra tokens are discarded. Their cost stays in the wall time.
+- Batches are left padded: pad keys are invisible and RoPE positions start at each row's first real
+  token, as in orl.train.batches.ar_batch and transformers' generate with an attention mask.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import Tensor
+
+from orl.engine.commit import hash_uniform
+from orl.engine.engine import Generation
+from orl.model.kv_cache import KVCache
+from orl.model.masks import see_self_if_blind
+from orl.model.model import Transformer
+
+
+@dataclass
+class ARConfig:
+    max_new_tokens: int = 64
+    temperature: float = 0.0   # 0: greedy
+    seed: int = 0
+    chunk_steps: int = 8       # decode steps between two host checks of EOS
+    compile: bool = False      # torch.compile the decode step
+
+    def validate(self) -> "ARConfig":
+        problems = []
+        if self.max_new_tokens <= 0:
+            problems.append(f"max_new_tokens must be > 0, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            problems.append(f"temperature must be >= 0, got {self.temperature}")
+        if self.chunk_steps <= 0:
+            problems.append(f"chunk_steps must be > 0, got {self.chunk_steps}")
+        if problems:
+            raise ValueError("invalid ARConfig: " + "; ".join(problems))
+        return self
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class ARState:
+    """Static buffers of one batch size."""
+    cache: KVCache   # cache.length: the slot the next step's input token goes to
+    pad: Tensor      # [B] left padding (RoPE position = slot - pad; slots below pad are invisible)
+    token: Tensor    # [B] input of the next step
+    out: Tensor      # [B, S] generated tokens, column i written by decode step i
+    step: Tensor     # [] decode steps taken in this request (noise counter, output column)
+    done: Tensor     # [B] bool: the row has produced EOS
+    seed: Tensor     # [B] sampling seed of each row
+    banned: Tensor   # [V] bool: padded vocabulary rows beyond the tokenizer, never valid outputs
+
+
+def ar_step(model: Transformer, st: ARState, temperature: float, eos_id: int) -> None:
+    """One decode step of every row, in place, without reading any tensor value on the host."""
+    slot = st.cache.length
+    keys = torch.arange(st.cache.max_len, device=slot.device)
+    mask = ((keys >= st.pad[:, None]) & (keys <= slot))[:, None, :]          # [B, 1, S]
+    logits = model(st.token[:, None], (slot - st.pad)[:, None], mask, cache=st.cache, slots=slot.view(1))[:, 0]
+    logits = logits.masked_fill(st.banned, float("-inf"))
+    if temperature > 0:  # Gumbel-max: argmax(logits / T + Gumbel) is a sample of softmax(logits / T)
+        noise = hash_uniform(st.seed, st.step.expand_as(st.seed), 1, logits.shape[-1])[:, 0]
+        logits = logits / temperature - torch.log(-torch.log(noise))
+    x = torch.where(st.done, eos_id, logits.argmax(-1))
+    st.out.index_copy_(1, st.step.view(1), x[:, None])
+    st.done.logical_or_(x == eos_id)
+    st.token.copy_(x)
+    st.cache.length.add_(1)
+    st.step.add_(1)
+
+
+class ARDecoder:
+    def __init__(self, model: Transformer, tokenizer, max_len: int | None = None):
+        if tokenizer.eos_id is None:
+            raise ValueError("the tokenizer has no EOS token; AR decoding needs one to stop")
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.eos_id = tokenizer.eos_id
+        self.pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else tokenizer.eos_id
+        self.max_len = max_len or model.args.max_seq_len
+        self._states: dict[int, ARState] = {}
+        self._compiled = None
+
+    @classmethod
+    def from_checkpoint(cls, directory, device: str = "cpu", dtype: torch.dtype | None = None) -> "ARDecoder":
+        from orl.checkpoint import load_checkpoint
+
+        model, tokenizer, _ = load_checkpoint(directory, device=device, dtype=dtype)
+        return cls(model, tokenizer)
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.lm_head.weight.device
+
+    def state(self, batch: int) -> ARState:
+        if batch not in self._states:
+            dev, S, V = self.device, self.max_len, self.model.args.vocab_size
+
+            def z(*shape, dtype=torch.long):
+                return torch.zeros(*shape, dtype=dtype, device=dev)
+
+            self._states[batch] = ARState(
+                cache=self.model.new_cache(batch, S), pad=z(batch), token=z(batch), out=z(batch, S), step=z(()),
+                done=z(batch, dtype=torch.bool), seed=z(batch),
+                banned=torch.arange(V, device=dev) >= self.tokenizer.vocab_size)
+        return self._states[batch]
+
+    def _clock(self) -> float:
+        # CUDA runs asynchronously: a timer must wait for the queued work (between chunks only)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+    @torch.no_grad()
+    def setup(self, prompt_ids: list[list[int]], cfg: ARConfig, seeds: list[int] | None = None) -> ARState:
+        """Validate, fill the buffers of this batch size and prefill prompt[:-1] (left padded)."""
+        if not prompt_ids:
+            raise ValueError("no prompts given")
+        lens = [len(p) for p in prompt_ids]
+        if min(lens) == 0:
+            raise ValueError(f"prompt {lens.index(0)} is empty; give at least one token")
+        B, P = len(prompt_ids), max(lens)
+        if P + cfg.max_new_tokens > self.max_len:
+            raise ValueError(f"prompt ({P} tokens) + max_new_tokens ({cfg.max_new_tokens}) exceeds the context "
+                             f"of {self.max_len} tokens; shorten the prompt or lower max_new_tokens")
+        seeds = seeds if seeds is not None else [cfg.seed + b for b in range(B)]
+        if len(seeds) != B:
+            raise ValueError(f"got {len(seeds)} seeds for {B} prompts")
+        dev = self.device
+        st = self.state(B)
+        tokens = torch.full((B, P), self.pad_id, dtype=torch.long)
+        for b, p in enumerate(prompt_ids):
+            tokens[b, P - len(p):] = torch.tensor(p, dtype=torch.long)
+        tokens = tokens.to(dev)
+        st.pad.copy_(torch.tensor([P - n for n in lens]))
+        st.seed.copy_(torch.tensor(seeds, dtype=torch.long))
+        st.done.zero_()
+        st.step.zero_()
+        st.cache.length.fill_(P - 1)
+        st.token.copy_(tokens[:, -1])
+        if P > 1:
+            slots = torch.arange(P - 1, device=dev)
+            keys = torch.arange(self.max_len, device=dev)
+            mask = (keys[None, None] <= slots[None, :, None]) & (keys >= st.pad[:, None])[:, None]  # [B, P-1, S]
+            pos = (slots[None] - st.pad[:, None]).clamp(min=0)
+            self.model(tokens[:, :-1], pos, see_self_if_blind(mask), cache=st.cache, slots=slots)
+        return st
+
+    def _step_fn(self, cfg: ARConfig):
+        if not cfg.compile:
+            return ar_step
+        if self._compiled is None:
+            self._compiled = torch.compile(ar_step, fullgraph=True, dynamic=False)
+        return self._compiled
+
+    def generate(self, prompts: str | list[str], cfg: ARConfig | None = None, *,
+                 seeds: list[int] | None = None) -> list[Generation]:
+        prompts = [prompts] if isinstance(prompts, str) else prompts
+        return self.generate_ids([self.tokenizer.encode(p) for p in prompts], cfg, seeds=seeds)
+
+    @torch.no_grad()
+    def generate_ids(self, prompt_ids: list[list[int]], cfg: ARConfig | None = None, *,
+                     seeds: list[int] | None = None) -> list[Generation]:
+        cfg = (cfg or ARConfig()).validate()
+        t0 = self._clock()
+        st = self.setup(prompt_ids, cfg, seeds)
+        prefill_s = self._clock() - t0
+        step = self._step_fn(cfg)
+        B, P = len(prompt_ids), max(len(p) for p in prompt_ids)
+        done_at: list[float | None] = [None] * B
+        n_steps = 0
+        while n_steps < cfg.max_new_tokens:
+            k = min(cfg.chunk_steps, cfg.max_new_tokens - n_steps)
+            for _ in range(k):
+                step(self.model, st, cfg.temperature, self.eos_id)
+            n_steps += k
+            done = st.done.tolist()  # the one host sync per chunk
+            now = self._clock() - t0
+            done_at = [t if t is not None or not d else now for t, d in zip(done_at, done)]
+            if all(done):
+                break
+        out = st.out[:, :n_steps].tolist()
+        end = self._clock() - t0
+        gens = []
+        for b in range(B):
+            ids = out[b]
+            finished = self.eos_id in ids
+            if finished:
+                ids = ids[: ids.index(self.eos_id) + 1]
+            gens.append(Generation(
+                prompt_ids=list(prompt_ids[b]), token_ids=ids, text=self.tokenizer.decode(ids), finished=finished,
+                prefill_forwards=int(P > 1), denoise_forwards=len(ids), commit_forwards=0,
+                prefill_s=prefill_s, total_s=done_at[b] if done_at[b] is not None else end))
+        return gens

@@ -1,0 +1,208 @@
+"""`orl bench`: one command, one run, one table. Every available system decodes the same held-out
+prompts at batch 1 and greedy, with the same max_new_tokens:
+
+  (a) the base dLLM in dlmrt (threshold rule, residual off)          -- the reference of every ratio
+  (b) the dLLM after ORL in dlmrt (residual mode and block length from its manifest)   --orl
+  (c) the LLaDA-reference loop and (d) the prefix-cache loop on the base dLLM (orl.eval.peers)
+  (e) an AR model in orl's AR decoder (orl.engine.ar)                                 --ar
+  (f) the same AR model through transformers' generate, when it exports to Qwen3 (orl.export)
+
+Per system: tokens/s mean and median over prompts, TPF, latency p50 / p90, accuracy (the task
+verifiers), all from orl.eval.metrics.summarize over per-prompt records; then the ratios of tokens/s,
+TPF and p50 latency to (a)'s, taken within this run. Timing: one untimed warm-up generate per system
+(torch.compile happens there), then the systems take turns prompt by prompt, so drift on a shared
+machine hits all of them alike. The table is appended to --out as markdown, so runs accumulate.
+"""
+from __future__ import annotations
+
+import platform
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from orl.checkpoint import load_checkpoint
+from orl.engine import DecodeConfig, Engine
+from orl.engine.ar import ARConfig, ARDecoder
+from orl.eval import metrics
+from orl.eval.peers import hf_generate, llada_reference, prefix_cache
+from orl.eval.runner import EvalSpec, _samples, _tasks, prompt_id
+from orl.export import export_hf, not_exportable
+
+LABELS = {"a": "(a) dLLM base, dlmrt", "b": "(b) dLLM + ORL, dlmrt", "c": "(c) LLaDA-reference loop (base)",
+          "d": "(d) prefix-cache loop (base)", "e": "(e) AR, orl.engine.ar", "f": "(f) AR, transformers generate"}
+COLUMNS = ("system", "n", "tok/s mean", "tok/s median", "TPF", "latency p50 s", "latency p90 s", "accuracy",
+           "tok/s vs (a)", "TPF vs (a)", "p50 vs (a)")
+
+
+@dataclass
+class BenchSpec:
+    base: str
+    orl: str | None = None
+    ar: str | None = None
+    tasks: list[str] = field(default_factory=lambda: ["all"])
+    split: str = "heldout"
+    limit: int = 20                  # samples per task
+    threshold: float = 0.9           # commit threshold of (a), (b) and (d)
+    max_new_tokens: int = 64
+    ref_steps: int = 0               # (c): steps over all blocks; 0 = one token per step
+    chunk_steps: int = 1             # dlmrt: denoising steps between host checks
+    ar_chunk_steps: int = 8          # (e): decode steps between host EOS checks
+    compile: bool = False            # torch.compile the steps of dlmrt and of (e)
+    device: str = "cpu"
+    seed: int = 0
+    out: str | None = None
+
+    def validate(self) -> "BenchSpec":
+        problems = []
+        if self.limit <= 0 or self.max_new_tokens <= 0 or self.ref_steps < 0:
+            problems.append(f"limit and max_new_tokens must be > 0 and ref_steps >= 0, got "
+                            f"{self.limit}, {self.max_new_tokens}, {self.ref_steps}")
+        if not 0.0 < self.threshold <= 1.0:
+            problems.append(f"threshold must be in (0, 1], got {self.threshold}")
+        if self.chunk_steps <= 0 or self.ar_chunk_steps <= 0:
+            problems.append("chunk_steps and ar_chunk_steps must be > 0")
+        if problems:
+            raise ValueError("invalid bench settings: " + "; ".join(problems))
+        return self
+
+
+@dataclass
+class Output:
+    token_ids: list[int]   # up to and including the first EOS
+    text: str
+    forwards: int          # denoising + commit forwards (prefill excluded); AR: one per token
+    total_s: float
+
+
+System = Callable[[str], Output]
+
+
+def _dlmrt(directory: str, spec: BenchSpec, residual: str | None) -> tuple[System, Engine, DecodeConfig]:
+    model, tok, manifest = load_checkpoint(directory, device=spec.device)
+    engine = Engine(model, tok)
+    cfg = DecodeConfig(block_len=manifest.get("block_len") or DecodeConfig.block_len,
+                       max_new_tokens=spec.max_new_tokens, threshold=spec.threshold,
+                       residual=residual or manifest.get("residual_mode") or "off", chunk_steps=spec.chunk_steps,
+                       compile=spec.compile).validate()
+
+    def run(prompt: str) -> Output:
+        g = engine.generate(prompt, cfg)[0]
+        return Output(g.token_ids, g.text, g.forwards, g.total_s)
+    return run, engine, cfg
+
+
+def _loops(engine: Engine, cfg: DecodeConfig, spec: BenchSpec) -> tuple[System, System]:
+    n_blocks = -(-cfg.max_new_tokens // cfg.block_len)
+    steps = spec.ref_steps or n_blocks * cfg.block_len
+    if steps % n_blocks:
+        raise ValueError(f"ref_steps ({steps}) must be a multiple of the number of blocks ({n_blocks})")
+    tok = engine.tokenizer
+    common = dict(gen_len=cfg.max_new_tokens, block_len=cfg.block_len, mask_id=engine.mask_id,
+                  eos_id=engine.eos_id, banned=engine.ids.banned)
+
+    def wrap(loop, **kw) -> System:
+        def run(prompt: str) -> Output:
+            r = loop(engine.model, tok.encode(prompt), **common, **kw)
+            return Output(r.token_ids, tok.decode(r.token_ids), r.forwards, r.total_s)
+        return run
+    return wrap(llada_reference, steps=steps), wrap(prefix_cache, threshold=spec.threshold)
+
+
+def _ar(spec: BenchSpec) -> tuple[System, System | str]:
+    dec = ARDecoder.from_checkpoint(spec.ar, device=spec.device)
+    cfg = ARConfig(max_new_tokens=spec.max_new_tokens, chunk_steps=spec.ar_chunk_steps, compile=spec.compile)
+
+    def ours(prompt: str) -> Output:
+        g = dec.generate(prompt, cfg)[0]
+        return Output(g.token_ids, g.text, g.forwards, g.total_s)
+
+    if reason := not_exportable(dec.model.args):
+        return ours, f"n/a: not exportable ({reason})"
+    try:
+        from transformers import AutoModelForCausalLM
+    except ImportError:
+        return ours, "n/a: transformers is not installed"
+    with tempfile.TemporaryDirectory() as d:
+        hf = AutoModelForCausalLM.from_pretrained(export_hf(dec.model, dec.tokenizer, Path(d) / "hf"))
+    hf = hf.to(spec.device).eval()
+    tok = dec.tokenizer
+
+    def theirs(prompt: str) -> Output:
+        r = hf_generate(hf, tok.encode(prompt), max_new_tokens=spec.max_new_tokens, eos_id=dec.eos_id,
+                        pad_id=dec.pad_id)
+        return Output(r.token_ids, tok.decode(r.token_ids), r.forwards, r.total_s)
+    return ours, theirs
+
+
+def build_systems(spec: BenchSpec) -> tuple[dict[str, System | str], Engine, DecodeConfig]:
+    """key -> system, or the reason it is not in this run; plus (a)'s engine and config."""
+    a, engine, cfg = _dlmrt(spec.base, spec, residual="off")
+    systems: dict[str, System | str] = {"a": a}
+    systems["b"] = _dlmrt(spec.orl, spec, None)[0] if spec.orl else "n/a: no --orl given"
+    systems["c"], systems["d"] = _loops(engine, cfg, spec)
+    systems["e"], systems["f"] = _ar(spec) if spec.ar else ("n/a: no --ar given", "n/a: no --ar given")
+    return systems, engine, cfg
+
+
+def run_bench(spec: BenchSpec) -> tuple[dict[str, dict], str]:
+    """-> (summary row per system key, with ratios to (a) under "vs_a"; the markdown table)."""
+    spec.validate()
+    systems, engine, cfg = build_systems(spec)
+    evspec = EvalSpec(model=spec.base, out="", tasks=spec.tasks, split=spec.split, limit=spec.limit, seed=spec.seed)
+    tasks = _tasks(evspec, engine.tokenizer)
+    samples = [s for name, task in tasks.items() for s in _samples(name, task, evspec)]
+    live = {k: s for k, s in systems.items() if callable(s)}
+    for system in live.values():
+        system(samples[0].prompt)  # warm-up, untimed
+    records = []
+    for s in samples:
+        for key, system in live.items():
+            o = system(s.prompt)
+            n = len(o.token_ids)
+            records.append({"system": key, "prompt_id": prompt_id(s), "verdict": tasks[s.task].verify(s.prompt, o.text),
+                            "tpf": metrics.tpf(n, o.forwards, 0), "block_steps": [], "batch_size": 1,
+                            "timing": {"total_s": o.total_s, "tokens_per_s": metrics.tokens_per_s(n, o.total_s)}})
+    rows = {r["system"]: r for r in metrics.summarize(records, ["system"])}
+    ref = rows["a"]
+    for r in rows.values():
+        r["vs_a"] = {"tokens_per_s": r["tokens_per_s"] / ref["tokens_per_s"], "tpf": r["tpf"] / ref["tpf"],
+                     "latency_p50_s": r["latency_p50_s"] / ref["latency_p50_s"]}
+    table = format_table(spec, cfg, rows, systems, len(samples))
+    if spec.out:
+        Path(spec.out).parent.mkdir(parents=True, exist_ok=True)
+        with open(spec.out, "a") as f:
+            f.write(table + "\n")
+    return rows, table
+
+
+def _num(x: float) -> str:
+    return f"{x:.0f}" if abs(x) >= 1e4 else f"{x:.4g}"
+
+
+def format_table(spec: BenchSpec, cfg: DecodeConfig, rows: dict[str, dict], systems: dict[str, System | str],
+                 n_prompts: int) -> str:
+    cpu = platform.processor() or platform.machine()
+    device = torch.cuda.get_device_name() if spec.device.startswith("cuda") else cpu
+    head = [f"## orl bench {time.strftime('%Y-%m-%d %H:%M:%S')}", "",
+            f"base `{spec.base}`, orl `{spec.orl or '-'}`, ar `{spec.ar or '-'}`; {n_prompts} prompts "
+            f"(tasks {','.join(spec.tasks)}, {spec.split}, limit {spec.limit}/task, seed {spec.seed}); "
+            f"batch 1, greedy, max_new_tokens {spec.max_new_tokens}; tau {spec.threshold}, "
+            f"block_len {cfg.block_len} (base), "
+            f"chunk_steps {spec.chunk_steps} (dlmrt) / {spec.ar_chunk_steps} (AR), compile {spec.compile}; "
+            f"{spec.device} ({device}, {torch.get_num_threads()} threads); warm-up excluded.", "",
+            "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines = []
+    for key, label in LABELS.items():
+        if key not in rows:
+            lines.append(f"| {label} | {systems[key]} |" + " |" * (len(COLUMNS) - 2))
+            continue
+        r, v = rows[key], rows[key]["vs_a"]
+        cells = [label, str(r["n"]), _num(r["tokens_per_s"]), _num(r["tokens_per_s_median"]), _num(r["tpf"]),
+                 _num(r["latency_p50_s"]), _num(r["latency_p90_s"]), f"{100 * r['accuracy']:.1f}%",
+                 f"{v['tokens_per_s']:.3f}", f"{v['tpf']:.3f}", f"{v['latency_p50_s']:.3f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(head + lines) + "\n"

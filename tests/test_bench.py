@@ -1,0 +1,98 @@
+"""`orl bench` end to end on tiny random checkpoints: one table with a row for every system (n/a rows
+saying why), ratios to (a) consistent with the printed columns, appended runs, and the shared
+prompt set. Random models answer nothing right; accuracy 0 is expected."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from orl.checkpoint import save_checkpoint
+from orl.cli import main
+from orl.eval.bench import COLUMNS, LABELS, BenchSpec, run_bench
+from orl.tokenizer import CharTokenizer
+from reference_decoder import random_model
+from test_ar import tiny_ar
+
+TOK = CharTokenizer()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def ckpts(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bench")
+    V = TOK.vocab_size
+    return {
+        "base": save_checkpoint(random_model(0, vocab_size=V, adapter_dim=0), TOK, d / "base", {"block_len": 8}),
+        "orl": save_checkpoint(random_model(1, vocab_size=V), TOK, d / "orl",
+                               {"block_len": 8, "residual_mode": "adapter"}),
+        "ar": save_checkpoint(tiny_ar(False), TOK, d / "ar"),
+        "ar_lp": save_checkpoint(tiny_ar(False, learned_pos=True), TOK, d / "ar_lp"),
+    }
+
+
+def parse_tables(text: str) -> list[dict[str, list[str]]]:
+    """Each markdown table in text -> {row label: cells after the label}."""
+    tables, current = [], None
+    for line in text.splitlines():
+        if line.startswith("| system |"):
+            assert [c.strip() for c in line.strip("|").split("|")] == list(COLUMNS)
+            current = {}
+            tables.append(current)
+        elif line.startswith("| (") and current is not None:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            assert len(cells) == len(COLUMNS), line
+            current[cells[0]] = cells[1:]
+    return tables
+
+
+def close(ratio: str, num: str, den: str) -> bool:
+    want = float(num) / float(den)
+    return abs(float(ratio) - want) <= 2e-3 * max(1.0, want) + 1e-3  # 4 significant digits in the columns
+
+
+def test_bench_table_has_every_system_and_consistent_ratios(ckpts, tmp_path, capsys):
+    out = tmp_path / "bench.md"
+    args = ["bench", "--base", str(ckpts["base"]), "--tasks", "add,sort", "--limit", "2", "--max-new-tokens", "16",
+            "--threshold", "0.5", "--out", str(out)]
+    assert main(args + ["--orl", str(ckpts["orl"]), "--ar", str(ckpts["ar"])]) == 0
+    assert main(args + ["--ar", str(ckpts["ar_lp"])]) == 0  # a second run appends its own table
+    text = out.read_text()
+    assert text.count("## orl bench") == 2 and capsys.readouterr().out.count("## orl bench") == 2
+    full, partial = parse_tables(text)
+    assert list(full) == list(LABELS.values())
+    a = full[LABELS["a"]]
+    col = {name: i - 1 for i, name in enumerate(COLUMNS)}
+    for label, cells in full.items():
+        assert cells[col["n"]] == "4"  # 2 prompts x 2 tasks, the same for every system
+        assert re.fullmatch(r"\d+\.\d%", cells[col["accuracy"]])
+        assert float(cells[col["latency p90 s"]]) >= float(cells[col["latency p50 s"]]) > 0
+        for ratio, metric in (("tok/s vs (a)", "tok/s mean"), ("TPF vs (a)", "TPF"), ("p50 vs (a)", "latency p50 s")):
+            assert close(cells[col[ratio]], cells[col[metric]], a[col[metric]]), (label, ratio, cells)
+    assert all(float(a[col[r]]) == 1.0 for r in ("tok/s vs (a)", "TPF vs (a)", "p50 vs (a)"))
+    for ar in ("e", "f"):  # one forward per token, by definition
+        assert float(full[LABELS[ar]][col["TPF"]]) == 1.0
+    assert list(partial) == list(LABELS.values())
+    assert partial[LABELS["b"]][0] == "n/a: no --orl given"
+    assert partial[LABELS["f"]][0].startswith("n/a: not exportable") and "learned_pos" in partial[LABELS["f"]][0]
+    assert partial[LABELS["e"]][col["TPF"]] == "1"
+
+
+def test_bench_rows_and_settings(ckpts):
+    rows, table = run_bench(BenchSpec(base=str(ckpts["base"]), tasks=["add"], limit=2, max_new_tokens=8))
+    assert set(rows) == {"a", "c", "d"} and rows["a"]["vs_a"]["tokens_per_s"] == 1.0
+    for r in rows.values():
+        assert r["n"] == 2 and r["vs_a"]["tpf"] == pytest.approx(r["tpf"] / rows["a"]["tpf"])
+    assert "n/a: no --ar given" in table and "warm-up excluded" in table
+    with pytest.raises(ValueError, match="threshold"):
+        run_bench(BenchSpec(base=str(ckpts["base"]), threshold=0.0))
+    with pytest.raises(ValueError, match="multiple of the number of blocks"):
+        run_bench(BenchSpec(base=str(ckpts["base"]), max_new_tokens=16, ref_steps=3))
