@@ -54,6 +54,16 @@ def test_threshold_commits_at_least_the_best_candidate():
     assert idx(threshold_rule(F([0.999, 0.5, 0.9999]), B([True] * 3), 1.0)) == [[2]]
 
 
+def test_threshold_argmax_equals_the_rank_rule():
+    """'At least the best one' by argmax (first maximum) == rank 0 of the stable argsort, ties included."""
+    torch.manual_seed(0)
+    for tau in (0.3, 0.6, 1.0):
+        conf = torch.randint(0, 5, (64, 7)).float() / 5  # coarse values: many ties
+        cand = torch.rand(64, 7) < 0.6                   # some rows without candidates
+        by_rank = cand & ((conf >= tau) | (rank_desc(conf, cand) == 0))
+        assert torch.equal(threshold_rule(conf, cand, tau), by_rank)
+
+
 def test_rules_commit_nothing_when_nothing_is_unresolved():
     conf, none = F([0.99, 0.99]), B([False, False])
     assert not threshold_rule(conf, none, 0.5).any()
@@ -155,6 +165,21 @@ def test_select_tokens_greedy_confidence_entropy():
     assert ent[0, 1].item() == pytest.approx(math.log(3), rel=1e-5)
 
 
+def test_select_tokens_entropy_only_on_request():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 5, 11)
+    logits[..., 3] = float("-inf")
+    noise = hash_uniform(torch.tensor([1, 2]), torch.tensor([0, 4]), 5, 11)
+    for temperature, nz in ((0.0, None), (0.7, noise)):
+        x, conf, ent = select_tokens(logits, temperature, nz)
+        x2, conf2, none = select_tokens(logits, temperature, nz, entropy=False)
+        assert none is None and torch.equal(x, x2) and torch.equal(conf, conf2)
+        p = logits.softmax(-1)
+        torch.testing.assert_close(conf, p.gather(-1, x[..., None]).squeeze(-1))
+        torch.testing.assert_close(ent, -(p * p.clamp(min=1e-30).log()).sum(-1))
+    assert torch.equal(select_tokens(logits, 0.0, None)[0], logits.argmax(-1))
+
+
 def test_sampling_never_picks_a_banned_token_even_with_extreme_noise():
     logits = torch.tensor([[[1.0, float("-inf"), 2.0, float("-inf")]]])
     # the largest noise the hash can give, on the banned tokens
@@ -193,7 +218,7 @@ def test_hash_uniform_range_determinism_and_independence():
 
 
 def test_ban_tokens_runs_and_values():
-    from orl.engine.decode import _runs, ban_tokens
+    from orl.engine.decode import _runs, ban_tokens, banned_mask
 
     assert _runs((2, 0, 10, 11, 12, 13)) == [(0, 1), (2, 3), (10, 14)]
     assert _runs((5, 5, 6)) == [(5, 7)]
@@ -203,3 +228,5 @@ def test_ban_tokens_runs_and_values():
     banned[[0, 2, 12, 13, 14, 15]] = True
     assert torch.isneginf(out[..., banned]).all()
     assert torch.equal(out[..., ~banned], logits[..., ~banned])
+    # the engine's precomputed form (DecodeState.banned), applied with one masked_fill in the step
+    assert torch.equal(banned_mask(16, (2, 0) + tuple(range(12, 16))), banned)

@@ -216,6 +216,9 @@ def test_trace_on_equals_off_and_replays(eos_engine, rule, residual):
                 else:
                     assert s.z.shape == (L, D) and s.a.shape == (L,)
                 assert ((s.confidence > 0) & (s.confidence <= 1)).all() and (s.entropy >= 0).all()
+                # the step computes entropy only for the entropy rule or a trace: the trace holds the real
+                # one (greedy: conf = p_max, and Shannon entropy >= min-entropy -log p_max > 0 if p_max < 1)
+                assert (s.entropy >= -s.confidence.log() - 1e-4).all()
                 assert s.committed.any() and not (s.committed & ~s.unresolved).any()  # >= 1, only unresolved
                 assert (s.canvas[s.unresolved] == TOK.mask_id).all()
             first = steps[0]
@@ -321,6 +324,41 @@ def test_max_new_tokens_respected(no_eos_engine, max_new, block_len):
     assert g.forwards == g.denoise_forwards + g.commit_forwards
     assert g.tpf == pytest.approx(max_new / (g.denoise_forwards + g.commit_forwards))
     assert g.tokens_per_s > 0 and g.total_s >= g.prefill_s > 0
+
+
+def test_commit_forward_is_a_one_step_chunk_of_the_runner(engine, monkeypatch):
+    """Without a trace every forward after the prefill goes through the ChunkRunner (compiled / captured
+    in those modes): the steps as chunks of chunk_steps, each commit forward as a chunk of one step
+    (one forward, not chunk_steps of them). The engine itself never runs an eager step."""
+    import orl.engine.engine as engine_module
+
+    chunks = []
+    call = type(engine.runner).__call__
+    monkeypatch.setattr(type(engine.runner), "__call__", lambda self, st, cfg: (chunks.append(cfg.chunk_steps),
+                                                                               call(self, st, cfg))[1])
+    monkeypatch.setattr(engine_module, "denoise_step", None)  # calling it would raise
+    g = engine.generate("hello", cfg_of("threshold", "rcd", 8, 30, chunk_steps=3))[0]
+    assert chunks.count(1) == g.commit_forwards == len(g.block_steps) - 1 == 3
+    assert chunks.count(3) + chunks.count(1) == len(chunks)
+
+
+def test_block_buffers_follow_the_slot_layout(engine):
+    """prepare_block (run by begin_block) writes the block's mask, positions and slots once per block:
+    the block's queries see every valid key up to the end of their own block, whatever the block."""
+    cfg = cfg_of("threshold", "off", 8, 21)
+    prompts = [TOK.encode(p) for p in ("hello world", "hi")]
+    st, P = engine.setup(prompts, cfg)
+    L, S = cfg.block_len, engine.max_len
+    for j in range(3):
+        n = engine.begin_block(st, cfg, P, j, [True, True])
+        start = P + j * L
+        slot = torch.arange(S)
+        for b, p in enumerate(prompts):
+            seen = (slot >= P - len(p)) & (slot < min(start + L, P + cfg.max_new_tokens))
+            assert torch.equal(st.mask[b], seen.expand(L, S)), (j, b)
+            assert st.pos[b].tolist() == [start + i - (P - len(p)) for i in range(L)]
+        assert st.slots.tolist() == list(range(start, start + L))
+        assert st.n_valid.tolist() == [n, n]
 
 
 def test_chunk_steps_do_not_change_tokens_or_counts(engine):

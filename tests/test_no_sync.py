@@ -2,7 +2,10 @@
 fullgraph=True (a .item(), .tolist() or a Python branch on a tensor would be a graph break), and a
 dispatch mode that rejects every op that reads a tensor value back to the host sees none while
 run_chunk runs several steps, for every commit rule, residual mode, greedy and sampled. Both checks
-are shown to fail on a step with an injected sync."""
+are shown to fail on a step with an injected sync. What the step reads but no longer computes (the
+per-block mask / positions / slots written by prepare_block) is covered too: prepare_block passes
+the same two checks, and the steps run across a block switch without a sync or a recompile."""
+import contextlib
 import copy
 import dataclasses
 
@@ -12,7 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import orl.engine.decode as decode
 from orl.engine import DecodeConfig, Engine
-from orl.engine.decode import run_chunk
+from orl.engine.decode import prepare_block, run_chunk
 from orl.tokenizer import CharTokenizer
 from reference_decoder import random_model
 
@@ -111,16 +114,35 @@ def test_setup_and_begin_block_are_what_the_engine_runs(engine):
 @pytest.mark.parametrize("rule", list(RULES))
 def test_run_chunk_has_no_host_sync(engine, rule, residual, temperature):
     cfg = cfg_of(rule, residual, temperature)
-    st, _ = prepared(engine, cfg)
-    before = int(st.unresolved.sum())
+    st, P = prepared(engine, cfg)
     mode = NoHostSync()
-    with torch.no_grad(), mode:
-        for _ in range(4):              # 12 steps: the block resolves, then no-op / commit-forward steps
-            done = run_chunk(engine.model, st, cfg, engine.ids)
+    for j in (0, 1):  # two blocks: the steps of block 1 read the per-block buffers prepare_block rewrote
+        if j:
+            engine.begin_block(st, cfg, P, j, [True, True])  # host work between blocks (not the loop)
+            assert int(st.slots[0]) == P + cfg.block_len
+        before = int(st.unresolved.sum())
+        with torch.no_grad(), mode:
+            for _ in range(4):          # 12 steps: the block resolves, then no-op / commit-forward steps
+                done = run_chunk(engine.model, st, cfg, engine.ids)
+        assert int(st.unresolved.sum()) < before and bool(done)
+        assert int(st.steps.min()) >= 1
     assert mode.ops, "the dispatch mode saw no op: it would prove nothing"
     assert len(mode.ops) > 10 and any("attention" in str(op) for op in mode.ops)
-    assert int(st.unresolved.sum()) < before and bool(done)
-    assert int(st.steps.min()) >= 1
+
+
+def test_prepare_block_has_no_host_sync(engine):
+    """The per-block buffers are written between chunks, outside a captured graph; building them
+    from device metadata still needs no host value (no sync to drain the queue between blocks)."""
+    cfg = cfg_of("threshold", "rcd")
+    st, P = prepared(engine, cfg)
+    st.start.fill_(P + cfg.block_len)
+    mode = NoHostSync()
+    with mode:
+        prepare_block(st)
+    assert aten.copy_ in mode.ops
+    torch._dynamo.reset()
+    torch.compile(prepare_block, fullgraph=True, backend="eager")(st)
+    torch._dynamo.reset()
 
 
 # ---------------------------------------------------------------- (a) fullgraph compile
@@ -129,7 +151,7 @@ def test_run_chunk_has_no_host_sync(engine, rule, residual, temperature):
     ("threshold", "rcd", 0.0), ("topk", "adapter", 0.8), ("factor", "off", 0.8), ("entropy", "rcd", 0.0)])
 def test_run_chunk_compiles_fullgraph_and_matches_eager(engine, rule, residual, temperature):
     cfg = cfg_of(rule, residual, temperature, chunk_steps=1)
-    st, _ = prepared(engine, cfg)
+    st, P = prepared(engine, cfg)
     eager_st, compiled_st = copy.deepcopy(st), copy.deepcopy(st)
     torch._dynamo.reset()
     # aot_eager: dynamo (where a sync would be a graph break, an error under fullgraph) plus AOTAutograd's
@@ -137,11 +159,16 @@ def test_run_chunk_compiles_fullgraph_and_matches_eager(engine, rule, residual, 
     # the same function through inductor inside the engine
     fn = torch.compile(run_chunk, fullgraph=True, backend="aot_eager")
     with torch.no_grad():
-        for _ in range(4):
-            d_eager = run_chunk(engine.model, eager_st, cfg, engine.ids)
-            d_comp = fn(engine.model, compiled_st, cfg, engine.ids)
-            assert bool(d_eager) == bool(d_comp)
-            assert_same_state(eager_st, compiled_st)
+        for j in (0, 1):
+            if j:  # the next block: new buffer contents, same compiled code (it reads them as inputs)
+                for s in (eager_st, compiled_st):
+                    engine.begin_block(s, cfg, P, j, [True, True])
+            for _ in range(4):
+                d_eager = run_chunk(engine.model, eager_st, cfg, engine.ids)
+                with torch.compiler.set_stance("fail_on_recompile") if j else contextlib.nullcontext():
+                    d_comp = fn(engine.model, compiled_st, cfg, engine.ids)
+                assert bool(d_eager) == bool(d_comp)
+                assert_same_state(eager_st, compiled_st)
     assert not torch.equal(eager_st.canvas, st.canvas)  # it did decode
 
 

@@ -43,18 +43,21 @@ def unit_interval(x: Tensor) -> Tensor:
     return ((x >> 8).float() + 0.5) / float(1 << 23)
 
 
-def select_tokens(logits: Tensor, temperature: float, noise: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-    """logits [B, L, V] -> token [B, L], confidence p(token) [B, L], entropy [B, L] (nats).
+def select_tokens(logits: Tensor, temperature: float, noise: Tensor | None,
+                  entropy: bool = True) -> tuple[Tensor, Tensor, Tensor | None]:
+    """logits [B, L, V] -> token [B, L], confidence p(token) [B, L], entropy [B, L] (nats; None when
+    entropy=False: only the entropy rule and traces read it, and it costs a pass over [B, L, V]).
     Sampling is the Gumbel-max trick: argmax(logits / T + Gumbel), no multinomial, no sync."""
     logp = torch.log_softmax(logits.float(), dim=-1)
     if temperature == 0.0 or noise is None:
-        x = logp.argmax(-1)
+        top, x = logp.max(-1)  # the first maximal index, as argmax; its value is log p(token)
     else:
         gumbel = -torch.log(-torch.log(noise))
         x = (logits.float() / temperature + gumbel).argmax(-1)
-    conf = logp.gather(-1, x[..., None]).squeeze(-1).exp()
-    entropy = torch.special.entr(logp.exp()).sum(-1)  # entr(0) = 0: banned tokens carry p = 0
-    return x, conf, entropy
+        top = logp.gather(-1, x[..., None]).squeeze(-1)
+    conf = top.exp()
+    ent = torch.special.entr(logp.exp()).sum(-1) if entropy else None  # entr(0) = 0: banned tokens have p = 0
+    return x, conf, ent
 
 
 def rank_desc(score: Tensor, candidates: Tensor) -> Tensor:
@@ -70,8 +73,11 @@ def _top_n(candidates: Tensor, rank: Tensor, n: Tensor) -> Tensor:
 
 
 def threshold_rule(conf: Tensor, candidates: Tensor, tau: float) -> Tensor:
-    rank = rank_desc(conf, candidates)
-    return candidates & ((conf >= tau) | (rank == 0))
+    """Every candidate with conf >= tau, and at least the best one: rank 0 of rank_desc (the lower
+    index among ties), found with an argmax instead of a sort (argmax returns the first maximum)."""
+    best = conf.masked_fill(~candidates, float("-inf")).argmax(-1, keepdim=True)
+    at_least_one = torch.zeros_like(candidates).scatter_(-1, best, True)
+    return candidates & ((conf >= tau) | at_least_one)
 
 
 def topk_rule(conf: Tensor, candidates: Tensor, step: Tensor, n_valid: Tensor, n_steps: int) -> Tensor:
@@ -98,8 +104,9 @@ def entropy_rule(entropy: Tensor, candidates: Tensor, bound: float) -> Tensor:
     return _top_n(candidates, rank, ok.sum(-1))
 
 
-def commit_positions(cfg: DecodeConfig, conf: Tensor, entropy: Tensor, candidates: Tensor,
+def commit_positions(cfg: DecodeConfig, conf: Tensor, entropy: Tensor | None, candidates: Tensor,
                      step: Tensor, n_valid: Tensor) -> Tensor:
+    """entropy may be None unless cfg.rule == 'entropy'."""
     if cfg.rule == "threshold":
         return threshold_rule(conf, candidates, cfg.threshold)
     if cfg.rule == "topk":

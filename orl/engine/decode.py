@@ -4,6 +4,10 @@ Everything here is pure tensor code on static buffers: no .item(), no .tolist(),
 a tensor value, so `denoise_step` compiles with fullgraph=True and captures as a CUDA graph. Rows
 whose block is finished are predicated no-ops: they still run the forward (static shapes) but their
 state does not change. A step over a fully resolved block is exactly the block's commit forward.
+
+What is constant within a block (attention mask, positions, cache slots) or a request (the banned
+tokens) is built once, outside the steps, into buffers of the state: on a CPU at batch 1 every op
+costs a few microseconds of dispatch, and rebuilding them every step made the step ~1.13x its forward.
 """
 from __future__ import annotations
 
@@ -51,24 +55,33 @@ class DecodeState:
     steps: Tensor        # [B] denoising steps of the current block
     global_step: Tensor  # [B] denoising steps since the request started (noise counter)
     seed: Tensor         # [B] sampling seed of each row
-    # per-step outputs, kept for traces (overwritten every step)
+    banned: Tensor       # [V] bool: ids that are never valid outputs (SpecialIds.banned), set at allocation
+    # per-block inputs of the step, written by `prepare_block` (constant while the block denoises)
+    mask: Tensor         # [B, L, S] bool attention mask of the block's queries over the cache
+    pos: Tensor          # [B, L] RoPE positions of the block
+    slots: Tensor        # [L] cache slots of the block
+    n_valid: Tensor      # [B] positions of the block within max_new_tokens (topk schedule)
+    # per-step outputs for traces, written only by steps with record=True
     last_x: Tensor       # [B, L] token proposed at every position
     last_conf: Tensor    # [B, L]
     last_entropy: Tensor  # [B, L]
     last_commit: Tensor  # [B, L] bool
 
     @classmethod
-    def allocate(cls, model: Transformer, batch: int, max_len: int, block_len: int) -> "DecodeState":
+    def allocate(cls, model: Transformer, batch: int, max_len: int, block_len: int,
+                 ids: SpecialIds) -> "DecodeState":
         w = model.model.embed_tokens.weight
         dev, dt, D = w.device, w.dtype, model.args.dim
 
         def z(*shape, dtype=torch.long):
             return torch.zeros(*shape, dtype=dtype, device=dev)
 
-        B, L = batch, block_len
-        return cls(cache=model.new_cache(B, max_len), valid=z(B, max_len, dtype=torch.bool), pad=z(B),
+        B, L, S = batch, block_len, max_len
+        return cls(cache=model.new_cache(B, S), valid=z(B, S, dtype=torch.bool), pad=z(B),
                    prompt_end=z(()), start=z(()), canvas=z(B, L), unresolved=z(B, L, dtype=torch.bool),
                    z=z(B, L, D, dtype=dt), a=z(B, L, dtype=dt), steps=z(B), global_step=z(B), seed=z(B),
+                   banned=banned_mask(model.args.vocab_size, ids.banned, dev),
+                   mask=z(B, L, S, dtype=torch.bool), pos=z(B, L), slots=z(L), n_valid=z(B),
                    last_x=z(B, L), last_conf=z(B, L, dtype=torch.float),
                    last_entropy=z(B, L, dtype=torch.float), last_commit=z(B, L, dtype=torch.bool))
 
@@ -98,17 +111,27 @@ def prefill(model: Transformer, st: DecodeState, tokens: Tensor) -> None:
     model(tokens, pos, see_self_if_blind(mask), cache=st.cache, slots=slots)
 
 
-def block_forward(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: SpecialIds) -> Tensor:
-    """One forward of the current block against the cache -> logits [B, L, V]."""
+def prepare_block(st: DecodeState) -> None:
+    """Per-block inputs of the step for the block at st.start: attention mask, positions, slots,
+    n_valid. They depend only on the slot layout, so they are built here once per block (the engine
+    calls this after setting st.start) instead of in every step; written with copy_ into static
+    buffers, so compiled steps and captured CUDA graphs, which read them by address, stay valid."""
     L = st.block_len
     slots = st.start + torch.arange(L, device=st.start.device)
     k_block, k_state = slot_meta(st)
     q_block = (1 + (st.start - st.prompt_end) // L).expand(L)
     mask = visibility(q_block, torch.ones_like(q_block), k_block, k_state, st.valid)  # [B, L, S]
-    pos = slots[None] - st.pad[:, None]
-    logits = model(st.canvas, pos, see_self_if_blind(mask), cache=st.cache, slots=slots, mask_id=ids.mask,
+    st.mask.copy_(see_self_if_blind(mask))
+    st.pos.copy_(slots[None] - st.pad[:, None])
+    st.slots.copy_(slots)
+    st.n_valid.copy_(st.valid[:, slots].sum(-1))
+
+
+def block_forward(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: SpecialIds) -> Tensor:
+    """One forward of the current block against the cache -> logits [B, L, V], banned ids at -inf."""
+    logits = model(st.canvas, st.pos, st.mask, cache=st.cache, slots=st.slots, mask_id=ids.mask,
                    z=st.z, a=st.a, unresolved=st.unresolved, residual=cfg.residual)
-    return ban_tokens(logits, ids.banned)
+    return logits.masked_fill(st.banned, float("-inf"))
 
 
 def _runs(ids: tuple[int, ...]) -> list[tuple[int, int]]:
@@ -122,49 +145,58 @@ def _runs(ids: tuple[int, ...]) -> list[tuple[int, int]]:
     return [(lo, hi) for lo, hi in runs]
 
 
-def ban_tokens(logits: Tensor, ids: tuple[int, ...]) -> Tensor:
-    """-inf at the banned ids. The mask is computed on the device from Python ints: building an index
-    tensor from host data (torch.tensor(ids, device=...)) in the step would be a host-to-device copy,
-    which PyTorch follows with a stream sync, and which CUDA graph capture rejects."""
-    vocab = torch.arange(logits.shape[-1], device=logits.device)
+def banned_mask(vocab_size: int, ids: tuple[int, ...], device=None) -> Tensor:
+    """[V] bool, True at the banned ids, computed on the device from Python ints: an index tensor
+    made from host data (torch.tensor(ids, device=...)) would be a host-to-device copy, which
+    PyTorch follows with a stream sync, and which CUDA graph capture rejects. The engine builds it
+    once per state (DecodeState.banned); ban_tokens is for code without a state (training)."""
+    vocab = torch.arange(vocab_size, device=device)
     banned = torch.zeros_like(vocab, dtype=torch.bool)
     for lo, hi in _runs(ids):
         banned = banned | ((vocab >= lo) & (vocab < hi))
-    return logits.masked_fill(banned, float("-inf"))
+    return banned
 
 
-def denoise_step(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: SpecialIds) -> None:
-    """One denoising step of every row (a no-op for rows whose block is resolved), in place."""
+def ban_tokens(logits: Tensor, ids: tuple[int, ...]) -> Tensor:
+    """-inf at the banned ids."""
+    return logits.masked_fill(banned_mask(logits.shape[-1], ids, logits.device), float("-inf"))
+
+
+def denoise_step(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: SpecialIds,
+                 record: bool = False) -> None:
+    """One denoising step of every row (a no-op for rows whose block is resolved), in place.
+    record (a Python constant, like cfg): also write the step's outputs (st.last_*) for a trace; the
+    entropy is computed only for the entropy rule or a trace. Traces run this eagerly step by step;
+    the compiled / captured chunks never record, so they skip that work."""
     logits = block_forward(model, st, cfg, ids)
     B, L, V = logits.shape
     active = st.unresolved.any(-1)  # [B]
     noise = None
     if cfg.temperature > 0:
         noise = hash_uniform(st.seed, st.global_step, L, V)
-    x, conf, ent = select_tokens(logits, cfg.temperature, noise)
-    n_valid = st.valid.gather(1, (st.start + torch.arange(L, device=x.device)).expand(B, L)).sum(-1)
-    commit = commit_positions(cfg, conf, ent, st.unresolved, st.steps, n_valid)
+    x, conf, ent = select_tokens(logits, cfg.temperature, noise, entropy=record or cfg.rule == "entropy")
+    commit = commit_positions(cfg, conf, ent, st.unresolved, st.steps, st.n_valid)
     canvas = torch.where(commit, x, st.canvas)
     unresolved = st.unresolved & ~commit
     if cfg.eos_fill:
         # positions after a resolved EOS can only be EOS: resolve them now
-        eos = ((canvas == ids.eos) & ~unresolved).long()
-        after = (eos.cumsum(-1) - eos) > 0
-        fill = after & unresolved
-        canvas = torch.where(fill, ids.eos, canvas)
-        unresolved = unresolved & ~fill
+        eos = (canvas == ids.eos) & ~unresolved
+        after = eos.cumsum(-1) > eos  # an EOS strictly before: the count up to i exceeds EOS at i
+        canvas = torch.where(after & unresolved, ids.eos, canvas)
+        unresolved = unresolved & ~after
     if cfg.residual != "off":
         z, a = residual_state(logits, model.model.embed_tokens.weight, cfg.residual_temperature)
         st.z.copy_(torch.where(active[:, None, None], z, st.z))
         st.a.copy_(torch.where(active[:, None], a, st.a))
     st.canvas.copy_(canvas)
     st.unresolved.copy_(unresolved)
-    st.steps.add_(active.long())
-    st.global_step.add_(active.long())
-    st.last_x.copy_(x)
-    st.last_conf.copy_(conf)
-    st.last_entropy.copy_(ent)
-    st.last_commit.copy_(commit)
+    st.steps.add_(active)
+    st.global_step.add_(active)
+    if record:
+        st.last_x.copy_(x)
+        st.last_conf.copy_(conf)
+        st.last_entropy.copy_(ent)
+        st.last_commit.copy_(commit)
 
 
 def run_chunk(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: SpecialIds) -> Tensor:

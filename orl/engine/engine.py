@@ -10,7 +10,7 @@ from typing import Iterator
 import torch
 
 from orl.engine.config import DecodeConfig
-from orl.engine.decode import DecodeState, denoise_step, prefill, special_ids
+from orl.engine.decode import DecodeState, denoise_step, prefill, prepare_block, special_ids
 from orl.engine.graph import ChunkRunner
 from orl.engine.trace import StepRecord, TraceRecorder
 from orl.model.model import Transformer
@@ -85,7 +85,7 @@ class Engine:
         if len(self._states) >= MAX_STATES:
             _, old = self._states.popitem(last=False)
             self.runner.forget(old)
-        self._states[key] = DecodeState.allocate(self.model, batch, self.max_len, block_len)
+        self._states[key] = DecodeState.allocate(self.model, batch, self.max_len, block_len, self.ids)
         return self._states[key]
 
     def encode(self, prompt: str) -> list[int]:
@@ -152,7 +152,8 @@ class Engine:
 
     def begin_block(self, st: DecodeState, cfg: DecodeConfig, P: int, j: int, live: list[bool]) -> int:
         """Set up answer block j: canvas of mask tokens (pad beyond max_new_tokens), unresolved only
-        for live rows, cold residual (z = 0, a = 0), step counters zeroed. Returns its valid length."""
+        for live rows, cold residual (z = 0, a = 0), step counters zeroed, and the block's attention
+        mask / positions / slots, which its steps read. Returns its valid length."""
         L = cfg.block_len
         n_valid = min(L, cfg.max_new_tokens - j * L)
         dev = self.device
@@ -164,17 +165,26 @@ class Engine:
         st.z.zero_()
         st.a.zero_()
         st.steps.zero_()
+        prepare_block(st)
         return n_valid
+
+    def _clock(self) -> float:
+        """perf_counter once the device has finished its queued work: CUDA kernels run asynchronously,
+        so without the sync a timing would end when the work is launched, not when it is done.
+        Timing only, between blocks: never inside the step loop."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
 
     @torch.no_grad()
     def run(self, prompt_ids: list[list[int]], cfg: DecodeConfig | None = None, *, trace: bool = False,
             seeds: list[int] | None = None, step_events: bool = False) -> Iterator[dict]:
         cfg = (cfg or DecodeConfig()).validate()
-        t0 = time.perf_counter()
+        t0 = self._clock()
         st, P = self.setup(prompt_ids, cfg, seeds)
         B, L = len(prompt_ids), cfg.block_len
         n_blocks = -(-cfg.max_new_tokens // L)
-        prefill_s = time.perf_counter() - t0
+        prefill_s = self._clock() - t0
 
         out_ids: list[list[int]] = [[] for _ in range(B)]
         finished, done_at = [False] * B, [0.0] * B
@@ -187,7 +197,7 @@ class Engine:
             while True:
                 if recorder is not None:  # traces need every step's state, so one step per host check
                     recorder.before(st)
-                    denoise_step(self.model, st, cfg, self.ids)
+                    denoise_step(self.model, st, cfg, self.ids, record=True)
                     recorder.after(st, j)
                     done = not bool(st.unresolved.any())
                     if step_events:
@@ -198,7 +208,7 @@ class Engine:
                     break
             block = st.canvas[:, :n_valid].cpu().tolist()
             steps = st.steps.cpu().tolist()
-            now = time.perf_counter() - t0
+            now = self._clock() - t0
             for b in range(B):
                 if not active_rows[b]:
                     continue
@@ -215,8 +225,9 @@ class Engine:
                    "text": [self.tokenizer.decode(o) for o in out_ids]}
             if all(finished) or j == n_blocks - 1:
                 break
-            # commit forward: the resolved canvas writes the block's clean K/V (an all-resolved step)
-            denoise_step(self.model, st, cfg, self.ids)
+            # commit forward: the resolved canvas writes the block's clean K/V (an all-resolved step),
+            # compiled / captured like the steps
+            self.runner.commit(st, cfg)
             for b in range(B):
                 if not finished[b]:
                     commits[b] += 1

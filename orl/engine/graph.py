@@ -4,6 +4,9 @@ All three run the same `run_chunk` on the same static buffers. A CUDA graph capt
 unrolled steps (finished rows are predicated no-ops inside it) and is replayed with one host check
 of "block done" between replays. The pinned torch cannot capture torch.while_loop / torch.cond as
 conditional graph nodes, so unrolled chunks are the practical design (DESIGN section 3).
+
+The commit forward between blocks is an all-resolved step, so it runs here too, as a chunk of one
+step: compiled or captured like the denoising steps (with chunk_steps=1 it is the very same graph).
 """
 from __future__ import annotations
 
@@ -48,6 +51,11 @@ class ChunkRunner:
             fn = self._compiled
         with torch.no_grad():
             return fn(self.model, st, cfg, self.ids)
+
+    def commit(self, st: DecodeState, cfg: DecodeConfig) -> None:
+        """The commit forward of a resolved block: one step (a no-op for the state, except that the
+        forward writes the block's clean K/V to the cache), not a chunk of cfg.chunk_steps forwards."""
+        self(st, cfg if cfg.chunk_steps == 1 else dataclasses.replace(cfg, chunk_steps=1))
 
     def forget(self, st: DecodeState) -> None:
         """Drop the graphs captured on an evicted state's buffers."""
