@@ -14,7 +14,7 @@ def tiny_orl() -> ORLConfig:
     return ORLConfig(base="checkpoints/orl-tiny-base", updates=240, prompts_per_update=16, group_size=4,
                      rollout=DecodeConfig(block_len=16, max_new_tokens=64, threshold=0.9, temperature=0.7,
                                           residual="adapter"),
-                     adapter_dim=128, lr=3e-4, adapter_lr=1e-3, eval_every=60, eval_samples=20, save_every=20,
+                     adapter_dim=128, lr=1e-4, adapter_lr=3e-4, eval_every=60, eval_samples=20, save_every=20,
                      weights=LossWeights(lambda_aec=1.0, rho=0.25, lambda_kl=0.1, kl_cap=1.0))
 
 
