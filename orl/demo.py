@@ -29,7 +29,7 @@ def _score(engine: Engine, cfg: DecodeConfig, samples) -> dict:
 
 
 def run_demo(base: str | Path, orl: str | Path, per_task: int = 6,
-             threshold: float = 0.9, example: str = "sort:7,3,9,1,4=", out=sys.stdout) -> dict:
+             threshold: float = 0.9, example: str | None = None, out=sys.stdout) -> dict:
     from orl.checkpoint import load_checkpoint
 
     models = {"base": Path(base)}
@@ -38,6 +38,7 @@ def run_demo(base: str | Path, orl: str | Path, per_task: int = 6,
     else:
         print(f"(no ORL checkpoint at {orl}: showing the base model only)", file=out)
     samples = [get_task(t).sample("heldout", i) for t in task_names() for i in range(per_task)]
+    example = example or get_task("long").sample("heldout", 0).prompt  # held out, and spans 3 blocks
     rows, engines = {}, {}
     for name, path in models.items():
         model, tok, manifest = load_checkpoint(path)
