@@ -33,3 +33,14 @@ def test_base_checkpoint_manifest():
 def test_base_learned_its_strong_families(decode):
     # measured: sort 77.5-77.5%, long 90-80% on 40 held-out each (conservative / threshold 0.9)
     assert accuracy(ROOT / "orl-tiny-base", ("sort", "long"), 15, **decode) >= 0.6
+
+
+def test_demo_main_job_runs():
+    """The README's main job: `orl demo` on the shipped checkpoints."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "orl.cli", "demo", "--per-task", "1"], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "ORL / base: TPF x" in out.stdout and "step by step" in out.stdout
