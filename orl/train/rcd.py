@@ -22,11 +22,12 @@ from orl.model.residual import residual_state
 from orl.train.batches import diffusion_batch, weighted_ce
 from orl.train.heldout import heldout_eval, mean_over_tasks
 from orl.train.rollout import collect, rollout_stats, sample_prompts
-from orl.train.trainer import TRAIN_STATE, ORLConfig, _jsonable, clip, make_optimizer
+from orl.train.pretrain import TRAIN_STATE
+from orl.train.trainer import ORLConfig, clip, make_optimizer, save_update
 
 
 def train_rcd(cfg: ORLConfig, out: str | Path, resume: bool = True, log=print) -> None:
-    from orl.checkpoint import load_checkpoint, save_checkpoint
+    from orl.checkpoint import load_checkpoint
 
     out = Path(out)
     if cfg.threads:
@@ -88,10 +89,4 @@ def train_rcd(cfg: ORLConfig, out: str | Path, resume: bool = True, log=print) -
         with open(log_path, "a") as f:
             f.write(json.dumps(rec) + "\n")
         if done % cfg.save_every == 0 or done == cfg.updates:
-            model.eval()
-            save_checkpoint(model, tok, out, {
-                "block_len": block_len, "residual_mode": "rcd",
-                "recipe": {"name": "rcd", "config": _jsonable(cfg.to_dict()), "update": done, "base": cfg.base,
-                           "generated_tokens": gen_tokens}},
-                extra_files={TRAIN_STATE: {"update": done, "optimizer": opt.state_dict(),
-                                           "generated_tokens": gen_tokens}})
+            save_update(out, model, tok, opt, cfg, "rcd", "rcd", block_len, done, gen_tokens)

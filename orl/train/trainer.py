@@ -21,10 +21,10 @@ from orl.model.args import ModelArgs
 from orl.model.model import Transformer
 from orl.train.heldout import heldout_eval, mean_over_tasks
 from orl.train.objective import LossWeights, orl_loss
+from orl.train.pretrain import TRAIN_STATE
 from orl.train.replay import build_batch, make_unit, pack
 from orl.train.rollout import collect, rollout_stats, sample_prompts
 
-TRAIN_STATE = "trainer_state.pt"
 
 
 @dataclass
@@ -90,7 +90,7 @@ def clip(model: Transformer, cfg: ORLConfig) -> None:
 
 
 def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, log=print) -> Transformer:
-    from orl.checkpoint import load_checkpoint, save_checkpoint
+    from orl.checkpoint import load_checkpoint
 
     out = Path(out)
     if cfg.threads:
@@ -153,16 +153,20 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, log=print) -
         with open(log_path, "a") as f:
             f.write(json.dumps(rec) + "\n")
         if done % cfg.save_every == 0 or done == cfg.updates:
-            model.eval()
-            save_checkpoint(model, tok, out, {
-                "block_len": block_len, "residual_mode": rollout_cfg.residual,
-                "recipe": {"name": "orl", "config": _jsonable(cfg.to_dict()), "update": done, "base": cfg.base,
-                           "generated_tokens": gen_tokens}},
-                extra_files={TRAIN_STATE: {"update": done, "optimizer": opt.state_dict(),
-                                           "generated_tokens": gen_tokens}})
+            save_update(out, model, tok, opt, cfg, "orl", rollout_cfg.residual, block_len, done, gen_tokens)
     model.eval()
     return model
 
 
-def _jsonable(d):
-    return json.loads(json.dumps(d, default=str))
+def save_update(out: Path, model: Transformer, tok, opt: torch.optim.Optimizer, cfg: ORLConfig, recipe: str,
+                residual: str, block_len: int, update: int, gen_tokens: int) -> None:
+    """Atomic checkpoint + trainer state (optimizer, update, token budget) for exact resume."""
+    from orl.checkpoint import save_checkpoint
+
+    model.eval()
+    config = json.loads(json.dumps(cfg.to_dict(), default=str))
+    save_checkpoint(model, tok, out, {
+        "block_len": block_len, "residual_mode": residual,
+        "recipe": {"name": recipe, "config": config, "update": update, "base": cfg.base,
+                   "generated_tokens": gen_tokens}},
+        extra_files={TRAIN_STATE: {"update": update, "optimizer": opt.state_dict(), "generated_tokens": gen_tokens}})
