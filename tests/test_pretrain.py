@@ -87,3 +87,43 @@ def test_resume_is_exact(tmp_path, monkeypatch):
 
     a, b = by_step(tmp_path / "a.log.jsonl"), by_step(tmp_path / "b.log.jsonl")
     assert len(a) == 12 and a == b
+
+
+def test_micro_batches_follow_the_mix():
+    from orl.train.pretrain import make_batches
+
+    cfg = small_cfg(tasks=("add", "long", "sort"), mix=(5, 0, 2))
+    ar = make_batches(cfg, TOK, 0)
+    assert [b.tokens.shape[0] for b in ar] == [5, 2]
+    # an add row is ~11 tokens: padding to the family's own longest row, not to a `long` row
+    assert ar[0].tokens.shape[1] <= 12
+    diff = make_batches(cfg, TOK, cfg.ar_steps)
+    assert [b.tokens.shape[0] for b in diff] == [5, 2] and diff[0].tokens.shape[1] == 8 + 8 + 8
+    # batch_size spread evenly when no mix is given
+    assert small_cfg(tasks=("add", "sort", "prog"), batch_size=8).samples_per_task == (3, 3, 2)
+
+
+def test_mix_is_validated():
+    import pytest
+
+    for bad in [(1, 2), (1, -1, 1, 1, 1), (0, 0, 0, 0, 0)]:
+        with pytest.raises(ValueError, match="mix"):
+            small_cfg(mix=bad)
+
+
+def test_micro_batch_loss_is_the_mean_over_all_positions():
+    """Splitting a batch into per-family micro-batches must not change the loss being optimised."""
+    from orl.model.model import Transformer
+    from orl.train.batches import weighted_ce
+    from orl.train.pretrain import make_batches, make_optimizer, train_step
+
+    cfg = small_cfg(tasks=("add", "prog"), mix=(3, 3))
+    torch.manual_seed(0)
+    model = Transformer(cfg.model)
+    batches = make_batches(cfg, TOK, 0)
+    with torch.no_grad():
+        ce = [weighted_ce(model(b.tokens, b.pos, b.mask), b) for b in batches]
+    w = [b.weight.sum() for b in batches]
+    expected = float(sum(c * x for c, x in zip(ce, w)) / sum(w))
+    got = train_step(model, make_optimizer(model, cfg), batches, cfg, lr=0.0)
+    assert abs(got - expected) < 1e-5
