@@ -127,3 +127,27 @@ def test_micro_batch_loss_is_the_mean_over_all_positions():
     expected = float(sum(c * x for c, x in zip(ce, w)) / sum(w))
     got = train_step(model, make_optimizer(model, cfg), batches, cfg, lr=0.0)
     assert abs(got - expected) < 1e-5
+
+
+def test_stage2_lr_and_ar_peer_schedule():
+    from orl.train.pretrain import lr_at, make_batches, stage_of
+
+    cfg = small_cfg(ar_steps=10, diffusion_steps=10, warmup=2, lr=1e-2, stage2_lr=1e-3)
+    assert lr_at(cfg, 1) == 1e-2 and lr_at(cfg, 11) == 1e-3  # both stages peak after their warm-up
+    peer = small_cfg(ar_steps=10, diffusion_steps=10, warmup=2, lr=1e-2, stage2_lr=1e-3, convert=False)
+    assert [stage_of(peer, s) for s in (9, 10)] == ["ar", "ar2"] and lr_at(peer, 11) == lr_at(cfg, 11)
+    # the peer sees the same samples as the dLLM in stage 2, as causal rows
+    d, a = make_batches(cfg, TOK, 12), make_batches(peer, TOK, 12)
+    assert [b.tokens.shape[0] for b in d] == [b.tokens.shape[0] for b in a]
+    assert all(b.mask.shape[-1] == b.tokens.shape[1] for b in a) and all((b.tokens != TOK.mask_id).all() for b in a)
+
+
+def test_ar_peer_preset_matches_the_base_recipe():
+    from dataclasses import asdict
+
+    from orl.presets import get_preset
+
+    base, peer = asdict(get_preset("pretrain", "tiny_base")), asdict(get_preset("pretrain", "tiny_ar"))
+    diff = {k for k in base if base[k] != peer[k]}
+    assert diff == {"model", "convert"}
+    assert {k for k in base["model"] if base["model"][k] != peer["model"][k]} == {"learned_pos"}

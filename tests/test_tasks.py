@@ -112,7 +112,7 @@ def test_constr_verifier_matches_brute_force_and_references_vary():
 
 
 @pytest.mark.parametrize("src,value", [
-    ("a=3;b=a+4;a=b*2;a?", 14),
+    ("a=3;b=a+4;a=b*2;a?", 14),  # the interpreter keeps * even though the default generator leaves it out
     ("a=3;b=a+4;a=b*2;b?", 7),
     ("a=2+3*4;a?", 14),
     ("a=9-2-3;a?", 4),
@@ -232,3 +232,12 @@ def test_knobs_change_difficulty_and_are_validated():
                 lambda: Prog(ops="/"), lambda: Constr(variants=("xor",)), lambda: Long(n_digits=0)):
         with pytest.raises(ValueError):
             bad()
+
+
+def test_add_operands_are_zero_padded_and_prog_default_has_no_products():
+    rng = random.Random(0)
+    for _ in range(50):
+        prompt, answer = Add().generate(rng)
+        assert len(prompt) == 8 and prompt[3] in "+-" and Add().verify(prompt, answer)
+        assert "*" not in Prog().generate(rng)[0]
+    assert Add().verify("085-347=", "262-") and Add().verify("85-347=", "262-")

@@ -1,6 +1,8 @@
 """Base-model presets for the tiny character-level dLLM."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from orl.model.args import ModelArgs
 from orl.train.pretrain import PretrainConfig
 
@@ -12,10 +14,22 @@ def tiny_model() -> ModelArgs:
                      qk_norm=True, tie_embeddings=True, max_seq_len=160, learned_pos=True)
 
 
+# Samples per step of add / sort / prog / constr / long. The families a small model finds hard (carries,
+# program values, constraint planning) get most of the batch; sort and long are learned from few.
+MIX = (20, 8, 16, 16, 4)
+
+
 def tiny_base() -> PretrainConfig:
     """The shipped checkpoints/orl-tiny-base: AR stage, then block diffusion (block 16)."""
-    return PretrainConfig(model=tiny_model(), block_len=16, ar_steps=1400, diffusion_steps=1400, batch_size=64,
-                          lr=3e-3, warmup=100, eval_every=350, save_every=100, bf16=False)
+    return PretrainConfig(model=tiny_model(), block_len=16, ar_steps=3000, diffusion_steps=3500, mix=MIX,
+                          lr=3e-3, stage2_lr=1e-3, warmup=100, eval_every=500, save_every=250, bf16=False)
+
+
+def tiny_ar() -> PretrainConfig:
+    """The shipped checkpoints/orl-tiny-ar: the AR peer of orl-tiny-base. Same layers and widths, same
+    samples, steps and lr schedule; stage 2 stays autoregressive, and without the learned position table
+    (1.3% of the weights) it exports to the HF Qwen3 layout."""
+    return replace(tiny_base(), model=replace(tiny_model(), learned_pos=False), convert=False)
 
 
 def smoke_base() -> PretrainConfig:

@@ -31,7 +31,9 @@ class PretrainConfig:
     tasks: tuple[str, ...] = ("add", "sort", "prog", "constr", "long")
     block_len: int = 16
     ar_steps: int = 1000          # stage 1: causal LM
-    diffusion_steps: int = 1000   # stage 2: block diffusion
+    diffusion_steps: int = 1000   # stage 2: block diffusion (or more AR when convert is False)
+    convert: bool = True          # False: stage 2 stays autoregressive - the AR peer on the same data and schedule
+    stage2_lr: float = 0.0        # peak lr of stage 2 (0: same as lr); the conversion starts from trained weights
     batch_size: int = 64          # samples per step, split evenly over tasks unless `mix` is given
     mix: tuple[int, ...] = ()     # samples per step of each task (aligned with `tasks`)
     noisy_copies: int = 1         # noisy states of every block per row (clean context reused)
@@ -69,11 +71,20 @@ class PretrainConfig:
 def lr_at(cfg: PretrainConfig, step: int) -> float:
     """Warm-up then cosine, restarted at the start of each stage (the conversion is a new task)."""
     stage_start, stage_len = (0, cfg.ar_steps) if step < cfg.ar_steps else (cfg.ar_steps, cfg.diffusion_steps)
+    peak = cfg.stage2_lr if step >= cfg.ar_steps and cfg.stage2_lr > 0 else cfg.lr
     s = step - stage_start
     if s < cfg.warmup:
-        return cfg.lr * (s + 1) / cfg.warmup
+        return peak * (s + 1) / cfg.warmup
     frac = (s - cfg.warmup) / max(1, stage_len - cfg.warmup)
-    return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+    return peak * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+
+
+def active_tasks(cfg: PretrainConfig) -> list[str]:
+    return [name for name, n in zip(cfg.tasks, cfg.samples_per_task) if n > 0]
+
+
+def stage_of(cfg: PretrainConfig, step: int) -> str:
+    return "ar" if step < cfg.ar_steps else "diffusion" if cfg.convert else "ar2"
 
 
 def make_batches(cfg: PretrainConfig, tok, step: int) -> list[Batch]:
@@ -85,11 +96,11 @@ def make_batches(cfg: PretrainConfig, tok, step: int) -> list[Batch]:
     batches = []
     for name, n in zip(cfg.tasks, cfg.samples_per_task):
         if n == 0:
-            continue
+            continue  # the task is off in this preset
         task = get_task(name)
         samples = [task.sample("train", rng.randrange(1 << 30)) for _ in range(n)]
         pairs = [(tok.encode(s.prompt), tok.encode(s.answer)) for s in samples]
-        if step < cfg.ar_steps:
+        if stage_of(cfg, step) != "diffusion":
             batches.append(ar_batch(pairs, tok.pad_id, tok.eos_id))
         else:
             batches.append(diffusion_batch(pairs, cfg.block_len, ids, gen, cfg.noisy_copies))
@@ -104,8 +115,9 @@ def make_optimizer(model: Transformer, cfg: PretrainConfig) -> torch.optim.Optim
 
 
 def train_step(model: Transformer, opt: torch.optim.Optimizer, batches: list[Batch], cfg: PretrainConfig,
-               lr: float) -> float:
-    """One optimizer step over the micro-batches: the weighted mean loss over all of their positions."""
+               lr: float, parts: list | None = None) -> float:
+    """One optimizer step over the micro-batches: the weighted mean loss over all of their positions.
+    `parts` (if given) receives each micro-batch's own mean loss."""
     for g in opt.param_groups:
         g["lr"] = lr
     total_w = sum(b.weight.sum() for b in batches).clamp(min=1e-6)
@@ -114,9 +126,11 @@ def train_step(model: Transformer, opt: torch.optim.Optimizer, batches: list[Bat
     for batch in batches:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
             logits = model(batch.tokens, batch.pos, batch.mask)
-        part = weighted_ce(logits, batch) * (batch.weight.sum() / total_w)
-        part.backward()
-        loss += part.detach()
+        ce = weighted_ce(logits, batch)
+        (ce * (batch.weight.sum() / total_w)).backward()
+        loss += ce.detach() * (batch.weight.sum() / total_w)
+        if parts is not None:
+            parts.append(ce.detach())
     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     opt.step()
     return float(loss)  # logging only: one sync per optimizer step, outside any decode loop
@@ -126,6 +140,7 @@ def save(out: Path, model, tok, opt, cfg: PretrainConfig, step: int, extra: dict
     from orl.checkpoint import save_checkpoint
 
     manifest = {"block_len": cfg.block_len, "residual_mode": "off",
+                "objective": "block_diffusion" if cfg.convert and step > cfg.ar_steps else "autoregressive",
                 "recipe": {"name": "pretrain", "config": cfg.to_dict(), "step": step, **extra}}
     state = {"step": step, "optimizer": opt.state_dict(), "config": cfg.to_dict()}
     save_checkpoint(model, tok, out, manifest, extra_files={TRAIN_STATE: state})
@@ -160,10 +175,12 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, log=prin
     t_last, tokens = time.perf_counter(), 0
     for step in bar:
         batches = make_batches(cfg, tok, step)
-        loss = train_step(model, opt, batches, cfg, lr_at(cfg, step))
+        parts: list = []
+        loss = train_step(model, opt, batches, cfg, lr_at(cfg, step), parts)
         tokens += sum(b.n_tokens for b in batches)
-        stage = "ar" if step < cfg.ar_steps else "diffusion"
-        rec = {"step": step + 1, "stage": stage, "loss": round(loss, 5), "lr": lr_at(cfg, step)}
+        stage = stage_of(cfg, step)
+        rec = {"step": step + 1, "stage": stage, "loss": round(loss, 5), "lr": lr_at(cfg, step),
+               "task_loss": {n: round(float(x), 4) for n, x in zip(active_tasks(cfg), parts)}}
         done = step + 1
         if done % 10 == 0:
             dt = time.perf_counter() - t_last

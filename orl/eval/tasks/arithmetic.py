@@ -1,11 +1,16 @@
 """`add`: addition and subtraction of 2-3 digit numbers, answer written backwards.
 
-Format: prompt "347+85=" (or "85-347="), answer = the decimal result reversed character by character,
-i.e. least-significant digit first, with a minus sign (if any) last:
-    347+85=  -> 432 -> "234"
-    85-347=  -> -262 -> "262-"
+Format: prompt "347+085=" (or "085-347="; operands zero-padded to max_digits), answer = the decimal
+result reversed character by character, i.e. least-significant digit first, with a minus sign (if any)
+last:
+    347+085=  -> 432 -> "234"
+    085-347=  -> -262 -> "262-"
 The verifier reverses the output, parses it as a canonical integer (no leading zeros, so no trailing
 zeros in the reversed form) and compares it with the result computed from the prompt.
+
+Why zero-padded operands: digit k of both operands then sits at a fixed offset from the start of the
+prompt, so a small model spends its capacity on carries rather than on aligning numbers of different
+lengths (our first 2.4M base, trained on unpadded operands, solved 17% after 18k addition samples).
 
 Why least-significant first: a carry (or borrow) flows from low digits to high digits, so in reversed
 order every answer digit depends only on the prompt and on digits to its LEFT. A left-to-right decoder
@@ -29,7 +34,7 @@ _PROMPT = re.compile(r"([0-9]+)([+-])([0-9]+)=")
 
 class Add(Task):
     name = "add"
-    description = "a+b= or a-b= with 2-3 digit operands; answer is the result written backwards"
+    description = "a+b= or a-b= with 2-3 digit zero-padded operands; answer is the result written backwards"
     why_parallel_is_hard = ("each answer digit depends on the carry from all lower digits, and the length and "
                             "sign depend on the whole result")
 
@@ -45,7 +50,8 @@ class Add(Task):
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
         a, op, b = self._operand(rng), rng.choice(self.ops), self._operand(rng)
-        prompt = f"{a}{op}{b}="
+        w = self.max_digits
+        prompt = f"{a:0{w}d}{op}{b:0{w}d}="
         return prompt, str(_evaluate(prompt))[::-1]
 
     def canonical(self, prompt: str) -> str:

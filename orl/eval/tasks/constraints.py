@@ -33,7 +33,7 @@ class Constr(Task):
     why_parallel_is_hard = ("many answers are valid but positions are coupled by distinctness, sum, count and "
                             "neighbour constraints; independently sampled positions mix incompatible answers")
 
-    def __init__(self, min_digits: int = 3, max_digits: int = 5, min_word: int = 5, max_word: int = 8,
+    def __init__(self, min_digits: int = 3, max_digits: int = 4, min_word: int = 4, max_word: int = 7,
                  alphabet: str = "abc", variants: tuple[str, ...] = VARIANTS):
         if not 1 <= min_digits <= max_digits <= 10 or not 2 <= min_word <= max_word:
             raise ValueError("need 1 <= min_digits <= max_digits <= 10 and 2 <= min_word <= max_word")

@@ -2,11 +2,13 @@
 
 Format: prompt = assignments separated by ';' then "<var>?", answer = the value in plain decimal
 (leading '-' if negative):
-    a=3;b=a+4;a=b*2;a?  -> "14"
-    c=2;b=c-7;b?        -> "-5"
+    a=3;b=a+4;a=b-9;a?  -> "-2"
+    c=2;b=c+c;c=b+7;c?  -> "11"
 Generated programs have 2-3 assignments over variables a, b, c: the first assigns a literal 0-9, each
-later one applies + - or * to a defined variable and a variable or literal; every intermediate value
-stays within [-99, 99]. The verifier runs the program with `run_program`, a small interpreter (the
+later one applies + or - to a defined variable and a variable or literal; every intermediate value
+stays within [-99, 99]. `ops="+-*"` adds products (and the interpreter always understands `*`), but
+the default leaves them out so that a tiny model's budget goes to tracking the variables (what makes
+this family interesting for parallel decoding) rather than to a multiplication table up to 99. The verifier runs the program with `run_program`, a small interpreter (the
 usual precedence, * over + and -, left-associative) that never calls eval/exec.
 
 Why parallel decoding is non-trivial: the answer's digits are jointly determined by one hidden value
@@ -90,12 +92,12 @@ def evaluate(expr: str, env: dict[str, int]) -> int:
 
 class Prog(Task):
     name = "prog"
-    description = "straight-line program a=3;b=a+4;a=b*2;a? ; answer is the printed value"
+    description = "straight-line program a=3;b=a+4;a=b-9;a? ; answer is the printed value"
     why_parallel_is_hard = ("all answer digits, the sign and the length come from one value that needs the "
                             "whole program executed in order")
 
     def __init__(self, min_assign: int = 2, max_assign: int = 3, variables: str = "abc",
-                 max_literal: int = 9, max_abs: int = 99, ops: str = "+-*"):
+                 max_literal: int = 9, max_abs: int = 99, ops: str = "+-"):
         if (not 1 <= min_assign <= max_assign or not variables or set(variables) - set(string.ascii_lowercase)
                 or not ops or set(ops) - set("+-*") or max_abs < max_literal):
             raise ValueError("bad prog knobs: need 1 <= min_assign <= max_assign, lowercase variables, "
