@@ -68,8 +68,14 @@ def test_aup_by_hand():
 
 
 def _rec(pid: str, task: str, verdict: bool, tpf: float, tps: float, total: float, steps: list[int], batch=1) -> dict:
-    return {"prompt_id": pid, "task": task, "verdict": verdict, "tpf": tpf, "block_steps": steps,
+    return {"prompt_id": pid, "task": task, "verdict": verdict, "tpf": tpf, "block_steps": steps, "n_tokens": 6,
             "timing": {"tokens_per_s": tps, "total_s": total}, "batch_size": batch}
+
+
+def test_tpf_ceiling():
+    assert metrics.tpf_ceiling(4, 1) == 4.0 and metrics.tpf_ceiling(40, 3) == 8.0
+    with pytest.raises(ValueError, match="block"):
+        metrics.tpf_ceiling(4, 0)
 
 
 def test_summarize_groups_and_pass_at_k():
@@ -86,4 +92,6 @@ def test_summarize_groups_and_pass_at_k():
     assert a["tokens_per_s_median"] == pytest.approx(25.0)
     assert a["latency_p50_s"] == pytest.approx(2.5) and a["latency_p90_s"] == pytest.approx(3.7)
     assert a["steps_per_block"] == pytest.approx(12 / 5)  # over all 5 blocks, not per record
+    # 6 tokens: 2 blocks -> at best 1 + 1 denoise and 1 commit forward = 2.0; 1 block -> 6.0
+    assert a["tpf_ceiling"] == pytest.approx((2.0 + 6.0 * 3) / 4)
     assert b["n"] == 1 and b["accuracy"] == 1.0 and "pass@1" not in b and b["batch_size"] == "4"

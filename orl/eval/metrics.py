@@ -33,6 +33,14 @@ def tpf(n_tokens: int, denoise_forwards: int, commit_forwards: int) -> float:
     return n_tokens / forwards
 
 
+def tpf_ceiling(n_tokens: int, n_blocks: int) -> float:
+    """The highest TPF any block decoder can reach on this output: one denoising forward per block and
+    one commit forward between blocks (DESIGN section 5). Short answers cap the possible speed-up."""
+    if n_blocks <= 0:
+        raise ValueError(f"TPF ceiling needs at least one block, got {n_blocks}")
+    return n_tokens / (2 * n_blocks - 1)
+
+
 def tokens_per_s(n_tokens: int, seconds: float) -> float:
     if seconds <= 0:
         raise ValueError(f"tokens/s needs a positive wall time, got {seconds}")
@@ -97,8 +105,9 @@ def summarize(records: Iterable[dict], keys: Sequence[str],
               key_of: Callable[[dict, str], object] | None = None) -> list[dict]:
     """One row per group of records (grouped by `keys`, looked up with key_of(record, key) or
     record[key]): n samples, accuracy, pass@k (k up to the smallest samples-per-prompt count),
-    means of the stored per-sample TPF and tokens/s, median tokens/s, latency percentiles, mean
-    steps per block over all blocks, and the batch sizes the timings were taken at."""
+    means of the stored per-sample TPF, of its ceiling (tpf_ceiling) and of tokens/s, median tokens/s,
+    latency percentiles, mean steps per block over all blocks, and the batch sizes the timings were
+    taken at."""
     get = key_of or (lambda r, k: r[k])
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in records:
@@ -117,7 +126,9 @@ def summarize(records: Iterable[dict], keys: Sequence[str],
         row.update(n=len(recs), n_prompts=len(per_prompt), accuracy=accuracy([r["verdict"] for r in recs]))
         for k in (k for k in PASS_KS if k <= n_min and (k > 1 or n_min > 1)):
             row[f"pass@{k}"] = mean([pass_at_k(len(v), sum(v), k) for v in per_prompt.values()])
-        row.update(tpf=mean([r["tpf"] for r in recs]), tokens_per_s=mean(speeds),
+        ceilings = [tpf_ceiling(r["n_tokens"], len(r["block_steps"])) for r in recs if r["block_steps"]]
+        row.update(tpf=mean([r["tpf"] for r in recs]), tpf_ceiling=mean(ceilings) if ceilings else float("nan"),
+                   tokens_per_s=mean(speeds),
                    tokens_per_s_median=percentile(speeds, 50))
         row.update({f"latency_p{q}_s": percentile(latency, q) for q in LATENCY_QUANTILES})
         row["steps_per_block"] = mean(steps) if steps else float("nan")

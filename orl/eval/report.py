@@ -26,7 +26,7 @@ from orl.eval.records import group_value, read_records
 CURVE = ("model", "decoder")
 TASK_ROWS = (*CURVE, "task", "threshold")
 POOLED = "all"
-SHOWN = ("n", "accuracy", "tpf", "tokens_per_s", "tokens_per_s_median", "latency_p50_s", "latency_p90_s",
+SHOWN = ("n", "accuracy", "tpf", "tpf_ceiling", "tokens_per_s", "tokens_per_s_median", "latency_p50_s", "latency_p90_s",
          "steps_per_block", "batch_size")
 
 
@@ -99,7 +99,7 @@ def eval_summary(records: list[dict]) -> str:
     """The table `orl eval` prints: per task and threshold of each model/decoder."""
     rows = summarize(records, TASK_ROWS)
     cols = [*TASK_ROWS, "n", "accuracy"] + [c for c in _columns(rows) if c.startswith("pass@")] + \
-        ["tpf", "tokens_per_s", "steps_per_block", "batch_size"]
+        ["tpf", "tpf_ceiling", "tokens_per_s", "steps_per_block", "batch_size"]
     return text_table(rows, cols)
 
 
