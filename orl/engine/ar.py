@@ -26,6 +26,7 @@ from orl.engine.commit import hash_uniform
 from orl.engine.engine import Generation
 from orl.model.kv_cache import KVCache
 from orl.model.masks import see_self_if_blind
+from orl.engine.loaded import LoadedModel
 from orl.model.model import Transformer
 
 
@@ -84,7 +85,7 @@ def ar_step(model: Transformer, st: ARState, temperature: float, eos_id: int) ->
     st.step.add_(1)
 
 
-class ARDecoder:
+class ARDecoder(LoadedModel):
     def __init__(self, model: Transformer, tokenizer, max_len: int | None = None):
         if tokenizer.eos_id is None:
             raise ValueError("the tokenizer has no EOS token; AR decoding needs one to stop")
@@ -95,17 +96,6 @@ class ARDecoder:
         self.max_len = max_len or model.args.max_seq_len
         self._states: dict[int, ARState] = {}
         self._compiled = None
-
-    @classmethod
-    def from_checkpoint(cls, directory, device: str = "cpu", dtype: torch.dtype | None = None) -> "ARDecoder":
-        from orl.checkpoint import load_checkpoint
-
-        model, tokenizer, _ = load_checkpoint(directory, device=device, dtype=dtype)
-        return cls(model, tokenizer)
-
-    @property
-    def device(self) -> torch.device:
-        return self.model.lm_head.weight.device
 
     def state(self, batch: int) -> ARState:
         if batch not in self._states:

@@ -12,6 +12,7 @@ import torch
 from orl.engine.config import DecodeConfig
 from orl.engine.decode import DecodeState, denoise_step, prefill, prepare_block, special_ids
 from orl.engine.graph import ChunkRunner
+from orl.engine.loaded import LoadedModel
 from orl.engine.trace import StepRecord, TraceRecorder
 from orl.model.model import Transformer
 
@@ -50,7 +51,7 @@ class Generation:
         return self.n_tokens / self.total_s if self.total_s > 0 else 0.0
 
 
-class Engine:
+class Engine(LoadedModel):
     def __init__(self, model: Transformer, tokenizer, max_len: int | None = None):
         for name in ("mask_id", "eos_id", "pad_id"):
             if getattr(tokenizer, name, None) is None:
@@ -62,17 +63,6 @@ class Engine:
         self.ids = special_ids(tokenizer, model.args.vocab_size)
         self.runner = ChunkRunner(model, self.ids)
         self._states: OrderedDict[tuple[int, int], DecodeState] = OrderedDict()
-
-    @classmethod
-    def from_checkpoint(cls, directory, device: str = "cpu", dtype: torch.dtype | None = None) -> "Engine":
-        from orl.checkpoint import load_checkpoint
-
-        model, tokenizer, _ = load_checkpoint(directory, device=device, dtype=dtype)
-        return cls(model, tokenizer)
-
-    @property
-    def device(self) -> torch.device:
-        return self.model.lm_head.weight.device
 
     def state(self, batch: int, block_len: int) -> DecodeState:
         """Static buffers per (batch, block length), allocated once and reused by every request.
