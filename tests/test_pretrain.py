@@ -151,3 +151,16 @@ def test_ar_peer_preset_matches_the_base_recipe():
     diff = {k for k in base if base[k] != peer[k]}
     assert diff == {"model", "convert"}
     assert {k for k in base["model"] if base["model"][k] != peer["model"][k]} == {"learned_pos"}
+
+
+def test_ar_aux_adds_weighted_causal_rows_in_stage2():
+    from orl.train.pretrain import make_batches
+
+    cfg = small_cfg(tasks=("add", "sort"), mix=(3, 2), ar_aux=0.5)
+    assert len(make_batches(cfg, TOK, 0)) == 2                # stage 1: AR rows only
+    d = make_batches(cfg, TOK, cfg.ar_steps)
+    assert len(d) == 4
+    plain = make_batches(small_cfg(tasks=("add", "sort"), mix=(3, 2)), TOK, cfg.ar_steps)
+    assert all(torch.equal(x.tokens, y.tokens) for x, y in zip(d[:2], plain))  # same diffusion rows
+    ar = make_batches(small_cfg(tasks=("add", "sort"), mix=(3, 2), ar_steps=100), TOK, cfg.ar_steps)
+    assert torch.equal(d[2].tokens, ar[0].tokens) and torch.equal(d[2].weight, 0.5 * ar[0].weight)

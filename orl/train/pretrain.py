@@ -34,6 +34,7 @@ class PretrainConfig:
     diffusion_steps: int = 1000   # stage 2: block diffusion (or more AR when convert is False)
     convert: bool = True          # False: stage 2 stays autoregressive - the AR peer on the same data and schedule
     stage2_lr: float = 0.0        # peak lr of stage 2 (0: same as lr); the conversion starts from trained weights
+    ar_aux: float = 0.0           # stage 2: weight of a next-token loss on the same samples (keeps the AR skills)
     batch_size: int = 64          # samples per step, split evenly over tasks unless `mix` is given
     mix: tuple[int, ...] = ()     # samples per step of each task (aligned with `tasks`)
     noisy_copies: int = 1         # noisy states of every block per row (clean context reused)
@@ -93,7 +94,7 @@ def make_batches(cfg: PretrainConfig, tok, step: int) -> list[Batch]:
     rng = random.Random(f"pretrain|{cfg.seed}|{step}")
     ids = special_ids(tok, cfg.model.vocab_size)
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-    batches = []
+    batches, aux = [], []
     for name, n in zip(cfg.tasks, cfg.samples_per_task):
         if n == 0:
             continue  # the task is off in this preset
@@ -104,7 +105,11 @@ def make_batches(cfg: PretrainConfig, tok, step: int) -> list[Batch]:
             batches.append(ar_batch(pairs, tok.pad_id, tok.eos_id))
         else:
             batches.append(diffusion_batch(pairs, cfg.block_len, ids, gen, cfg.noisy_copies))
-    return batches
+            if cfg.ar_aux > 0:
+                b = ar_batch(pairs, tok.pad_id, tok.eos_id)
+                b.weight *= cfg.ar_aux
+                aux.append(b)
+    return batches + aux  # auxiliary rows last: the first len(active_tasks) entries are the tasks' own
 
 
 def make_optimizer(model: Transformer, cfg: PretrainConfig) -> torch.optim.Optimizer:
@@ -181,6 +186,8 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, log=prin
         stage = stage_of(cfg, step)
         rec = {"step": step + 1, "stage": stage, "loss": round(loss, 5), "lr": lr_at(cfg, step),
                "task_loss": {n: round(float(x), 4) for n, x in zip(active_tasks(cfg), parts)}}
+        if len(parts) > len(active_tasks(cfg)):
+            rec["ar_aux_loss"] = {n: round(float(x), 4) for n, x in zip(active_tasks(cfg), parts[len(active_tasks(cfg)):])}
         done = step + 1
         if done % 10 == 0:
             dt = time.perf_counter() - t_last
