@@ -87,6 +87,7 @@ def test_resume_is_exact(tmp_path, monkeypatch):
 
     a, b = by_step(tmp_path / "a.log.jsonl"), by_step(tmp_path / "b.log.jsonl")
     assert len(a) == 12 and a == b
+    assert (tmp_path / "a-stage1" / "trainer_state.pt").exists()  # the end of stage 1 is kept
 
 
 def test_micro_batches_follow_the_mix():

@@ -203,6 +203,9 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, log=prin
             f.write(json.dumps(rec) + "\n")
         if done % cfg.save_every == 0 or done == cfg.total_steps:
             save(out, model, tok, opt, cfg, done, {"eval": rec.get("eval")})
+        if done == cfg.ar_steps and cfg.diffusion_steps > 0:
+            # The end of stage 1 is a resumable branch point: other stage-2 recipes can start from it.
+            save(out.parent / f"{out.name}-stage1", model, tok, opt, cfg, done, {"eval": rec.get("eval")})
     model.eval()
     return model
 
