@@ -136,7 +136,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from orl.eval.report import build_report
 
-    print(build_report(args.records, args.out))
+    print(build_report(args.records, args.out, args.train_logs or []))
     return 0
 
 
@@ -251,6 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("report", help="tables, plots and report.html from evaluation records")
     s.add_argument("records", nargs="+", help="records JSONL files")
     s.add_argument("--out", required=True, help="output directory")
+    s.add_argument("--train-logs", nargs="+", metavar="LOG", help="post-training logs (*.log.jsonl): curves plot")
     s.set_defaults(func=cmd_report)
 
     s = sub.add_parser("bench", help="speed and accuracy of the dLLMs, baseline loops and AR peers: one table")

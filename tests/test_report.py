@@ -102,3 +102,27 @@ def test_eval_summary_lists_each_task_and_threshold():
     lines = eval_summary(fixture_records()).splitlines()
     assert len(lines) == 1 + len(CURVES) * len(TASKS)
     assert lines[0].split()[:6] == ["model", "decoder", "task", "threshold", "n", "accuracy"]
+
+
+def test_training_curves_from_trainer_logs(tmp_path):
+    import json
+
+    from orl.eval import curves
+
+    log = tmp_path / "orl-x.log.jsonl"
+    rows = [{"update": u, "rollout_reward": u / 10, "rollout_tpf": 2 + u / 10, "rollout_steps_per_block": 4 - u / 10,
+             "pred": 0.5, "aec": 0.01} for u in range(1, 11)]
+    log.write_text("\n".join(json.dumps(r) for r in rows) + '\n{"eval_only": 1}\n')
+    assert [r["update"] for r in curves.read_log(log)] == list(range(1, 11))
+    assert curves.smooth([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
+    recs = tmp_path / "r.jsonl"
+    with RecordWriter(recs) as w:
+        w.write(fixture_records())
+    build_report([recs], tmp_path / "rep", train_logs=[log])
+    png = (tmp_path / "rep" / "training_curves.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "training_curves.png" in (tmp_path / "rep" / "report.md").read_text()
+    empty = tmp_path / "empty.log.jsonl"
+    empty.write_text('{"step": 1}\n')
+    with pytest.raises(ValueError, match="no per-update records"):
+        curves.read_log(empty)

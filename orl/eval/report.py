@@ -4,7 +4,8 @@ evaluation records. Every number comes from orl.eval.metrics over the records' s
 Outputs in --out: summary.csv (per model, decoder, task, threshold), overall.csv (tasks pooled),
 aup.csv (one row per model/decoder curve and task; y_max = best accuracy of any curve on that task),
 accuracy_vs_tpf.png, accuracy_vs_tokens_per_s.png, tpf_per_task.png, steps_per_block.png,
-report.md (links the PNGs) and report.html (PNGs embedded as base64).
+training_curves.png when post-training logs are given (--train-logs, orl.eval.curves), report.md (links
+the PNGs) and report.html (PNGs embedded as base64).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from orl.eval import metrics
+from orl.eval.curves import plot_training_curves
 from orl.eval.records import group_value, read_records
 
 CURVE = ("model", "decoder")
@@ -174,7 +176,8 @@ PLOTS = {"accuracy_vs_tpf.png": "Accuracy vs TPF", "accuracy_vs_tokens_per_s.png
          "tpf_per_task.png": "TPF per task", "steps_per_block.png": "Steps per block"}
 
 
-def build_report(paths: list[str | os.PathLike], out: str | os.PathLike) -> Path:
+def build_report(paths: list[str | os.PathLike], out: str | os.PathLike,
+                 train_logs: list[str | os.PathLike] = ()) -> Path:
     records = read_records(paths)
     if not records:
         raise ValueError("the records files hold no records")
@@ -191,17 +194,21 @@ def build_report(paths: list[str | os.PathLike], out: str | os.PathLike) -> Path
     plot_accuracy(both, "tokens_per_s", "tokens/s", d / "accuracy_vs_tokens_per_s.png")
     plot_tpf_per_task(task_rows, d / "tpf_per_task.png")
     plot_steps_hist(records, d / "steps_per_block.png")
+    plots = dict(PLOTS)
+    if train_logs:
+        plot_training_curves(list(train_logs), d / "training_curves.png")
+        plots["training_curves.png"] = "Post-training curves"
 
-    sources = ", ".join(str(p) for p in paths)
+    sources = ", ".join(str(p) for p in [*paths, *train_logs])
     titles = {"summary": "Per task and threshold", "overall": "All tasks pooled", "aup": "AUP (accuracy under parallelism)"}
     md = [f"# Evaluation report\n\n{len(records)} records from {sources}. Definitions: DESIGN.md section 5 "
           "and orl/eval/metrics.py.\n"]
     md += [f"## {titles[n]}\n\n{markdown_table(rows)}\n" for n, rows in tables.items()]
-    md += [f"## {t}\n\n![{t}]({f})\n" for f, t in PLOTS.items()]
+    md += [f"## {t}\n\n![{t}]({f})\n" for f, t in plots.items()]
     (d / "report.md").write_text("\n".join(md))
 
     imgs = "".join(f"<h2>{t}</h2><img alt='{t}' src='data:image/png;base64,"
-                   f"{base64.b64encode((d / f).read_bytes()).decode()}'>" for f, t in PLOTS.items())
+                   f"{base64.b64encode((d / f).read_bytes()).decode()}'>" for f, t in plots.items())
     tabs = "".join(f"<h2>{titles[n]}</h2>{html_table(rows)}" for n, rows in tables.items())
     style = ("body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;font-size:13px}"
              "td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}img{max-width:100%}")
