@@ -31,8 +31,13 @@ def test_base_checkpoint_manifest():
 
 @pytest.mark.parametrize("decode", [{"rule": "topk"}, {"rule": "threshold", "threshold": 0.9}])
 def test_base_learned_its_strong_families(decode):
-    # measured: sort 77.5-77.5%, long 90-80% on 40 held-out each (conservative / threshold 0.9)
-    assert accuracy(ROOT / "orl-tiny-base", ("sort", "long"), 15, **decode) >= 0.6
+    # measured (docs/RESULTS.md, 40 held-out each): add 82.5%, sort 80% with conservative decoding
+    assert accuracy(ROOT / "orl-tiny-base", ("add", "sort"), 15, **decode) >= 0.6
+
+
+def test_base_mean_accuracy_over_all_families():
+    # measured: mean 57.5% over the five families (40 each, conservative decoding)
+    assert accuracy(ROOT / "orl-tiny-base", ("add", "sort", "prog", "constr", "long"), 10, rule="topk") >= 0.4
 
 
 def test_demo_main_job_runs():
