@@ -153,6 +153,16 @@ def _git_commit() -> str | None:
 
 # ---------------------------------------------------------------- load
 
+def require_objective(manifest: dict, expected: str, directory) -> None:
+    """Refuse weights trained for another decoder (a missing field - HF imports, older checkpoints -
+    passes): an autoregressive model under the block-diffusion engine yields fluent garbage."""
+    got = manifest.get("objective")
+    if got is not None and got != expected:
+        hint = "decode it with orl.engine.ar.ARDecoder (orl bench --ar)" if got == "autoregressive" else \
+            "decode it with orl.engine.Engine (orl generate / eval)"
+        raise CheckpointError(f"{directory} holds a {got} model, not a {expected} one: {hint}")
+
+
 def load_checkpoint(directory: str | os.PathLike, device: str | torch.device = "cpu",
                     dtype: torch.dtype | None = None) -> tuple[Transformer, Tokenizer, dict]:
     """-> (model in eval mode, tokenizer, manifest). Every mismatch is reported before any weight is used."""

@@ -70,3 +70,18 @@ def test_ar_peer_exports_and_matches_transformers_generate(tmp_path):
         want = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=64, do_sample=False)
         want = want[0, ids.shape[1]:].tolist()
         assert g.token_ids == want, s.prompt
+
+
+def test_decoders_refuse_the_other_objective(tmp_path):
+    from orl.checkpoint import CheckpointError
+    from orl.engine.ar import ARDecoder
+    from orl.eval.runner import EvalSpec, run_eval
+
+    with pytest.raises(CheckpointError, match="autoregressive model.*ARDecoder"):
+        Engine.from_checkpoint(ROOT / "orl-tiny-ar")
+    with pytest.raises(CheckpointError, match="autoregressive model"):
+        run_eval(EvalSpec(model=str(ROOT / "orl-tiny-ar"), out=str(tmp_path / "r.jsonl"), tasks=["add"], limit=1,
+                          progress=False))
+    with pytest.raises(CheckpointError, match="block_diffusion model.*Engine"):
+        ARDecoder.from_checkpoint(ROOT / "orl-tiny-base")
+    assert ARDecoder.from_checkpoint(ROOT / "orl-tiny-ar").objective == "autoregressive"

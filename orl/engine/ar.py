@@ -86,6 +86,8 @@ def ar_step(model: Transformer, st: ARState, temperature: float, eos_id: int) ->
 
 
 class ARDecoder(LoadedModel):
+    objective = "autoregressive"
+
     def __init__(self, model: Transformer, tokenizer, max_len: int | None = None):
         if tokenizer.eos_id is None:
             raise ValueError("the tokenizer has no EOS token; AR decoding needs one to stop")

@@ -52,6 +52,8 @@ class Generation:
 
 
 class Engine(LoadedModel):
+    objective = "block_diffusion"
+
     def __init__(self, model: Transformer, tokenizer, max_len: int | None = None):
         for name in ("mask_id", "eos_id", "pad_id"):
             if getattr(tokenizer, name, None) is None:

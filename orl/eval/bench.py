@@ -24,7 +24,7 @@ from typing import Callable
 
 import torch
 
-from orl.checkpoint import load_checkpoint
+from orl.checkpoint import load_checkpoint, require_objective
 from orl.engine import DecodeConfig, Engine
 from orl.engine.ar import ARConfig, ARDecoder
 from orl.eval import metrics
@@ -83,6 +83,7 @@ System = Callable[[str], Output]
 
 def _dlmrt(directory: str, spec: BenchSpec, residual: str | None) -> tuple[System, Engine, DecodeConfig]:
     model, tok, manifest = load_checkpoint(directory, device=spec.device)
+    require_objective(manifest, Engine.objective, directory)
     engine = Engine(model, tok)
     cfg = DecodeConfig(block_len=manifest.get("block_len") or DecodeConfig.block_len,
                        max_new_tokens=spec.max_new_tokens, threshold=spec.threshold,

@@ -102,10 +102,11 @@ def _record(s: Sample, draw: int, g: Generation, verdict: bool, cfg: DecodeConfi
 def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = None) -> list[dict]:
     """Evaluate and return this spec's records (earlier ones from the file included). on_batch sees
     each batch's new records after they are written."""
-    from orl.checkpoint import load_checkpoint
+    from orl.checkpoint import load_checkpoint, require_objective
 
     spec.validate()
     model, tokenizer, manifest = load_checkpoint(spec.model, device=spec.device)
+    require_objective(manifest, Engine.objective, spec.model)
     engine = Engine(model, tokenizer)
     base = {"block_len": manifest.get("block_len") or DecodeConfig.block_len,
             "residual": manifest.get("residual_mode") or "off", "seed": spec.seed, **spec.decode}

@@ -27,10 +27,11 @@ def serve(model_dir: str, *, host: str = "127.0.0.1", port: int = 8000, queue_si
           timeout_s: float = 600.0, device: str | None = None) -> None:
     import uvicorn
 
-    from orl.checkpoint import load_checkpoint
+    from orl.checkpoint import load_checkpoint, require_objective
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     model, tokenizer, manifest = load_checkpoint(model_dir, device=device)
+    require_objective(manifest, "block_diffusion", model_dir)
     engine = Engine(model, tokenizer)
     defaults = defaults_from_manifest(manifest)
     warm_up(engine, defaults)

@@ -27,12 +27,13 @@ from orl.train.trainer import ORLConfig, clip, make_optimizer, save_update
 
 
 def train_rcd(cfg: ORLConfig, out: str | Path, resume: bool = True, log=print) -> None:
-    from orl.checkpoint import load_checkpoint
+    from orl.checkpoint import load_checkpoint, require_objective
 
     out = Path(out)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     ref, tok, manifest = load_checkpoint(cfg.base)
+    require_objective(manifest, "block_diffusion", cfg.base)
     ref.eval()
     start, state = 0, None
     if resume and (out / TRAIN_STATE).exists():

@@ -90,7 +90,7 @@ def clip(model: Transformer, cfg: ORLConfig) -> None:
 
 
 def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, log=print) -> Transformer:
-    from orl.checkpoint import load_checkpoint
+    from orl.checkpoint import load_checkpoint, require_objective
 
     out = Path(out)
     if cfg.threads:
@@ -103,6 +103,7 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, log=print) -
         log(f"resumed from {out} at update {start}")
     else:
         model, tok, manifest = load_checkpoint(cfg.base)
+        require_objective(manifest, "block_diffusion", cfg.base)  # rollouts go through the dLLM engine
         if cfg.rollout.residual == "adapter":
             model = with_adapter(model, cfg.adapter_dim, cfg.adapter_alpha, cfg.seed)
         state = None
