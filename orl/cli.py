@@ -265,7 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-new-tokens", type=int, default=64)
     s.add_argument("--ref-steps", type=int, default=0, help="(c) steps over all blocks (0: one token per step)")
     s.add_argument("--chunk-steps", type=int, default=1, help="dlmrt: denoising steps between host checks")
-    s.add_argument("--ar-chunk-steps", type=int, default=8, help="(e): decode steps between host EOS checks")
+    s.add_argument("--ar-chunk-steps", type=int, default=1, help="(e): decode steps between host EOS checks (8+ on GPU)")
     s.add_argument("--compile", action="store_true", help="torch.compile the steps of dlmrt and (e)")
     s.add_argument("--device", default="cpu")
     s.add_argument("--seed", type=int, default=0, help="sample selection")

@@ -75,13 +75,22 @@ def test_ar_peer_exports_and_matches_transformers_generate(tmp_path):
 def test_decoders_refuse_the_other_objective(tmp_path):
     from orl.checkpoint import CheckpointError
     from orl.engine.ar import ARDecoder
-    from orl.eval.runner import EvalSpec, run_eval
 
     with pytest.raises(CheckpointError, match="autoregressive model.*ARDecoder"):
         Engine.from_checkpoint(ROOT / "orl-tiny-ar")
-    with pytest.raises(CheckpointError, match="autoregressive model"):
-        run_eval(EvalSpec(model=str(ROOT / "orl-tiny-ar"), out=str(tmp_path / "r.jsonl"), tasks=["add"], limit=1,
-                          progress=False))
     with pytest.raises(CheckpointError, match="block_diffusion model.*Engine"):
         ARDecoder.from_checkpoint(ROOT / "orl-tiny-base")
     assert ARDecoder.from_checkpoint(ROOT / "orl-tiny-ar").objective == "autoregressive"
+
+
+def test_eval_runs_the_ar_peer_with_its_own_decoder(tmp_path):
+    """`orl eval` on an AR checkpoint decodes greedily left to right (TPF 1) and the report accepts it."""
+    from orl.eval.report import build_report
+    from orl.eval.runner import EvalSpec, run_eval
+
+    recs = run_eval(EvalSpec(model=str(ROOT / "orl-tiny-ar"), out=str(tmp_path / "ar.jsonl"), tasks=["sort", "add"],
+                             limit=4, thresholds=[0.5, 0.9], progress=False))
+    assert len(recs) == 8 and all(r["decode"]["rule"] == "ar" and r["tpf"] == 1.0 for r in recs)
+    assert sum(r["verdict"] for r in recs if r["task"] == "sort") >= 3  # the peer sorts (97.5% measured)
+    build_report([tmp_path / "ar.jsonl"], tmp_path / "rep")
+    assert "AR" in (tmp_path / "rep" / "summary.csv").read_text()

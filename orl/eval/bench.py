@@ -50,7 +50,8 @@ class BenchSpec:
     max_new_tokens: int = 64
     ref_steps: int = 0               # (c): steps over all blocks; 0 = one token per step
     chunk_steps: int = 1             # dlmrt: denoising steps between host checks
-    ar_chunk_steps: int = 8          # (e): decode steps between host EOS checks
+    ar_chunk_steps: int = 1          # (e): decode steps between host EOS checks (a chunk decodes past EOS:
+                                     # on CPU a check is free, so 1; larger on GPU to keep syncs out)
     compile: bool = False            # torch.compile the steps of dlmrt and of (e)
     device: str = "cpu"
     seed: int = 0

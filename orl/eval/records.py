@@ -65,7 +65,7 @@ def config_id(decode: dict, batch_size: int) -> str:
 
 def decoder_label(decode: dict) -> str:
     """Name of a speed-quality curve: the decoder settings other than the swept threshold."""
-    label = f"{decode['rule']} L{decode['block_len']}"
+    label = "AR" if decode["rule"] == "ar" else f"{decode['rule']} L{decode['block_len']}"
     if decode["residual"] != "off":
         label += f" +{decode['residual']}"
     if decode["temperature"] > 0:
@@ -84,7 +84,7 @@ def group_value(r: dict, key: str) -> object:
     if key == "decoder":
         return decoder_label(r["decode"])
     if key == "threshold":
-        return r["decode"]["threshold"]
+        return r["decode"]["threshold"]  # None for an AR decoder
     return r[key]
 
 

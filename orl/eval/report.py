@@ -105,6 +105,10 @@ def eval_summary(records: list[dict]) -> str:
     return text_table(rows, cols)
 
 
+def _tau(threshold: float | None) -> str:
+    return "-" if threshold is None else f"{threshold:g}"  # None: a decoder without a threshold (AR)
+
+
 def _save(fig: Figure, path: Path) -> None:
     FigureCanvasAgg(fig)
     fig.savefig(path, dpi=110, bbox_inches="tight")
@@ -129,7 +133,7 @@ def plot_accuracy(rows: list[dict], x: str, xlabel: str, path: Path) -> None:
             pts = sorted(pts, key=lambda r: r[x])
             ax.plot([p[x] for p in pts], [p["accuracy"] for p in pts], marker="o", label=label)
             for p in pts:
-                ax.annotate(f"{p['threshold']:g}", (p[x], p["accuracy"]), fontsize=7,
+                ax.annotate(_tau(p["threshold"]), (p[x], p["accuracy"]), fontsize=7,
                             textcoords="offset points", xytext=(3, 3))
         ax.set(title=task, xlabel=xlabel, ylabel="accuracy", ylim=(-0.03, 1.03))
         ax.grid(alpha=0.3)
@@ -140,14 +144,15 @@ def plot_accuracy(rows: list[dict], x: str, xlabel: str, path: Path) -> None:
 
 def plot_tpf_per_task(rows: list[dict], path: Path) -> None:
     tasks = sorted({r["task"] for r in rows})
-    series = sorted({(r["model"], r["decoder"], r["threshold"]) for r in rows})
+    series = sorted({(r["model"], r["decoder"], r["threshold"]) for r in rows},
+                    key=lambda k: (k[0], k[1], -1.0 if k[2] is None else k[2]))
     width = 0.8 / len(series)
     fig = Figure(figsize=(max(6.0, 1.2 * len(tasks) + 0.25 * len(series)), 3.6))
     ax = fig.add_subplot()
     for j, (model, decoder, tau) in enumerate(series):
         by_task = {r["task"]: r["tpf"] for r in rows if (r["model"], r["decoder"], r["threshold"]) == (model, decoder, tau)}
         xs = [i + j * width for i, t in enumerate(tasks) if t in by_task]
-        ax.bar(xs, [by_task[t] for t in tasks if t in by_task], width, label=f"{model} / {decoder} tau={tau:g}")
+        ax.bar(xs, [by_task[t] for t in tasks if t in by_task], width, label=f"{model} / {decoder} tau={_tau(tau)}")
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(tasks))], tasks)
     ax.set(ylabel="mean TPF", title="tokens per forward by task")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
@@ -158,7 +163,7 @@ def plot_tpf_per_task(rows: list[dict], path: Path) -> None:
 def plot_steps_hist(records: list[dict], path: Path) -> None:
     series: dict[str, list[int]] = defaultdict(list)
     for r in records:
-        key = f"{group_value(r, 'model')} / {group_value(r, 'decoder')} tau={r['decode']['threshold']:g}"
+        key = f"{group_value(r, 'model')} / {group_value(r, 'decoder')} tau={_tau(r['decode']['threshold'])}"
         series[key] += r["block_steps"]
     top = max((s for v in series.values() for s in v), default=1)
     fig = Figure(figsize=(6.5, 3.6))

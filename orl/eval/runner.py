@@ -20,9 +20,11 @@ import torch
 from tqdm import tqdm
 
 from orl.engine import DecodeConfig, Engine, Generation
+from orl.engine.ar import ARConfig, ARDecoder
 from orl.eval import metrics
 from orl.eval.humaneval import HumanEval
-from orl.eval.records import RecordWriter, code_identity, config_id, model_identity, read_records, record_key
+from orl.eval.records import (RecordWriter, code_identity, config_id, decoder_label, model_identity, read_records,
+                              record_key)
 from orl.eval.tasks import Sample, get_task, make_samples, task_names
 
 PROMPT_STYLES = ("auto", "base", "chat")
@@ -85,7 +87,8 @@ def row_seed(seed: int, pid: str, draw: int) -> int:
     return int.from_bytes(hashlib.blake2b(f"{seed}|{pid}|{draw}".encode(), digest_size=4).digest(), "big") >> 1
 
 
-def _record(s: Sample, draw: int, g: Generation, verdict: bool, cfg: DecodeConfig, batch: int, ident: dict) -> dict:
+def _record(s: Sample, draw: int, g: Generation, verdict: bool, cfg: DecodeConfig | ARConfig, batch: int,
+            ident: dict) -> dict:
     return {
         "prompt_id": prompt_id(s), "task": s.task, "split": s.split, "index": s.index, "sample": draw,
         "prompt": s.prompt, "answer": s.answer, "output_ids": g.token_ids, "output_text": g.text,
@@ -95,7 +98,7 @@ def _record(s: Sample, draw: int, g: Generation, verdict: bool, cfg: DecodeConfi
         "block_steps": g.block_steps,
         "timing": {"total_s": g.total_s, "prefill_s": g.prefill_s,
                    "tokens_per_s": metrics.tokens_per_s(g.n_tokens, g.total_s)},
-        "batch_size": batch, "decode": cfg.to_dict(), **ident,
+        "batch_size": batch, "decode": decode_dict(cfg), **ident,
     }
 
 
@@ -106,11 +109,17 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
 
     spec.validate()
     model, tokenizer, manifest = load_checkpoint(spec.model, device=spec.device)
-    require_objective(manifest, Engine.objective, spec.model)
-    engine = Engine(model, tokenizer)
-    base = {"block_len": manifest.get("block_len") or DecodeConfig.block_len,
-            "residual": manifest.get("residual_mode") or "off", "seed": spec.seed, **spec.decode}
-    configs = [DecodeConfig(**{**base, "threshold": t}).validate() for t in spec.thresholds]
+    if manifest.get("objective") == ARDecoder.objective:
+        # An AR peer is judged by its own decoder: greedy (or sampled) next-token decoding, no threshold.
+        engine = ARDecoder(model, tokenizer)
+        configs = [ARConfig(max_new_tokens=spec.decode.get("max_new_tokens", DecodeConfig.max_new_tokens),
+                            temperature=spec.decode.get("temperature", 0.0), seed=spec.seed).validate()]
+    else:
+        require_objective(manifest, Engine.objective, spec.model)
+        engine = Engine(model, tokenizer)
+        base = {"block_len": manifest.get("block_len") or DecodeConfig.block_len,
+                "residual": manifest.get("residual_mode") or "off", "seed": spec.seed, **spec.decode}
+        configs = [DecodeConfig(**{**base, "threshold": t}).validate() for t in spec.thresholds]
     tasks = _tasks(spec, tokenizer)
     samples = [s for name, task in tasks.items() for s in _samples(name, task, spec)]
     model_id = model_identity(spec.model)
@@ -120,14 +129,14 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
     with RecordWriter(spec.out) as writer:
         done = writer.keys()
         for cfg in configs:
-            cid = config_id(cfg.to_dict(), spec.batch_size)
+            cid = config_id(decode_dict(cfg), spec.batch_size)
             cids.add(cid)
             todo = [(s, k) for s in samples for k in range(spec.n_samples)
                     if (model_id["id"], cid, prompt_id(s), k) not in done]
             if not todo:
                 continue
             _batch_generate(engine, todo[: spec.batch_size], cfg, spec.batch_size)  # warm-up, untimed
-            bar = tqdm(total=len(todo), desc=f"eval tau={cfg.threshold:g}", disable=not spec.progress, unit="sample")
+            bar = tqdm(total=len(todo), desc=f"eval {decoder_label(decode_dict(cfg))} tau={getattr(cfg, 'threshold', '-')}", disable=not spec.progress, unit="sample")
             for i in range(0, len(todo), spec.batch_size):
                 chunk = todo[i: i + spec.batch_size]
                 gens = _batch_generate(engine, chunk, cfg, spec.batch_size)
@@ -142,7 +151,14 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
     return [r for r in read_records(spec.out) if record_key(r) in keys]
 
 
-def _batch_generate(engine: Engine, chunk: list[tuple[Sample, int]], cfg: DecodeConfig, batch: int) -> list[Generation]:
+def decode_dict(cfg: DecodeConfig | ARConfig) -> dict:
+    """A record's decoder settings; an AR decoder is the degenerate block decoder (block 1, no threshold)."""
+    if isinstance(cfg, ARConfig):
+        return {"rule": "ar", "block_len": 1, "residual": "off", "threshold": None, **cfg.to_dict()}
+    return cfg.to_dict()
+
+
+def _batch_generate(engine: Engine | ARDecoder, chunk: list[tuple[Sample, int]], cfg: DecodeConfig, batch: int) -> list[Generation]:
     rows = chunk + [chunk[-1]] * (batch - len(chunk))
     seeds = [row_seed(cfg.seed, prompt_id(s), k) for s, k in rows]
     return engine.generate([s.prompt for s, _ in rows], cfg, seeds=seeds)[: len(chunk)]
