@@ -55,5 +55,6 @@ def plot_training_curves(paths: list[str | os.PathLike], path: Path, window: int
         ax.grid(alpha=0.3)
     fig.axes[0].legend(fontsize=7)
     fig.suptitle(f"post-training curves (trailing mean over {window} updates)")
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
     FigureCanvasAgg(fig)
     fig.savefig(path, dpi=110, bbox_inches="tight")
