@@ -21,12 +21,7 @@ N = 24
 aten = torch.ops.aten
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny_ar(tied: bool = True, seed: int = 0, **kw) -> Transformer:

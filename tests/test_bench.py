@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 
 import pytest
-import torch
 
 from orl.checkpoint import save_checkpoint
 from orl.cli import main
@@ -18,12 +17,7 @@ from test_ar import tiny_ar
 TOK = CharTokenizer()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -28,13 +28,7 @@ RESIDUALS = ("off", "rcd", "adapter")
 CASES = [(4, "hi", 13), (8, "hello world", 30), (16, "abc", 21), (8, "a prompt longer than two blocks", 16)]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # tiny models: thread sync costs more than the math, especially on a shared 2-core machine
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -85,12 +85,7 @@ def expected(engine: Engine, prompt: str, max_tokens: int, **kw) -> str:
     return engine.generate(prompt, DecodeConfig(max_new_tokens=max_tokens, **{**SETTINGS, **kw}))[0].text
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny model on a shared 2-core machine: threads cost more than they give
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -94,6 +94,7 @@ def make_batches(cfg: PretrainConfig, tok, step: int) -> list[Batch]:
     rng = random.Random(f"pretrain|{cfg.seed}|{step}")
     ids = special_ids(tok, cfg.model.vocab_size)
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+    diffusion = stage_of(cfg, step) == "diffusion"
     batches, aux = [], []
     for name, n in zip(cfg.tasks, cfg.samples_per_task):
         if n == 0:
@@ -101,7 +102,7 @@ def make_batches(cfg: PretrainConfig, tok, step: int) -> list[Batch]:
         task = get_task(name)
         samples = [task.sample("train", rng.randrange(1 << 30)) for _ in range(n)]
         pairs = [(tok.encode(s.prompt), tok.encode(s.answer)) for s in samples]
-        if stage_of(cfg, step) != "diffusion":
+        if not diffusion:
             batches.append(ar_batch(pairs, tok.pad_id, tok.eos_id))
         else:
             batches.append(diffusion_batch(pairs, cfg.block_len, ids, gen, cfg.noisy_copies))
@@ -132,8 +133,9 @@ def train_step(model: Transformer, opt: torch.optim.Optimizer, batches: list[Bat
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
             logits = model(batch.tokens, batch.pos, batch.mask)
         ce = weighted_ce(logits, batch)
-        (ce * (batch.weight.sum() / total_w)).backward()
-        loss += ce.detach() * (batch.weight.sum() / total_w)
+        part = ce * (batch.weight.sum() / total_w)
+        part.backward()
+        loss += part.detach()
         if parts is not None:
             parts.append(ce.detach())
     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -184,10 +186,11 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, log=prin
         loss = train_step(model, opt, batches, cfg, lr_at(cfg, step), parts)
         tokens += sum(b.n_tokens for b in batches)
         stage = stage_of(cfg, step)
+        names = active_tasks(cfg)
         rec = {"step": step + 1, "stage": stage, "loss": round(loss, 5), "lr": lr_at(cfg, step),
-               "task_loss": {n: round(float(x), 4) for n, x in zip(active_tasks(cfg), parts)}}
-        if len(parts) > len(active_tasks(cfg)):
-            rec["ar_aux_loss"] = {n: round(float(x), 4) for n, x in zip(active_tasks(cfg), parts[len(active_tasks(cfg)):])}
+               "task_loss": {n: round(float(x), 4) for n, x in zip(names, parts)}}
+        if len(parts) > len(names):  # make_batches puts the ar_aux rows after the tasks' own
+            rec["ar_aux_loss"] = {n: round(float(x), 4) for n, x in zip(names, parts[len(names):])}
         done = step + 1
         if done % 10 == 0:
             dt = time.perf_counter() - t_last
