@@ -170,8 +170,10 @@ def reference_generate(model, prompt: list[int], cfg: DecodeConfig, *, mask_id: 
             zf = torch.cat([torch.zeros(ctx, D, dtype=E.dtype), z])[None]
             af = torch.cat([torch.zeros(ctx, dtype=E.dtype), a])[None]
             uf = torch.tensor([False] * ctx + unresolved)[None]
+            # a shifted model reads each token off the position before it: t - 1 in this contiguous sequence
             logits = model(torch.tensor([seq]), torch.arange(T)[None], mask[None], mask_id=mask_id,
-                           z=zf, a=af, unresolved=uf, residual=cfg.residual)[0, ctx:].float()  # [n, V]
+                           z=zf, a=af, unresolved=uf, residual=cfg.residual,
+                           read_from=torch.arange(-1, T - 1).clamp(min=0))[0, ctx:].float()  # [n, V]
             V = logits.shape[-1]
             noise = None
             if cfg.temperature > 0:

@@ -87,6 +87,15 @@ def test_staircase_prompt1_answer4_block2():
     ]))
 
 
+def test_predecessors_read_a_blocks_first_token_off_the_clean_copy():
+    meta, _ = masks.staircase(1, 4, 2, noisy_blocks=[0, 1, 1])
+    # row: clean [p a0 a1 a2 a3] | n0 [a0 a1] | n1 [a2 a3] | n1' [a2 a3]
+    # each noisy state's first token follows the clean position before it (p for a0, a1 for a2);
+    # the other tokens follow the row token before them
+    assert meta["read_from"].tolist() == [0, 0, 1, 2, 3, 0, 5, 2, 7, 2, 9]
+    assert masks.predecessors(torch.tensor([0, 0, 1, 1, 2]), torch.tensor([0, 1, 1, 2, 1])).tolist() == [0, 0, 0, 2, 0]
+
+
 def test_staircase_repeated_block_states_do_not_see_each_other():
     # two noisy states of the same block (e.g. two denoising steps replayed) are separate states
     meta, mask = masks.staircase(0, 2, 2, noisy_blocks=[0, 0])

@@ -54,6 +54,44 @@ def test_diffusion_batch_masks_only_noisy_answer():
     assert torch.equal(b.targets[:, P + A:], clean[:, P:])
 
 
+def test_shifted_diffusion_row_equals_the_engine_step():
+    """Training rows and the engine agree on where a shifted model reads each token: the all-masked
+    state of answer block 1 in a staircase row (block 0 clean before it) gives the logits of the
+    engine's first step on that block after block 0 was committed."""
+    import dataclasses
+
+    from orl.engine import DecodeConfig, Engine
+    from orl.model import Transformer
+
+    torch.manual_seed(0)
+    model = Transformer(dataclasses.replace(small_cfg().model, shift_logits=True)).eval()
+    ids = special_ids(TOK, 128)
+    prompt, answer = TOK.encode("sort:3,1,2="), TOK.encode("1,2,3xyz")  # 8 + EOS: blocks of 4 -> 3 blocks
+    b = diffusion_batch([(prompt, answer)], 4, ids, torch.Generator().manual_seed(0))
+    P, A = len(prompt), 12
+    b.tokens[0, P + A + 4: P + A + 8] = ids.mask  # noisy state of block 1: all masked
+    with torch.no_grad():
+        row = model(b.tokens, b.pos, b.mask, read_from=b.read_from)[0, P + A + 4: P + A + 8]
+    eng = Engine(model, TOK)
+    cfg = DecodeConfig(block_len=4, max_new_tokens=12, rule="topk", steps_per_block=0)
+    st, P0 = eng.setup([prompt], cfg)
+    from orl.engine.decode import block_forward
+    for j, block in enumerate([answer[:4], answer[4:8]]):  # commit block 0 by hand, then step block 1
+        eng.begin_block(st, cfg, P0, j, [True])
+        if j == 0:
+            st.canvas.copy_(torch.tensor([block]))
+            st.unresolved.zero_()
+            eng.runner.commit(st, cfg)  # the commit forward writes block 0's clean K/V and the carry
+    with torch.no_grad():
+        step = block_forward(model, st, cfg, eng.ids)[0]
+    keep = ~st.banned
+    torch.testing.assert_close(step[:, keep], row[:, keep], atol=1e-4, rtol=1e-4)
+    # without the read_from of the row the first token would be read off the noisy block itself
+    with torch.no_grad():
+        unshifted = model(b.tokens, b.pos, b.mask)[0, P + A + 4: P + A + 8]
+    assert not torch.allclose(unshifted[0], row[0], atol=1e-3)
+
+
 def test_few_steps_reduce_loss(tmp_path):
     cfg = small_cfg(ar_steps=25, diffusion_steps=0, lr=1e-2)
     pretrain(cfg, tmp_path / "run", log=lambda *_: None)
@@ -151,7 +189,9 @@ def test_ar_peer_preset_matches_the_base_recipe():
     base, peer = asdict(get_preset("pretrain", "tiny_base")), asdict(get_preset("pretrain", "tiny_ar"))
     diff = {k for k in base if base[k] != peer[k]}
     assert diff == {"model", "convert"}
-    assert {k for k in base["model"] if base["model"][k] != peer["model"][k]} == {"learned_pos"}
+    # the shifted read-out only changes how a block-diffusion model reads logits, not the weights or
+    # the AR stages: the peer drops it (and the position table) to be a plain Qwen3
+    assert {k for k in base["model"] if base["model"][k] != peer["model"][k]} == {"learned_pos", "shift_logits"}
 
 
 def test_ar_aux_adds_weighted_causal_rows_in_stage2():

@@ -16,10 +16,10 @@ TOK = CharTokenizer()
 L = 8
 
 
-def tiny_model(seed=0) -> Transformer:
+def tiny_model(seed=0, shift=False) -> Transformer:
     torch.manual_seed(seed)
     m = Transformer(ModelArgs(vocab_size=TOK.vocab_size, dim=32, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=16,
-                              ffn_dim=64, max_seq_len=256))
+                              ffn_dim=64, max_seq_len=256, shift_logits=shift))
     m = with_adapter(m, 16, 1.0)
     torch.nn.init.normal_(m.model.residual_adapter.down_proj.weight, std=0.3)  # make the adapter matter
     return m.eval()
@@ -39,9 +39,12 @@ def units_of(model, rs):
     return ids, [make_unit(r, L, ids.eos, model.args.dim, kl_conf=0.5) for r in rs]
 
 
-@pytest.mark.parametrize("residual", ["adapter", "rcd", "off"])
-def test_replay_reproduces_rollout_steps(residual):
-    model = tiny_model()
+@pytest.mark.parametrize("residual,shift", [("adapter", False), ("rcd", False), ("off", False),
+                                            ("adapter", True), ("off", True)])
+def test_replay_reproduces_rollout_steps(residual, shift):
+    # shift: each token is read off the position before it; a block's first token off the clean copy
+    # of the previous block's last position, which the engine carried from its commit forward
+    model = tiny_model(shift=shift)
     rs = rollouts(model, residual)
     ids, units = units_of(model, rs)
     rows = pack(units, 600)
@@ -67,8 +70,9 @@ def test_replay_reproduces_rollout_steps(residual):
     assert n_checked > len(rs)  # several states per response, so multi-step blocks were replayed
 
 
-def test_packing_equals_unpacked_forward():
-    model = tiny_model(1)
+@pytest.mark.parametrize("shift", [False, True])
+def test_packing_equals_unpacked_forward(shift):
+    model = tiny_model(1, shift)
     rs = rollouts(model, "adapter", n_prompts=2)
     ids, units = units_of(model, rs)
     packed_rows = pack(units, 10_000)

@@ -13,7 +13,7 @@ from orl.eval.tasks import SPLITS, TASKS, Sample, get_task, make_samples, run_pr
 from orl.eval.tasks.arithmetic import Add
 from orl.eval.tasks.constraints import Constr
 from orl.eval.tasks.long import Long
-from orl.eval.tasks.programs import Prog, ProgramError
+from orl.eval.tasks.programs import Prog, ProgramError, program_output
 from orl.eval.tasks.sorting import Sort
 from orl.tokenizer import CharTokenizer
 
@@ -93,6 +93,11 @@ def test_constr_accepts_several_valid_answers_and_rejects_near_misses():
         assert task.verify(p, good), good
     for bad in ("abbacbc", "abababa", "ababcbcc", "abcbcbc", "abadcbc", "ababcb"):
         assert not task.verify(p, bad), bad
+    p = "arrange aabbbcc, no equal neighbours:"
+    for good in ("bcbabca", "babcacb", "bacbcab", "cbabacb"):
+        assert task.verify(p, good), good
+    for bad in ("abbcbca", "bcbabc", "bcbabcaa", "bcbabcb", "bcbadca", "aabbbcc", ""):
+        assert not task.verify(p, bad), bad
 
 
 def test_constr_verifier_matches_brute_force_and_references_vary():
@@ -104,6 +109,11 @@ def test_constr_verifier_matches_brute_force_and_references_vary():
     valid = {"".join(t) for t in itertools.product("abc", repeat=5) if task.verify(p, "".join(t))}
     assert valid == {w for w in map("".join, itertools.product("abc", repeat=5))
                      if w.count("a") == 2 and "aa" not in w and "bb" not in w and "cc" not in w}
+    p = "arrange aabbc, no equal neighbours:"
+    valid = {"".join(t) for t in itertools.product("abcd", repeat=5) if task.verify(p, "".join(t))}
+    assert valid == {w for w in map("".join, itertools.permutations("aabbc"))
+                     if "aa" not in w and "bb" not in w}
+    assert len(valid) == 12
     # The references are drawn from all valid answers, not one canonical answer per prompt.
     by_prompt: dict[str, set[str]] = {}
     for s in samples("constr", "train"):
@@ -160,10 +170,28 @@ def test_equivalent_prompts_share_a_split():
 
 def test_prog_intermediate_values_are_bounded():
     for s in samples("prog", "train")[:500]:
-        statements = s.prompt.split(";")[:-1]
-        # Each prefix program, queried at its last target, gives one intermediate value.
-        for k in range(1, len(statements) + 1):
-            assert abs(run_program(";".join(statements[:k]) + f";{statements[k - 1][0]}?")) <= 99, s
+        statements = s.prompt[len("echo "):-1].split(";")
+        assert 3 <= len(statements) <= 5
+        # Each prefix program, queried at its last target, gives one intermediate value: the echo.
+        values = [run_program(";".join(statements[:k]) + f";{statements[k - 1][0]}?")
+                  for k in range(1, len(statements) + 1)]
+        assert all(abs(v) <= 99 for v in values) and s.answer == ",".join(map(str, values)), s
+
+
+@pytest.mark.parametrize("src,out", [
+    ("echo a=3;b=a+4;a=b-9:", "3,7,-2"),
+    ("echo c=0;c=c-0:", "0,0"),
+    ("echo a=5;b=a-a;b=b-a;a=b+b:", "5,0,-5,-10"),
+    ("echo x=2;y=x*x-x:", "2,2"),
+])
+def test_prog_echo_prints_every_assignment(src, out):
+    task = get_task("prog")
+    assert program_output(src) == out and task.verify(src, out)
+    for bad in (out + ",", out.replace(",", ";"), out.rsplit(",", 1)[0], "0" + out, out + "0", ""):
+        assert not task.verify(src, bad), bad
+    assert not task.verify(src, out.replace("-", "-0")) or "-" not in out
+    with pytest.raises(ProgramError):
+        program_output("echo a=1;b=c:")
 
 
 def test_sort_and_long_examples():
@@ -216,6 +244,8 @@ def test_encodes_and_fits_length_limits(name):
             assert len(s.prompt) <= 40
             if name == "long":
                 assert len(s.answer) >= 33 and re.fullmatch(r"cumsum:[1-9]{15}=", s.prompt)
+            elif name == "prog":  # up to five echoed values: one or two blocks
+                assert 5 <= len(s.answer) <= 19
             else:
                 assert 1 <= len(s.answer) <= 15
 
@@ -226,10 +256,16 @@ def test_knobs_change_difficulty_and_are_validated():
     assert all(len(Sort(min_len=8, max_len=8).generate(rng)[1]) == 15 for _ in range(20))
     assert all(Prog(min_assign=4, max_assign=4).generate(rng)[0].count("=") == 4 for _ in range(20))
     assert all(len(Constr(variants=("word",), min_word=9, max_word=9).generate(rng)[1]) == 9 for _ in range(20))
+    assert all("distinct digits" in Constr(variants=("sum",)).generate(rng)[0] for _ in range(20))
+    assert all(Constr().generate(rng)[0].split()[0] in ("arrange", "4", "5", "6", "7") for _ in range(50))
+    query = Prog(form="query")
+    for _ in range(20):
+        prompt, answer = query.generate(rng)
+        assert prompt.endswith("?") and query.verify(prompt, answer) and run_program(prompt) == int(answer)
     assert all(Long(n_digits=20).generate(rng)[0].count(",") == 0 for _ in range(5))
     assert all(Long(n_digits=20).generate(rng)[1].count(",") == 19 for _ in range(5))
     for bad in (lambda: Add(min_digits=3, max_digits=2), lambda: Sort(alphabets=("a,b",)),
-                lambda: Prog(ops="/"), lambda: Constr(variants=("xor",)), lambda: Long(n_digits=0)):
+                lambda: Prog(ops="/"), lambda: Prog(form="print"), lambda: Constr(variants=("xor",)), lambda: Long(n_digits=0)):
         with pytest.raises(ValueError):
             bad()
 

@@ -52,6 +52,7 @@ class DecodeState:
     unresolved: Tensor   # [B, L] bool
     z: Tensor            # [B, L, D] soft embedding consumed by the next step
     a: Tensor            # [B, L] normalised entropy consumed by the next step (RCD mode)
+    carry: Tensor        # [B, D] final hidden state of the last committed position (shifted read-out)
     steps: Tensor        # [B] denoising steps of the current block
     global_step: Tensor  # [B] denoising steps since the request started (noise counter)
     seed: Tensor         # [B] sampling seed of each row
@@ -79,7 +80,7 @@ class DecodeState:
         B, L, S = batch, block_len, max_len
         return cls(cache=model.new_cache(B, S), valid=z(B, S, dtype=torch.bool), pad=z(B),
                    prompt_end=z(()), start=z(()), canvas=z(B, L), unresolved=z(B, L, dtype=torch.bool),
-                   z=z(B, L, D, dtype=dt), a=z(B, L, dtype=dt), steps=z(B), global_step=z(B), seed=z(B),
+                   z=z(B, L, D, dtype=dt), a=z(B, L, dtype=dt), carry=z(B, D, dtype=dt), steps=z(B), global_step=z(B), seed=z(B),
                    banned=banned_mask(model.args.vocab_size, ids.banned, dev),
                    mask=z(B, L, S, dtype=torch.bool), pos=z(B, L), slots=z(L), n_valid=z(B),
                    last_x=z(B, L), last_conf=z(B, L, dtype=torch.float),
@@ -101,14 +102,16 @@ def slot_meta(st: DecodeState) -> tuple[Tensor, Tensor]:
 
 
 def prefill(model: Transformer, st: DecodeState, tokens: Tensor) -> None:
-    """tokens [B, P] (left padded) -> K/V of the prompt in slots [0, P)."""
+    """tokens [B, P] (left padded) -> K/V of the prompt in slots [0, P), and the last prompt position's
+    state in st.carry: a shifted model reads the first answer token off it."""
     B, P = tokens.shape
     slots = torch.arange(P, device=tokens.device)
     k_block, _ = slot_meta(st)
     zeros_q = torch.zeros(P, dtype=torch.long, device=tokens.device)
     mask = visibility(zeros_q, zeros_q, k_block, torch.zeros_like(k_block), st.valid)  # [B, P, S]
     pos = (slots[None] - st.pad[:, None]).clamp(min=0)
-    model(tokens, pos, see_self_if_blind(mask), cache=st.cache, slots=slots)
+    h = model(tokens, pos, see_self_if_blind(mask), cache=st.cache, slots=slots, return_hidden=True)
+    st.carry.copy_(h[:, -1])
 
 
 def prepare_block(st: DecodeState) -> None:
@@ -128,9 +131,17 @@ def prepare_block(st: DecodeState) -> None:
 
 
 def block_forward(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: SpecialIds) -> Tensor:
-    """One forward of the current block against the cache -> logits [B, L, V], banned ids at -inf."""
-    logits = model(st.canvas, st.pos, st.mask, cache=st.cache, slots=st.slots, mask_id=ids.mask,
-                   z=st.z, a=st.a, unresolved=st.unresolved, residual=cfg.residual)
+    """One forward of the current block against the cache -> logits [B, L, V], banned ids at -inf.
+
+    Rows whose block is resolved run their commit forward here (clean canvas): for a shifted model
+    their last position's state becomes st.carry, from which the next block's first token is read.
+    Rows still denoising keep the carry of the block before."""
+    h = model(st.canvas, st.pos, st.mask, cache=st.cache, slots=st.slots, mask_id=ids.mask,
+              z=st.z, a=st.a, unresolved=st.unresolved, residual=cfg.residual, return_hidden=True)
+    logits = model.read_out(h, before=st.carry)
+    if model.args.shift_logits:
+        resolved = ~st.unresolved.any(-1, keepdim=True)  # [B, 1]
+        st.carry.copy_(torch.where(resolved, h[:, -1], st.carry))
     return logits.masked_fill(st.banned, float("-inf"))
 
 

@@ -89,6 +89,7 @@ def llada_reference(model, prompt_ids: list[int], *, gen_len: int, block_len: in
     zero = torch.zeros_like(blocks)
     mask = visibility(blocks, zero, blocks, zero)[None]
     pos = torch.arange(P + gen_len, device=dev)[None]
+    before = (pos[0] - 1).clamp(min=0)  # the contiguous sequence: a shifted model reads t - 1 for t
     out: list[int] = []
     forwards = 0
     for j in range(n_blocks):
@@ -96,7 +97,7 @@ def llada_reference(model, prompt_ids: list[int], *, gen_len: int, block_len: in
         n = hi - lo
         counts = [n // per_block + (1 if s < n % per_block else 0) for s in range(per_block)]
         for s in range(per_block):
-            logits = model(x, pos, mask)[0, lo:hi]  # the whole sequence, every step
+            logits = model(x, pos, mask, read_from=before)[0, lo:hi]  # the whole sequence, every step
             forwards += 1
             if counts[s] == 0:
                 continue  # LLaDA still runs the forward of a step that unmasks nothing
@@ -150,8 +151,9 @@ def prefix_cache(model, prompt_ids: list[int], *, gen_len: int, block_len: int, 
         blocks = block_ids(P, lo - P, block_len, device=dev)
         zero = torch.zeros_like(blocks)
         cache.end = lo
-        model(x[:, :lo], pos[:, :lo], visibility(blocks, zero, blocks, zero)[None], cache=cache,
-              slots=torch.arange(lo, device=dev))
+        h = model(x[:, :lo], pos[:, :lo], visibility(blocks, zero, blocks, zero)[None], cache=cache,
+                  slots=torch.arange(lo, device=dev), return_hidden=True)
+        last = h[:, -1]  # a shifted model reads the block's first token off the last committed position
         if j == 0:
             _sync(dev)
             prefill_s = time.perf_counter() - t0  # block 0's refresh is the prompt prefill
@@ -162,7 +164,7 @@ def prefix_cache(model, prompt_ids: list[int], *, gen_len: int, block_len: int, 
         slots = torch.arange(lo, hi, device=dev)
         see_all = torch.ones(1, hi - lo, hi, dtype=torch.bool, device=dev)
         while (x[0, lo:hi] == mask_id).any().item():  # the host check, every step
-            logits = model(x[:, lo:hi], pos[:, lo:hi], see_all, cache=cache, slots=slots)[0]
+            logits = model(x[:, lo:hi], pos[:, lo:hi], see_all, cache=cache, slots=slots, before=last)[0]
             forwards += 1
             tok, conf = _greedy(logits, banned)
             still_masked = x[0, lo:hi] == mask_id

@@ -21,6 +21,10 @@ class ModelArgs:
     max_seq_len: int = 512
     # tiny models learn positional tasks much faster with an absolute position table on top of RoPE
     learned_pos: bool = False
+    # Shifted read-out (Dream): the logits for token i come from the hidden state at position i - 1, as
+    # in the AR model a base is converted from, so the conversion keeps the next-token skill where the
+    # AR stage put it. The first token of a block is then read off the last clean position before it.
+    shift_logits: bool = False
     # MoE: n_experts == 0 means a dense SwiGLU in every layer
     n_experts: int = 0
     n_experts_per_tok: int = 2

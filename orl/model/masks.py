@@ -87,7 +87,18 @@ def staircase_layout(prompt_len: int, answer_len: int, block_len: int, noisy_blo
         states.append(torch.full_like(p, s))
         pos.append(p)
     position = torch.cat(pos)
-    return {"block": torch.cat(blocks), "state": torch.cat(states), "pos": position, "src": position.clone()}
+    return {"block": torch.cat(blocks), "state": torch.cat(states), "pos": position, "src": position.clone(),
+            "read_from": predecessors(torch.cat(states), position)}
+
+
+def predecessors(state: Tensor, pos: Tensor) -> Tensor:
+    """Index in the row of the token before each token (the shifted read-out, Transformer.read_out):
+    the previous row token, except where a noisy state starts: the token before a block's first
+    position is the clean copy of that position, at row index pos - 1 (the clean sequence comes
+    first, laid out in position order from 0). state, pos [T] -> [T]; the row's first token -> 0."""
+    idx = torch.arange(state.numel(), device=state.device)
+    starts = (state > 0) & (state != torch.cat([state.new_zeros(1), state[:-1]]))
+    return torch.where(starts, pos - 1, idx - 1).clamp(min=0)
 
 
 def staircase(prompt_len: int, answer_len: int, block_len: int, noisy_blocks: list[int],

@@ -150,9 +150,11 @@ class Transformer(nn.Module):
         return h
 
     def forward(self, tokens: Tensor, pos: Tensor, mask: Tensor, *, cache: KVCache | None = None,
-                slots: Tensor | None = None, return_hidden: bool = False, **residual) -> Tensor:
+                slots: Tensor | None = None, return_hidden: bool = False, read_from: Tensor | None = None,
+                before: Tensor | None = None, **residual) -> Tensor:
         """tokens, pos [B, T]; mask [B, T, K] bool (K = T, or the cache length with a cache);
-        slots [T] cache slots the new K/V go to. Returns logits [B, T, V] (fp32)."""
+        slots [T] cache slots the new K/V go to. Returns logits [B, T, V] (fp32), or the final hidden
+        states [B, T, D]; read_from / before: see `read_out`."""
         h = self.embed(tokens, pos, **residual)
         cos, sin = rope_cos_sin(pos, self.args.rotary_dim, self.args.rope_theta, h.dtype)
         for layer in self.model.layers:
@@ -160,6 +162,25 @@ class Transformer(nn.Module):
         h = self.model.norm(h)
         if return_hidden:
             return h
+        return self.read_out(h, read_from, before)
+
+    def read_out(self, h: Tensor, read_from: Tensor | None = None, before: Tensor | None = None) -> Tensor:
+        """Final hidden states [B, T, D] -> logits [B, T, V] (fp32).
+
+        Without read_from / before (autoregressive use) position t's logits come from its own state:
+        the next-token prediction. Diffusion code asks for the token AT each position and says where
+        the position before it is; a model with args.shift_logits then reads that position's state
+        (models without the shift ignore both):
+          read_from [T] or [B, T]: index in h of the position before each one (packed training rows,
+                                   where a noisy block's first token follows the clean copy);
+          before [B, D]:           the state of the position just before h[:, 0] (engine blocks,
+                                   whose predecessor is the last committed position, in the cache).
+        """
+        if self.args.shift_logits and before is not None:
+            h = torch.cat([before[:, None].to(h.dtype), h[:, :-1]], 1)
+        elif self.args.shift_logits and read_from is not None:
+            idx = read_from.expand(h.shape[:2]) if read_from.dim() == 1 else read_from
+            h = h.gather(1, idx[..., None].expand(h.shape))
         return self.lm_head(h).float()
 
     def num_params(self) -> int:

@@ -9,9 +9,10 @@ from orl.train.pretrain import PretrainConfig
 
 def tiny_model() -> ModelArgs:
     # 2.4M parameters (9.7 MB in fp32): fits the 15 MB budget for shipped checkpoints.
-    # The learned absolute positions make digit alignment easy for a model this small.
+    # The learned absolute positions make digit alignment easy for a model this small; the shifted
+    # read-out keeps the AR stage's next-token skill through the conversion (docs/TRAINING.md).
     return ModelArgs(vocab_size=128, dim=192, n_layers=6, n_heads=6, n_kv_heads=2, head_dim=32, ffn_dim=512,
-                     qk_norm=True, tie_embeddings=True, max_seq_len=160, learned_pos=True)
+                     qk_norm=True, tie_embeddings=True, max_seq_len=160, learned_pos=True, shift_logits=True)
 
 
 # Samples per step of add / sort / prog / constr / long. The families a small model finds hard (carries,
@@ -29,7 +30,7 @@ def tiny_ar() -> PretrainConfig:
     """The shipped checkpoints/orl-tiny-ar: the AR peer of orl-tiny-base. Same layers and widths, same
     samples, steps and lr schedule; stage 2 stays autoregressive, and without the learned position table
     (1.3% of the weights) it exports to the HF Qwen3 layout."""
-    return replace(tiny_base(), model=replace(tiny_model(), learned_pos=False), convert=False)
+    return replace(tiny_base(), model=replace(tiny_model(), learned_pos=False, shift_logits=False), convert=False)
 
 
 def smoke_base() -> PretrainConfig:

@@ -23,6 +23,7 @@ class Batch:
     mask: Tensor       # [B, T, T] bool
     targets: Tensor    # [B, T] token to predict at each position
     weight: Tensor     # [B, T] loss weight (0 = no loss)
+    read_from: Tensor | None = None  # [T] the position before each one (diffusion rows; see Transformer.read_out)
 
     @property
     def n_tokens(self) -> int:
@@ -101,7 +102,7 @@ def diffusion_batch(pairs: list[tuple[list[int], list[int]]], block_len: int, id
     pos = (meta["pos"][None] - pad[:, None]).clamp(min=0)
     valid = torch.cat([torch.arange(P)[None] >= pad[:, None], torch.ones(B, T - P, dtype=torch.bool)], 1)
     full_mask = see_self_if_blind(mask[None] & valid[:, None, :])
-    return Batch(tokens, pos, full_mask, targets, weight)
+    return Batch(tokens, pos, full_mask, targets, weight, meta["read_from"])
 
 
 def weighted_ce(logits: Tensor, batch: Batch) -> Tensor:

@@ -131,7 +131,7 @@ def train_step(model: Transformer, opt: torch.optim.Optimizer, batches: list[Bat
     loss = 0.0
     for batch in batches:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
-            logits = model(batch.tokens, batch.pos, batch.mask)
+            logits = model(batch.tokens, batch.pos, batch.mask, read_from=batch.read_from)
         ce = weighted_ce(logits, batch)
         part = ce * (batch.weight.sum() / total_w)
         part.backward()

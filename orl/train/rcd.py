@@ -69,10 +69,11 @@ def train_rcd(cfg: ORLConfig, out: str | Path, resume: bool = True, log=print) -
             b = diffusion_batch(pairs, block_len, ids, gen)
             masked = b.tokens == ids.mask
             with torch.no_grad():
-                z, a = residual_state(ban_tokens(ref(b.tokens, b.pos, b.mask), ids.banned), emb,
+                z, a = residual_state(ban_tokens(ref(b.tokens, b.pos, b.mask, read_from=b.read_from), ids.banned), emb,
                                       cfg.rollout.residual_temperature)
             model.train()
-            logits = model(b.tokens, b.pos, b.mask, mask_id=ids.mask, z=z, a=a, unresolved=masked, residual="rcd")
+            logits = model(b.tokens, b.pos, b.mask, read_from=b.read_from, mask_id=ids.mask, z=z, a=a,
+                           unresolved=masked, residual="rcd")
             loss = weighted_ce(logits, b)
             opt.zero_grad(set_to_none=True)
             loss.backward()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from orl.model.masks import see_self_if_blind, visibility
+from orl.model.masks import predecessors, see_self_if_blind, visibility
 from orl.train.rollout import Rollout
 
 
@@ -28,6 +28,7 @@ class Unit:
     confident: Tensor   # [T] bool, unresolved and already confident in the rollout
     z: Tensor           # [T, D] residual consumed (zeros elsewhere)
     a: Tensor           # [T]
+    read_from: Tensor   # [T] unit index of the position before each one (shifted read-out)
     pairs: list[tuple[int, int]]  # (s, s + 1) adjacent states of one block, 1-based state ids
     cost: int           # tokens x attended tokens
 
@@ -65,8 +66,9 @@ def make_unit(r: Rollout, block_len: int, eos_id: int, dim: int, kl_conf: float)
             pairs.append((s - 1, s))
     block, state = torch.cat(blk), torch.cat(st)
     cost = int(visibility(block, state, block, state).sum())
-    return Unit(torch.cat(toks), torch.cat(pos), block, state, torch.cat(tgt), torch.cat(unres),
-                torch.cat(conf), torch.cat(zs), torch.cat(as_), pairs, cost)
+    position = torch.cat(pos)
+    return Unit(torch.cat(toks), position, block, state, torch.cat(tgt), torch.cat(unres),
+                torch.cat(conf), torch.cat(zs), torch.cat(as_), predecessors(state, position), pairs, cost)
 
 
 def pack(units: list[Unit], row_tokens: int) -> list[list[int]]:
@@ -100,6 +102,7 @@ class ReplayBatch:
     confident: Tensor
     z: Tensor           # [R, T, D]
     a: Tensor
+    read_from: Tensor   # [R, T] row index of the position before each one (Transformer.read_out)
     noisy: Tensor       # [R, T] bool: position belongs to a replayed state
     response: Tensor    # [R, T] response index (per-response normalisation)
     state_id: Tensor    # [R, T] global state index (-1 for clean / padding)
@@ -117,7 +120,7 @@ def build_batch(units: list[Unit], rows: list[list[int]], pad_id: int) -> Replay
     def full(fill, dtype, *extra):
         return torch.full((R, T, *extra), fill, dtype=dtype)
 
-    out = {k: full(0, torch.long) for k in ("pos", "block", "state", "doc", "targets", "response")}
+    out = {k: full(0, torch.long) for k in ("pos", "block", "state", "doc", "targets", "response", "read_from")}
     out["tokens"] = full(pad_id, torch.long)
     out["state_id"] = full(-1, torch.long)
     for k in ("unresolved", "confident", "valid"):
@@ -132,6 +135,7 @@ def build_batch(units: list[Unit], rows: list[list[int]], pad_id: int) -> Replay
             sl = slice(off, off + u.length)
             for k in ("tokens", "pos", "block", "state", "targets", "unresolved", "confident", "z", "a"):
                 out[k][r, sl] = getattr(u, k)
+            out["read_from"][r, sl] = u.read_from + off
             out["doc"][r, sl] = doc
             out["valid"][r, sl] = True
             out["response"][r, sl] = i
@@ -143,5 +147,5 @@ def build_batch(units: list[Unit], rows: list[list[int]], pad_id: int) -> Replay
     mask = visibility(out["block"], out["state"], out["block"], out["state"], out["valid"], out["doc"], out["doc"])
     as_long = lambda x: torch.tensor(x, dtype=torch.long)  # noqa: E731
     return ReplayBatch(out["tokens"], out["pos"], see_self_if_blind(mask), out["targets"], out["unresolved"],
-                       out["confident"], out["z"], out["a"], out["state"] > 0, out["response"], out["state_id"],
+                       out["confident"], out["z"], out["a"], out["read_from"], out["state"] > 0, out["response"], out["state_id"],
                        as_long(src), as_long(nxt), as_long(presp), n_states, len(units))

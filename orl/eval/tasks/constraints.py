@@ -1,16 +1,20 @@
 """`constr`: constraint satisfaction with many valid answers; the verifier checks the constraints.
 
-Two variants, picked at random per sample:
-    sum:  "4 distinct digits sum 17 incl 5:"      -> e.g. "9215" (also "0539", "5138", ...)
-          k digits, pairwise distinct, any order, summing to s and containing digit d.
-    word: "7 of abc, 2 c, no equal neighbours:"   -> e.g. "ababcbc" (also "cabcaba", ...)
-          n letters from the alphabet, no two equal adjacent letters, exactly m copies of letter c.
-The reference answer is drawn uniformly from all valid answers to its prompt (the generator draws the
+Three variants; the default draws `word` and `arrange` at random per sample:
+    word:    "7 of bdg, 2 g, no equal neighbours:"  -> e.g. "bdbdgbg" (also "gbdbdgd", ...)
+             n letters from the given ones, no two equal adjacent letters, exactly m copies of one.
+    arrange: "arrange aabbbcc, no equal neighbours:" -> e.g. "bcbabca" (also "babcacb", ...)
+             a rearrangement of exactly the given letters with no two equal adjacent letters.
+    sum:     "4 distinct digits sum 17 incl 5:"      -> e.g. "9215" (also "0539", "5138", ...)
+             k digits, pairwise distinct, any order, summing to s and containing digit d.
+Each sample uses 3 letters drawn from a-h. The reference answer is drawn uniformly from all valid answers to its prompt (the generator draws the
 answer first and derives the prompt from it), so the training target is genuinely multimodal.
+`sum` is off by default: the 2.4M-parameter base stayed at ~4% on it (it collapses onto the required
+digit, "666" for "3 distinct digits sum 16 incl 6:") while reaching ~65% on `word`; it remains a knob.
 
 Why parallel decoding is non-trivial: each position's marginal is broad (many digits fit position 1),
-but the positions are coupled by global constraints (distinctness, a sum, a count) and local ones
-(neighbours differ). Sampling several positions in one step draws each from its own marginal, which
+but the positions are coupled by global constraints (distinctness, a sum, a count, the exact multiset) and local
+ones (neighbours differ). Sampling several positions in one step draws each from its own marginal, which
 happily yields "9295" (duplicate 9) or "abbacbc" (equal neighbours) even when every position on its own
 was a plausible choice; only a decoder that conditions each commitment on the others stays consistent.
 """
@@ -24,28 +28,34 @@ from .base import Task
 
 _SUM = re.compile(r"([0-9]+) distinct digits sum ([0-9]+) incl ([0-9]):")
 _WORD = re.compile(r"([0-9]+) of ([a-z]+), ([0-9]+) ([a-z]), no equal neighbours:")
-VARIANTS = ("sum", "word")
+_ARRANGE = re.compile(r"arrange ([a-z]+), no equal neighbours:")
+VARIANTS = ("sum", "word", "arrange")
 
 
 class Constr(Task):
     name = "constr"
-    description = "distinct digits with a given sum and member, or a word with a letter count and no equal neighbours"
-    why_parallel_is_hard = ("many answers are valid but positions are coupled by distinctness, sum, count and "
-                            "neighbour constraints; independently sampled positions mix incompatible answers")
+    description = "a word with a letter count, or a rearrangement of given letters, with no equal neighbours"
+    why_parallel_is_hard = ("many answers are valid but positions are coupled by count, multiset and neighbour "
+                            "constraints; independently sampled positions mix incompatible answers")
 
     def __init__(self, min_digits: int = 3, max_digits: int = 4, min_word: int = 4, max_word: int = 7,
-                 alphabet: str = "abc", variants: tuple[str, ...] = VARIANTS):
+                 alphabet: str = "abcdefgh", letters: int = 3, variants: tuple[str, ...] = ("word", "arrange")):
         if not 1 <= min_digits <= max_digits <= 10 or not 2 <= min_word <= max_word:
             raise ValueError("need 1 <= min_digits <= max_digits <= 10 and 2 <= min_word <= max_word")
         if len(set(alphabet)) != len(alphabet) or len(alphabet) < 2 or set(alphabet) - set(string.ascii_lowercase):
             raise ValueError("alphabet must be >= 2 distinct lowercase letters")
+        if not 2 <= letters <= len(alphabet):
+            raise ValueError(f"letters (per prompt) must be in [2, {len(alphabet)}], got {letters}")
         if not variants or set(variants) - set(VARIANTS):
             raise ValueError(f"variants must be a non-empty subset of {VARIANTS}")
         self.min_digits, self.max_digits, self.min_word, self.max_word = min_digits, max_digits, min_word, max_word
-        self.alphabet, self.variants = alphabet, variants
+        # Each word draws its own `letters`-letter subset of the alphabet (named in the prompt), so that
+        # prompts are diverse enough for a held-out split and the model must read its letters.
+        self.alphabet, self.letters, self.variants = alphabet, letters, variants
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
-        if rng.choice(self.variants) == "sum":
+        variant = rng.choice(self.variants)
+        if variant == "sum":
             # rng.sample is uniform over ordered tuples of distinct digits, so given (k, s, d) the
             # answer is uniform over that prompt's valid answers.
             digits = rng.sample(range(10), rng.randint(self.min_digits, self.max_digits))
@@ -53,11 +63,16 @@ class Constr(Task):
             return prompt, "".join(map(str, digits))
         # A random walk that never repeats the previous letter gives every valid word the same
         # probability, so the reference is again uniform given the prompt.
-        word = [rng.choice(self.alphabet)]
+        alphabet = "".join(sorted(rng.sample(self.alphabet, self.letters)))
+        word = [rng.choice(alphabet)]
         for _ in range(rng.randint(self.min_word, self.max_word) - 1):
-            word.append(rng.choice([c for c in self.alphabet if c != word[-1]]))
-        letter = rng.choice(self.alphabet)
-        return f"{len(word)} of {self.alphabet}, {word.count(letter)} {letter}, no equal neighbours:", "".join(word)
+            word.append(rng.choice([c for c in alphabet if c != word[-1]]))
+        if variant == "arrange":
+            # Every valid word has the same walk probability, so given its letters it is uniform over
+            # their valid arrangements.
+            return f"arrange {''.join(sorted(word))}, no equal neighbours:", "".join(word)
+        letter = rng.choice(alphabet)
+        return f"{len(word)} of {alphabet}, {word.count(letter)} {letter}, no equal neighbours:", "".join(word)
 
     def check(self, prompt: str, output: str) -> bool:
         if m := _SUM.fullmatch(prompt):
@@ -68,4 +83,6 @@ class Constr(Task):
             n, alphabet, count, letter = int(m[1]), m[2], int(m[3]), m[4]
             return (len(output) == n and set(output) <= set(alphabet) and output.count(letter) == count
                     and all(a != b for a, b in zip(output, output[1:])))
+        if m := _ARRANGE.fullmatch(prompt):
+            return sorted(output) == sorted(m[1]) and all(a != b for a, b in zip(output, output[1:]))
         raise ValueError(f"not a constr prompt: {prompt!r}")

@@ -1,20 +1,26 @@
-"""`prog`: tiny straight-line programs; the answer is the value of the queried variable.
+"""`prog`: tiny straight-line programs; the answer is what the program prints.
 
-Format: prompt = assignments separated by ';' then "<var>?", answer = the value in plain decimal
-(leading '-' if negative):
-    a=3;b=a+4;a=b-9;a?  -> "-2"
-    c=2;b=c+c;c=b+7;c?  -> "11"
-Generated programs have 2-3 assignments over variables a, b, c: the first assigns a literal 0-9, each
-later one applies + or - to a defined variable and a variable or literal; every intermediate value
-stays within [-99, 99]. `ops="+-*"` adds products (and the interpreter always understands `*`), but
+Two forms (the interpreter runs both; the generator's default is `echo`):
+    echo:  "echo a=3;b=a+4;a=b-9:" -> "3,7,-2"   every assignment prints the value it assigns
+                                                 (a REPL echo); the output joins them with ','
+    query: "a=3;b=a+4;a=b-9;a?"    -> "-2"       the program prints only the queried variable
+Values are in plain decimal (leading '-' if negative). Generated programs have 3-5 assignments over
+variables a, b, c: the first assigns a literal 0-9, each later one applies + or - to a defined
+variable and a variable or literal; every intermediate value stays within [-99, 99]. Why `echo` is
+the default: printing only the last value asks a tiny model to run the whole chain of dependent
+additions inside one forward pass (a 6-layer model stalled at ~45% on 2-3 assignments in both AR and
+diffusion form); echoing puts each intermediate value in the output, so each printed value is one
+lookup plus one addition away from what is already written, like a trace. Answers are 5-19 characters
+(one or two blocks). `ops="+-*"` adds products (and the interpreter always understands `*`), but
 the default leaves them out so that a tiny model's budget goes to tracking the variables (what makes
 this family interesting for parallel decoding) rather than to a multiplication table up to 99. The verifier runs the program with `run_program`, a small interpreter (the
 usual precedence, * over + and -, left-associative) that never calls eval/exec.
 
-Why parallel decoding is non-trivial: the answer's digits are jointly determined by one hidden value
-that needs the whole program, executed in order, to compute. When the model is unsure between, say, 27
-and 30, committing both digits in one step mixes the marginals into "20" or "37"; the number of digits
-and the sign (where EOS goes) are likewise properties of the whole value, not of any single position.
+Why parallel decoding is non-trivial: each printed value depends on values printed before it (b=a+4
+needs a's latest value), and the digits of one value are jointly determined: when the model is unsure
+between, say, 27 and 30, committing both digits in one step mixes the marginals into "20" or "37".
+Where the k-th value sits in the string depends on the widths and signs of all earlier values, so a
+position cannot know which value it holds without its left context.
 """
 from __future__ import annotations
 
@@ -22,15 +28,29 @@ import random
 import re
 import string
 
-from .base import Task, parse_int
+from .base import Task
 
 _TOKEN = re.compile(r"[0-9]+|[a-z]|[-+*]")
 _ASSIGN = re.compile(r"([a-z])=(.+)")
 _QUERY = re.compile(r"([a-z])\?")
+_ECHO = re.compile(r"echo (.+):")
 
 
 class ProgramError(ValueError):
     pass
+
+
+def execute(statements: list[str]) -> tuple[list[int], dict[str, int]]:
+    """Run assignments in order -> (the value each one assigned, the final variables)."""
+    env: dict[str, int] = {}
+    values = []
+    for statement in statements:
+        m = _ASSIGN.fullmatch(statement)
+        if m is None:
+            raise ProgramError(f"not an assignment: {statement!r}")
+        env[m[1]] = evaluate(m[2], env)
+        values.append(env[m[1]])
+    return values, env
 
 
 def run_program(source: str) -> int:
@@ -39,15 +59,18 @@ def run_program(source: str) -> int:
     q = _QUERY.fullmatch(query)
     if not statements or q is None:
         raise ProgramError(f"expected assignments then '<var>?': {source!r}")
-    env: dict[str, int] = {}
-    for statement in statements:
-        m = _ASSIGN.fullmatch(statement)
-        if m is None:
-            raise ProgramError(f"not an assignment: {statement!r}")
-        env[m[1]] = evaluate(m[2], env)
+    _, env = execute(statements)
     if q[1] not in env:
         raise ProgramError(f"queried variable {q[1]!r} is never assigned")
     return env[q[1]]
+
+
+def program_output(source: str) -> str:
+    """What a program prints: "echo <assignments>:" echoes every assigned value (joined by ','), the
+    query form "<assignments>;v?" prints v."""
+    if m := _ECHO.fullmatch(source):
+        return ",".join(map(str, execute(m[1].split(";"))[0]))
+    return str(run_program(source))
 
 
 def evaluate(expr: str, env: dict[str, int]) -> int:
@@ -92,18 +115,18 @@ def evaluate(expr: str, env: dict[str, int]) -> int:
 
 class Prog(Task):
     name = "prog"
-    description = "straight-line program a=3;b=a+4;a=b-9;a? ; answer is the printed value"
-    why_parallel_is_hard = ("all answer digits, the sign and the length come from one value that needs the "
-                            "whole program executed in order")
+    description = "straight-line program echo a=3;b=a+4;a=b-9: ; answer is what it prints (3,7,-2)"
+    why_parallel_is_hard = ("each printed value depends on earlier ones, its digits are jointly determined, "
+                            "and its position depends on the widths of all earlier values")
 
-    def __init__(self, min_assign: int = 2, max_assign: int = 3, variables: str = "abc",
-                 max_literal: int = 9, max_abs: int = 99, ops: str = "+-"):
+    def __init__(self, min_assign: int = 3, max_assign: int = 5, variables: str = "abc",
+                 max_literal: int = 9, max_abs: int = 99, ops: str = "+-", form: str = "echo"):
         if (not 1 <= min_assign <= max_assign or not variables or set(variables) - set(string.ascii_lowercase)
-                or not ops or set(ops) - set("+-*") or max_abs < max_literal):
+                or not ops or set(ops) - set("+-*") or max_abs < max_literal or form not in ("echo", "query")):
             raise ValueError("bad prog knobs: need 1 <= min_assign <= max_assign, lowercase variables, "
-                             "ops from '+-*', max_abs >= max_literal")
+                             "ops from '+-*', max_abs >= max_literal, form 'echo' or 'query'")
         self.min_assign, self.max_assign, self.variables = min_assign, max_assign, variables
-        self.max_literal, self.max_abs, self.ops = max_literal, max_abs, ops
+        self.max_literal, self.max_abs, self.ops, self.form = max_literal, max_abs, ops, form
 
     def _program(self, rng: random.Random) -> tuple[list[str], dict[str, int]] | None:
         """A random program, or None if some intermediate value leaves [-max_abs, max_abs]."""
@@ -129,10 +152,13 @@ class Prog(Task):
         while (program := self._program(rng)) is None:
             pass
         statements, env = program
+        if self.form == "echo":
+            prompt = f"echo {';'.join(statements)}:"
+            return prompt, program_output(prompt)
         query = rng.choice(sorted(env))
         return ";".join(statements) + f";{query}?", str(env[query])
 
     def check(self, prompt: str, output: str) -> bool:
-        value = parse_int(output)
-        return value is not None and value == run_program(prompt)
+        # The interpreter prints canonical decimals, so string equality also rejects "07" or "-0".
+        return output == program_output(prompt)
 

@@ -87,7 +87,7 @@ def config_from_args(args: ModelArgs, dtype: torch.dtype) -> dict:
                    decoder_sparse_step=args.moe_every, mlp_only_layers=[])
     # features Qwen3 cannot express: transformers would load such a directory as a different model,
     # so say so where a person reads it; orl.json is what orl loads them from
-    extras = {k: getattr(args, k) for k in ("learned_pos", "adapter_dim", "shared_expert_ffn_dim")
+    extras = {k: getattr(args, k) for k in ("learned_pos", "shift_logits", "adapter_dim", "shared_expert_ffn_dim")
               if getattr(args, k)}
     if not args.qk_norm:
         extras["qk_norm"] = False
