@@ -60,6 +60,17 @@ def _cut_at_eos(out: list[int], block: list[int], eos_id: int) -> bool:
     return False
 
 
+def _start(model, prompt_ids: list[int], gen_len: int, mask_id: int) -> tuple[torch.device, float, int, Tensor]:
+    """Start the clock (after queued device work) and lay out [prompt, gen_len masks] -> x [1, P + gen_len]."""
+    dev = model.lm_head.weight.device
+    _sync(dev)
+    t0 = time.perf_counter()
+    P = len(prompt_ids)
+    x = torch.full((1, P + gen_len), mask_id, dtype=torch.long, device=dev)
+    x[0, :P] = torch.tensor(prompt_ids, dtype=torch.long, device=dev)
+    return dev, t0, P, x
+
+
 def _greedy(logits: Tensor, banned: tuple[int, ...]) -> tuple[Tensor, Tensor]:
     """logits [n, V] -> (token, its probability) per position, banned ids excluded."""
     logits = logits.float().clone()
@@ -73,16 +84,11 @@ def _greedy(logits: Tensor, banned: tuple[int, ...]) -> tuple[Tensor, Tensor]:
 def llada_reference(model, prompt_ids: list[int], *, gen_len: int, block_len: int, steps: int,
                     mask_id: int, eos_id: int, banned: tuple[int, ...]) -> BaselineResult:
     """(a) full recompute every step, fixed uniform schedule (see the module docstring)."""
-    dev = model.lm_head.weight.device
-    _sync(dev)
-    t0 = time.perf_counter()
-    P = len(prompt_ids)
     n_blocks = -(-gen_len // block_len)
     if steps % n_blocks:
         raise ValueError(f"steps ({steps}) must be a multiple of the number of blocks ({n_blocks}), as in LLaDA")
     per_block = steps // n_blocks
-    x = torch.full((1, P + gen_len), mask_id, dtype=torch.long, device=dev)
-    x[0, :P] = torch.tensor(prompt_ids, dtype=torch.long, device=dev)
+    dev, t0, P, x = _start(model, prompt_ids, gen_len, mask_id)
     # the clean-sequence mask: bidirectional inside a block, causal across blocks; the current block
     # sees itself and the committed blocks, exactly what it sees in the engine
     blocks = block_ids(P, gen_len, block_len, device=dev)
@@ -134,13 +140,8 @@ class PrefixCache:
 def prefix_cache(model, prompt_ids: list[int], *, gen_len: int, block_len: int, threshold: float,
                  mask_id: int, eos_id: int, banned: tuple[int, ...]) -> BaselineResult:
     """(b) Fast-dLLM style: refresh the prefix cache once per block, then threshold steps on the block."""
-    dev = model.lm_head.weight.device
-    _sync(dev)
-    t0 = time.perf_counter()
-    P = len(prompt_ids)
+    dev, t0, P, x = _start(model, prompt_ids, gen_len, mask_id)
     n_blocks = -(-gen_len // block_len)
-    x = torch.full((1, P + gen_len), mask_id, dtype=torch.long, device=dev)
-    x[0, :P] = torch.tensor(prompt_ids, dtype=torch.long, device=dev)
     pos = torch.arange(P + gen_len, device=dev)[None]
     cache = PrefixCache(model, P + gen_len)
     out: list[int] = []
