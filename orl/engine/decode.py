@@ -80,7 +80,8 @@ class DecodeState:
         B, L, S = batch, block_len, max_len
         return cls(cache=model.new_cache(B, S), valid=z(B, S, dtype=torch.bool), pad=z(B),
                    prompt_end=z(()), start=z(()), canvas=z(B, L), unresolved=z(B, L, dtype=torch.bool),
-                   z=z(B, L, D, dtype=dt), a=z(B, L, dtype=dt), carry=z(B, D, dtype=dt), steps=z(B), global_step=z(B), seed=z(B),
+                   z=z(B, L, D, dtype=dt), a=z(B, L, dtype=dt), carry=z(B, D, dtype=dt),
+                   steps=z(B), global_step=z(B), seed=z(B),
                    banned=banned_mask(model.args.vocab_size, ids.banned, dev),
                    mask=z(B, L, S, dtype=torch.bool), pos=z(B, L), slots=z(L), n_valid=z(B),
                    last_x=z(B, L), last_conf=z(B, L, dtype=torch.float),

@@ -25,8 +25,8 @@ def replay_logits(model: Transformer, b: ReplayBatch, residual: str, ids: Specia
     the engine's banned tokens, so a replayed state reproduces its rollout step."""
     dev = model.lm_head.weight.device
     dt = model.lm_head.weight.dtype
-    logits = model(b.tokens.to(dev), b.pos.to(dev), b.mask.to(dev), read_from=b.read_from.to(dev), mask_id=ids.mask, z=b.z.to(dev, dt),
-                   a=b.a.to(dev, dt), unresolved=b.unresolved.to(dev), residual=residual)
+    logits = model(b.tokens.to(dev), b.pos.to(dev), b.mask.to(dev), read_from=b.read_from.to(dev), mask_id=ids.mask,
+                   z=b.z.to(dev, dt), a=b.a.to(dev, dt), unresolved=b.unresolved.to(dev), residual=residual)
     return ban_tokens(logits, ids.banned)
 
 

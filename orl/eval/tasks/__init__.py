@@ -3,7 +3,7 @@
 Every family generates (prompt, reference answer) pairs deterministically from (family, split, index)
 and judges model outputs with its own verifier; see each module's docstring for its format and why its
 answer tokens depend on each other. Prompts and answers use only CharTokenizer characters; answers fit
-one 16-token block with EOS (<= 15 characters) except `long`, which spans three.
+one 16-token block with EOS (<= 15 characters) except `prog` (one or two) and `long` (three).
 """
 from __future__ import annotations
 

@@ -7,16 +7,18 @@ Three variants; the default draws `word` and `arrange` at random per sample:
              a rearrangement of exactly the given letters with no two equal adjacent letters.
     sum:     "4 distinct digits sum 17 incl 5:"      -> e.g. "9215" (also "0539", "5138", ...)
              k digits, pairwise distinct, any order, summing to s and containing digit d.
-Each sample uses 3 letters drawn from a-h. The reference answer is drawn uniformly from all valid answers to its prompt (the generator draws the
-answer first and derives the prompt from it), so the training target is genuinely multimodal.
+Each sample uses 3 letters drawn from a-h. The reference answer is drawn uniformly from all valid
+answers to its prompt (the generator draws the answer first and derives the prompt from it), so the
+training target is genuinely multimodal.
 `sum` is off by default: the 2.4M-parameter base stayed at ~4% on it (it collapses onto the required
 digit, "666" for "3 distinct digits sum 16 incl 6:") while reaching ~65% on `word`; it remains a knob.
 
 Why parallel decoding is non-trivial: each position's marginal is broad (many digits fit position 1),
-but the positions are coupled by global constraints (distinctness, a sum, a count, the exact multiset) and local
-ones (neighbours differ). Sampling several positions in one step draws each from its own marginal, which
-happily yields "9295" (duplicate 9) or "abbacbc" (equal neighbours) even when every position on its own
-was a plausible choice; only a decoder that conditions each commitment on the others stays consistent.
+but the positions are coupled by global constraints (a count, the exact multiset, distinctness, a sum)
+and local ones (neighbours differ). Sampling several positions in one step draws each from its own
+marginal, which happily yields "abbacbc" (equal neighbours), "abacaca" for "arrange aaabbcc" (a c lost),
+or "9295" (duplicate 9) even when every position on its own was a plausible choice; only a decoder
+that conditions each commitment on the others stays consistent.
 """
 from __future__ import annotations
 

@@ -13,8 +13,9 @@ diffusion form); echoing puts each intermediate value in the output, so each pri
 lookup plus one addition away from what is already written, like a trace. Answers are 5-19 characters
 (one or two blocks). `ops="+-*"` adds products (and the interpreter always understands `*`), but
 the default leaves them out so that a tiny model's budget goes to tracking the variables (what makes
-this family interesting for parallel decoding) rather than to a multiplication table up to 99. The verifier runs the program with `run_program`, a small interpreter (the
-usual precedence, * over + and -, left-associative) that never calls eval/exec.
+this family interesting for parallel decoding) rather than to a multiplication table up to 99. The
+verifier runs the program with `program_output`, a small interpreter (the usual precedence, * over +
+and -, left-associative) that never calls eval/exec.
 
 Why parallel decoding is non-trivial: each printed value depends on values printed before it (b=a+4
 needs a's latest value), and the digits of one value are jointly determined: when the model is unsure
