@@ -16,7 +16,7 @@ digit, "666" for "3 distinct digits sum 16 incl 6:") while reaching ~65% on `wor
 Why parallel decoding is non-trivial: each position's marginal is broad (many digits fit position 1),
 but the positions are coupled by global constraints (a count, the exact multiset, distinctness, a sum)
 and local ones (neighbours differ). Sampling several positions in one step draws each from its own
-marginal, which happily yields "abbacbc" (equal neighbours), "abacaca" for "arrange aaabbcc" (a c lost),
+marginal, which happily yields "abbacbc" (equal neighbours), "ababa" for "arrange aabbc" (the c lost),
 or "9295" (duplicate 9) even when every position on its own was a plausible choice; only a decoder
 that conditions each commitment on the others stays consistent.
 """
