@@ -125,6 +125,8 @@ def test_resume_is_exact(tmp_path, monkeypatch):
 
     a, b = by_step(tmp_path / "a.log.jsonl"), by_step(tmp_path / "b.log.jsonl")
     assert len(a) == 12 and a == b
+    # step 7 ran before the crash and again after the resume from step 6: the log holds it once
+    assert [json.loads(line)["step"] for line in open(tmp_path / "b.log.jsonl")] == list(range(1, 13))
     assert (tmp_path / "a-stage1" / "trainer_state.pt").exists()  # the end of stage 1 is kept
 
 

@@ -21,6 +21,7 @@ from orl.eval.tasks import get_task
 from orl.model.args import ModelArgs
 from orl.model.model import Transformer
 from orl.train.batches import Batch, ar_batch, diffusion_batch, weighted_ce
+from orl.train.runlog import open_log
 
 TRAIN_STATE = "trainer_state.pt"
 
@@ -176,8 +177,7 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, log=prin
         model = Transformer(cfg.model)
         opt = make_optimizer(model, cfg)
     model.train()
-    log_path = out.parent / f"{out.name}.log.jsonl"
-    out.parent.mkdir(parents=True, exist_ok=True)
+    log_path = open_log(out, start, "step")
     bar = tqdm(range(start, cfg.total_steps), initial=start, total=cfg.total_steps, dynamic_ncols=True)
     t_last, tokens = time.perf_counter(), 0
     for step in bar:

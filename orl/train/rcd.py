@@ -22,6 +22,7 @@ from orl.model.residual import residual_state
 from orl.train.batches import diffusion_batch, weighted_ce
 from orl.train.heldout import heldout_eval, mean_over_tasks
 from orl.train.rollout import collect, rollout_stats, sample_prompts
+from orl.train.runlog import open_log
 from orl.train.pretrain import TRAIN_STATE
 from orl.train.trainer import ORLConfig, clip, make_optimizer, save_update
 
@@ -52,8 +53,7 @@ def train_rcd(cfg: ORLConfig, out: str | Path, resume: bool = True, log=print) -
     ids = special_ids(tok, model.args.vocab_size)
     ref_engine, engine = Engine(ref, tok), Engine(model, tok)
     emb = ref.model.embed_tokens.weight
-    log_path = out.parent / f"{out.name}.log.jsonl"
-    out.parent.mkdir(parents=True, exist_ok=True)
+    log_path = open_log(out, start, "update")
     gen_tokens = state["generated_tokens"] if state else 0
     t0 = time.perf_counter()
     for update in tqdm(range(start, cfg.updates), initial=start, total=cfg.updates, dynamic_ncols=True):

@@ -24,6 +24,7 @@ from orl.train.objective import LossWeights, orl_loss
 from orl.train.pretrain import TRAIN_STATE
 from orl.train.replay import build_batch, make_unit, pack
 from orl.train.rollout import collect, rollout_stats, sample_prompts
+from orl.train.runlog import open_log
 
 
 
@@ -114,8 +115,7 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, log=print) -
         opt.load_state_dict(state["optimizer"])
     ids = special_ids(tok, model.args.vocab_size)
     engine = Engine(model, tok)
-    log_path = out.parent / f"{out.name}.log.jsonl"
-    out.parent.mkdir(parents=True, exist_ok=True)
+    log_path = open_log(out, start, "update")
     gen_tokens = state["generated_tokens"] if state else 0
     rollouts, ref_model = [], None
     t0 = time.perf_counter()
