@@ -16,9 +16,10 @@ from orl.train.trainer import ORLConfig, train_orl
 
 @pytest.fixture()
 def base(tmp_path):
+    """Shifted read-out, like the shipped base (the replay tests cover both read-outs)."""
     torch.manual_seed(0)
     model = Transformer(ModelArgs(vocab_size=128, dim=32, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=16,
-                                  ffn_dim=64, max_seq_len=160, learned_pos=True))
+                                  ffn_dim=64, max_seq_len=160, learned_pos=True, shift_logits=True))
     return save_checkpoint(model, CharTokenizer(), tmp_path / "base", {"block_len": 8})
 
 
