@@ -76,6 +76,19 @@ def test_summary_table_matches_the_records(report):
     assert float(pooled[("m2", 0.5)]["accuracy"]) == (2 + 1) / 8 and int(pooled[("m2", 0.5)]["n"]) == 8
 
 
+def test_steps_table_counts_every_block(report):
+    rows = {(r["model"], float(r["threshold"])): r for r in read_csv(report / "steps.csv")}
+    assert len(rows) == len(CURVES)
+    # tau 0.5: every record has blocks [1, 2]; tau 0.9: [3, 3, i + 1] for i = 0..3 -> steps 1, 2, 3, 4 once
+    # each per task, plus two 3s per record
+    r = rows[("m1", 0.5)]
+    assert (int(r["blocks"]), int(r["1"]), int(r["2"]), int(r["3"])) == (16, 8, 8, 0)
+    r = rows[("m2", 0.9)]
+    assert (int(r["blocks"]), int(r["1"]), int(r["2"]), int(r["3"]), int(r["4"]), int(r[">=8"])) == (24, 2, 2, 18, 2, 0)
+    assert float(r["mean_steps"]) == pytest.approx((18 * 3 + 2 * 1 + 2 * 2 + 2 * 4) / 24)
+    assert "Denoising steps per block" in (report / "report.md").read_text()
+
+
 def test_aup_table_matches_metrics(report):
     rows = {(r["model"], r["task"]): r for r in read_csv(report / "aup.csv")}
     # task add: y_max = 1.0 (both models at tau 0.9)
@@ -95,7 +108,7 @@ def test_html_is_self_contained_and_holds_the_tables(report):
     assert len(srcs) == 4 and all(s.startswith("data:image/png;base64,") for s in srcs)
     assert all(base64.b64decode(s.split(",", 1)[1]).startswith(PNG) for s in srcs)
     assert "http" not in page.replace("http-equiv", "")  # nothing fetched from elsewhere
-    assert page.count("<table>") == 3 and "threshold L4" in page
+    assert page.count("<table>") == 4 and "threshold L4" in page
 
 
 def test_eval_summary_lists_each_task_and_threshold():

@@ -31,13 +31,14 @@ def test_base_checkpoint_manifest():
 
 @pytest.mark.parametrize("decode", [{"rule": "topk"}, {"rule": "threshold", "threshold": 0.9}])
 def test_base_learned_its_strong_families(decode):
-    # measured (docs/RESULTS.md, 40 held-out each): add 82.5%, sort 80% with conservative decoding
-    assert accuracy(ROOT / "orl-tiny-base", ("add", "sort"), 15, **decode) >= 0.6
+    # measured (docs/RESULTS.md, 40 held-out each): add 90%, sort 97.5% with conservative decoding;
+    # on these 30 samples 96.7% (topk) and 100% (threshold 0.9)
+    assert accuracy(ROOT / "orl-tiny-base", ("add", "sort"), 15, **decode) >= 0.8
 
 
 def test_base_mean_accuracy_over_all_families():
-    # measured: mean 57.5% over the five families (40 each, conservative decoding)
-    assert accuracy(ROOT / "orl-tiny-base", ("add", "sort", "prog", "constr", "long"), 10, rule="topk") >= 0.4
+    # measured: mean 70.0% over the five families (40 each, conservative decoding); 72% on these 50
+    assert accuracy(ROOT / "orl-tiny-base", ("add", "sort", "prog", "constr", "long"), 10, rule="topk") >= 0.6
 
 
 def test_demo_main_job_runs():
@@ -91,15 +92,16 @@ def test_eval_runs_the_ar_peer_with_its_own_decoder(tmp_path):
     recs = run_eval(EvalSpec(model=str(ROOT / "orl-tiny-ar"), out=str(tmp_path / "ar.jsonl"), tasks=["sort", "add"],
                              limit=4, thresholds=[0.5, 0.9], progress=False))
     assert len(recs) == 8 and all(r["decode"]["rule"] == "ar" and r["tpf"] == 1.0 for r in recs)
-    assert sum(r["verdict"] for r in recs if r["task"] == "sort") >= 3  # the peer sorts (97.5% measured)
+    assert sum(r["verdict"] for r in recs if r["task"] == "sort") >= 3  # the peer sorts (100% measured)
     build_report([tmp_path / "ar.jsonl"], tmp_path / "rep")
     assert "AR" in (tmp_path / "rep" / "summary.csv").read_text()
 
 
 def test_orl_checkpoint_commits_more_per_forward_than_its_base():
     """Same held-out prompts, same decoder (threshold 0.9): the shipped ORL model (adapter residual from
-    its manifest) keeps the base's accuracy and needs fewer forwards. Measured on these 36 prompts:
-    base 69.4% / 2.67 tokens per forward, ORL 72.2% / 2.89 (x1.11 TPF on the 200 of docs/RESULTS.md)."""
+    its manifest) stays within 10 points of the base's accuracy and needs fewer forwards. Measured on
+    these 36 prompts: base 91.7% / 3.09 tokens per forward, ORL 86.1% / 3.76 (x1.07 TPF and -2.5 points
+    on the 200 of docs/RESULTS.md)."""
     def run(path):
         model, tok, manifest = load_checkpoint(path)
         cfg = DecodeConfig(block_len=16, max_new_tokens=64, threshold=0.9, residual=manifest["residual_mode"])

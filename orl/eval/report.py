@@ -3,6 +3,7 @@ evaluation records. Every number comes from orl.eval.metrics over the records' s
 
 Outputs in --out: summary.csv (per model, decoder, task, threshold), overall.csv (tasks pooled),
 aup.csv (one row per model/decoder curve and task; y_max = best accuracy of any curve on that task),
+steps.csv (per model, decoder and threshold: how many blocks took 1, 2, ..., 7, >= 8 denoising steps),
 accuracy_vs_tpf.png, accuracy_vs_tokens_per_s.png, tpf_per_task.png, steps_per_block.png,
 training_curves.png when post-training logs are given (--train-logs, orl.eval.curves), report.md (links
 the PNGs) and report.html (PNGs embedded as base64).
@@ -49,6 +50,24 @@ def aup_rows(task_rows: list[dict], pooled_rows: list[dict]) -> list[dict]:
         out.append({"model": model, "decoder": decoder, "task": task, "points": len(pts),
                     "max_accuracy": max(p["accuracy"] for p in pts), "max_tpf": max(p["tpf"] for p in pts),
                     "aup": metrics.aup([p["tpf"] for p in pts], [p["accuracy"] for p in pts], y_max[task])})
+    return out
+
+
+STEP_BINS = 8  # blocks of >= 8 steps share the last bin
+
+
+def steps_rows(records: list[dict]) -> list[dict]:
+    """Distribution of denoising steps per block over every block of the records, per curve point."""
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for r in records:
+        groups[tuple(group_value(r, k) for k in (*CURVE, "threshold"))] += r["block_steps"]
+    out = []
+    for key, steps in sorted(groups.items(), key=lambda kv: tuple(str(k) for k in kv[0])):
+        row = dict(zip((*CURVE, "threshold"), key))
+        row.update(blocks=len(steps), mean_steps=sum(steps) / max(len(steps), 1))
+        for b in range(1, STEP_BINS + 1):
+            row[f"{b}" if b < STEP_BINS else f">={b}"] = sum(s == b if b < STEP_BINS else s >= b for s in steps)
+        out.append(row)
     return out
 
 
@@ -191,7 +210,7 @@ def build_report(paths: list[str | os.PathLike], out: str | os.PathLike,
     task_rows = summarize(records, TASK_ROWS)
     pooled = summarize(records, (*CURVE, "threshold"))
     aups = aup_rows(task_rows, pooled)
-    tables = {"summary": task_rows, "overall": pooled, "aup": aups}
+    tables = {"summary": task_rows, "overall": pooled, "aup": aups, "steps": steps_rows(records)}
     for name, rows in tables.items():
         write_csv(d / f"{name}.csv", rows)
     both = task_rows + [{**r, "task": POOLED} for r in pooled]
@@ -205,7 +224,8 @@ def build_report(paths: list[str | os.PathLike], out: str | os.PathLike,
         plots["training_curves.png"] = "Post-training curves"
 
     sources = ", ".join(str(p) for p in [*paths, *train_logs])
-    titles = {"summary": "Per task and threshold", "overall": "All tasks pooled", "aup": "AUP (accuracy under parallelism)"}
+    titles = {"summary": "Per task and threshold", "overall": "All tasks pooled", "aup": "AUP (accuracy under parallelism)",
+              "steps": "Denoising steps per block (blocks per count)"}
     md = [f"# Evaluation report\n\n{len(records)} records from {sources}. Definitions: DESIGN.md section 5 "
           "and orl/eval/metrics.py.\n"]
     md += [f"## {titles[n]}\n\n{markdown_table(rows)}\n" for n, rows in tables.items()]
