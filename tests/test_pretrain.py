@@ -61,6 +61,7 @@ def test_shifted_diffusion_row_equals_the_engine_step():
     import dataclasses
 
     from orl.engine import DecodeConfig, Engine
+    from orl.engine.decode import block_forward
     from orl.model import Transformer
 
     torch.manual_seed(0)
@@ -75,13 +76,11 @@ def test_shifted_diffusion_row_equals_the_engine_step():
     eng = Engine(model, TOK)
     cfg = DecodeConfig(block_len=4, max_new_tokens=12, rule="topk", steps_per_block=0)
     st, P0 = eng.setup([prompt], cfg)
-    from orl.engine.decode import block_forward
-    for j, block in enumerate([answer[:4], answer[4:8]]):  # commit block 0 by hand, then step block 1
-        eng.begin_block(st, cfg, P0, j, [True])
-        if j == 0:
-            st.canvas.copy_(torch.tensor([block]))
-            st.unresolved.zero_()
-            eng.runner.commit(st, cfg)  # the commit forward writes block 0's clean K/V and the carry
+    eng.begin_block(st, cfg, P0, 0, [True])  # commit block 0 by hand (the row's clean answer) ...
+    st.canvas.copy_(torch.tensor([answer[:4]]))
+    st.unresolved.zero_()
+    eng.runner.commit(st, cfg)  # ... its commit forward writes block 0's clean K/V and the carry
+    eng.begin_block(st, cfg, P0, 1, [True])  # then block 1, all masked
     with torch.no_grad():
         step = block_forward(model, st, cfg, eng.ids)[0]
     keep = ~st.banned

@@ -95,7 +95,7 @@ def llada_reference(model, prompt_ids: list[int], *, gen_len: int, block_len: in
     zero = torch.zeros_like(blocks)
     mask = visibility(blocks, zero, blocks, zero)[None]
     pos = torch.arange(P + gen_len, device=dev)[None]
-    before = (pos[0] - 1).clamp(min=0)  # the contiguous sequence: a shifted model reads t - 1 for t
+    prev = (pos[0] - 1).clamp(min=0)  # the contiguous sequence: a shifted model reads t off t - 1
     out: list[int] = []
     forwards = 0
     for j in range(n_blocks):
@@ -103,7 +103,7 @@ def llada_reference(model, prompt_ids: list[int], *, gen_len: int, block_len: in
         n = hi - lo
         counts = [n // per_block + (1 if s < n % per_block else 0) for s in range(per_block)]
         for s in range(per_block):
-            logits = model(x, pos, mask, read_from=before)[0, lo:hi]  # the whole sequence, every step
+            logits = model(x, pos, mask, read_from=prev)[0, lo:hi]  # the whole sequence, every step
             forwards += 1
             if counts[s] == 0:
                 continue  # LLaDA still runs the forward of a step that unmasks nothing

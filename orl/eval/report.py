@@ -15,7 +15,7 @@ import csv
 import html
 import math
 import os
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -64,9 +64,10 @@ def steps_rows(records: list[dict]) -> list[dict]:
     out = []
     for key, steps in sorted(groups.items(), key=lambda kv: tuple(str(k) for k in kv[0])):
         row = dict(zip((*CURVE, "threshold"), key))
+        counts = Counter(min(s, STEP_BINS) for s in steps)
         row.update(blocks=len(steps), mean_steps=sum(steps) / max(len(steps), 1))
-        for b in range(1, STEP_BINS + 1):
-            row[f"{b}" if b < STEP_BINS else f">={b}"] = sum(s == b if b < STEP_BINS else s >= b for s in steps)
+        row.update({str(b): counts[b] for b in range(1, STEP_BINS)})
+        row[f">={STEP_BINS}"] = counts[STEP_BINS]
         out.append(row)
     return out
 

@@ -136,7 +136,8 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
             if not todo:
                 continue
             _batch_generate(engine, todo[: spec.batch_size], cfg, spec.batch_size)  # warm-up, untimed
-            bar = tqdm(total=len(todo), desc=f"eval {decoder_label(decode_dict(cfg))} tau={getattr(cfg, 'threshold', '-')}", disable=not spec.progress, unit="sample")
+            desc = f"eval {decoder_label(decode_dict(cfg))} tau={getattr(cfg, 'threshold', '-')}"
+            bar = tqdm(total=len(todo), desc=desc, disable=not spec.progress, unit="sample")
             for i in range(0, len(todo), spec.batch_size):
                 chunk = todo[i: i + spec.batch_size]
                 gens = _batch_generate(engine, chunk, cfg, spec.batch_size)
@@ -158,7 +159,8 @@ def decode_dict(cfg: DecodeConfig | ARConfig) -> dict:
     return cfg.to_dict()
 
 
-def _batch_generate(engine: Engine | ARDecoder, chunk: list[tuple[Sample, int]], cfg: DecodeConfig, batch: int) -> list[Generation]:
+def _batch_generate(engine: Engine | ARDecoder, chunk: list[tuple[Sample, int]], cfg: DecodeConfig | ARConfig,
+                    batch: int) -> list[Generation]:
     rows = chunk + [chunk[-1]] * (batch - len(chunk))
     seeds = [row_seed(cfg.seed, prompt_id(s), k) for s, k in rows]
     return engine.generate([s.prompt for s, _ in rows], cfg, seeds=seeds)[: len(chunk)]

@@ -69,8 +69,8 @@ def train_rcd(cfg: ORLConfig, out: str | Path, resume: bool = True, log=print) -
             b = diffusion_batch(pairs, block_len, ids, gen)
             masked = b.tokens == ids.mask
             with torch.no_grad():
-                z, a = residual_state(ban_tokens(ref(b.tokens, b.pos, b.mask, read_from=b.read_from), ids.banned), emb,
-                                      cfg.rollout.residual_temperature)
+                ref_logits = ban_tokens(ref(b.tokens, b.pos, b.mask, read_from=b.read_from), ids.banned)
+                z, a = residual_state(ref_logits, emb, cfg.rollout.residual_temperature)
             model.train()
             logits = model(b.tokens, b.pos, b.mask, read_from=b.read_from, mask_id=ids.mask, z=z, a=a,
                            unresolved=masked, residual="rcd")

@@ -147,5 +147,6 @@ def build_batch(units: list[Unit], rows: list[list[int]], pad_id: int) -> Replay
     mask = visibility(out["block"], out["state"], out["block"], out["state"], out["valid"], out["doc"], out["doc"])
     as_long = lambda x: torch.tensor(x, dtype=torch.long)  # noqa: E731
     return ReplayBatch(out["tokens"], out["pos"], see_self_if_blind(mask), out["targets"], out["unresolved"],
-                       out["confident"], out["z"], out["a"], out["read_from"], out["state"] > 0, out["response"], out["state_id"],
+                       out["confident"], out["z"], out["a"], out["read_from"], out["state"] > 0, out["response"],
+                       out["state_id"],
                        as_long(src), as_long(nxt), as_long(presp), n_states, len(units))

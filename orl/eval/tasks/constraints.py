@@ -84,7 +84,11 @@ class Constr(Task):
         if m := _WORD.fullmatch(prompt):
             n, alphabet, count, letter = int(m[1]), m[2], int(m[3]), m[4]
             return (len(output) == n and set(output) <= set(alphabet) and output.count(letter) == count
-                    and all(a != b for a, b in zip(output, output[1:])))
+                    and _no_equal_neighbours(output))
         if m := _ARRANGE.fullmatch(prompt):
-            return sorted(output) == sorted(m[1]) and all(a != b for a, b in zip(output, output[1:]))
+            return sorted(output) == sorted(m[1]) and _no_equal_neighbours(output)
         raise ValueError(f"not a constr prompt: {prompt!r}")
+
+
+def _no_equal_neighbours(word: str) -> bool:
+    return all(a != b for a, b in zip(word, word[1:]))
