@@ -175,19 +175,22 @@ def test_prog_intermediate_values_are_bounded():
         # Each prefix program, queried at its last target, gives one intermediate value: the echo.
         values = [run_program(";".join(statements[:k]) + f";{statements[k - 1][0]}?")
                   for k in range(1, len(statements) + 1)]
-        assert all(abs(v) <= 99 for v in values) and s.answer == ",".join(map(str, values)), s
+        names = [st.split("=", 1)[0] for st in statements]
+        assert all(abs(v) <= 99 for v in values), s
+        assert s.answer == ",".join(f"{n}={v}" for n, v in zip(names, values)), s
 
 
 @pytest.mark.parametrize("src,out", [
-    ("echo a=3;b=a+4;a=b-9:", "3,7,-2"),
-    ("echo c=0;c=c-0:", "0,0"),
-    ("echo a=5;b=a-a;b=b-a;a=b+b:", "5,0,-5,-10"),
-    ("echo x=2;y=x*x-x:", "2,2"),
+    ("echo a=3;b=a+4;a=b-9:", "a=3,b=7,a=-2"),
+    ("echo c=0;c=c-0:", "c=0,c=0"),
+    ("echo a=5;b=a-a;b=b-a;a=b+b:", "a=5,b=0,b=-5,a=-10"),
+    ("echo x=2;y=x*x-x:", "x=2,y=2"),
 ])
 def test_prog_echo_prints_every_assignment(src, out):
     task = get_task("prog")
     assert program_output(src) == out and task.verify(src, out)
-    for bad in (out + ",", out.replace(",", ";"), out.rsplit(",", 1)[0], "0" + out, out + "0", ""):
+    for bad in (out + ",", out.replace(",", ";"), out.rsplit(",", 1)[0], "0" + out, out + "0", "",
+                out.replace("=", ""), "z" + out[1:]):
         assert not task.verify(src, bad), bad
     assert not task.verify(src, out.replace("-", "-0")) or "-" not in out
     with pytest.raises(ProgramError):
@@ -197,6 +200,10 @@ def test_prog_echo_prints_every_assignment(src, out):
 def test_sort_and_long_examples():
     assert get_task("sort").verify("sort:5,2,9,1,2=", "1,2,2,5,9")
     assert not get_task("sort").verify("sort:5,2,9,1,2=", "1,2,5,9")
+    # Numerical, not character order: 7 < 15 < 42.
+    assert get_task("sort").verify("sort:42,7,91,7,15=", "7,7,15,42,91")
+    for bad in ("15,42,7,7,91", "7,15,42,91", "7,7,15,42,91,", "07,7,15,42,91", "7,7,1,5,42,91"):
+        assert not get_task("sort").verify("sort:42,7,91,7,15=", bad), bad
     assert get_task("long").verify("cumsum:314159265358979=", "3,4,8,9,14,23,25,31,36,39,44,52,61,68,77")
 
 
@@ -244,8 +251,8 @@ def test_encodes_and_fits_length_limits(name):
             assert len(s.prompt) <= 40
             if name == "long":
                 assert len(s.answer) >= 33 and re.fullmatch(r"cumsum:[1-9]{15}=", s.prompt)
-            elif name == "prog":  # up to five echoed values: one or two blocks
-                assert 5 <= len(s.answer) <= 19
+            elif name == "prog":  # three to five echoed "x=value": one or two blocks
+                assert 11 <= len(s.answer) <= 29
             else:
                 assert 1 <= len(s.answer) <= 15
 
@@ -253,7 +260,8 @@ def test_encodes_and_fits_length_limits(name):
 def test_knobs_change_difficulty_and_are_validated():
     rng = random.Random(0)
     assert all(len(Add(min_digits=4, max_digits=4).generate(rng)[0]) == 10 for _ in range(20))
-    assert all(len(Sort(min_len=8, max_len=8).generate(rng)[1]) == 15 for _ in range(20))
+    assert all(Sort(min_len=8, max_len=8).generate(rng)[1].count(",") == 7 for _ in range(20))
+    assert all(len(Sort(min_len=3, max_len=3, max_digits=1).generate(rng)[1]) == 5 for _ in range(20))
     assert all(Prog(min_assign=4, max_assign=4).generate(rng)[0].count("=") == 4 for _ in range(20))
     assert all(len(Constr(variants=("word",), min_word=9, max_word=9).generate(rng)[1]) == 9 for _ in range(20))
     assert all("distinct digits" in Constr(variants=("sum",)).generate(rng)[0] for _ in range(20))
@@ -264,7 +272,7 @@ def test_knobs_change_difficulty_and_are_validated():
         assert prompt.endswith("?") and query.verify(prompt, answer) and run_program(prompt) == int(answer)
     assert all(Long(n_digits=20).generate(rng)[0].count(",") == 0 for _ in range(5))
     assert all(Long(n_digits=20).generate(rng)[1].count(",") == 19 for _ in range(5))
-    for bad in (lambda: Add(min_digits=3, max_digits=2), lambda: Sort(alphabets=("a,b",)),
+    for bad in (lambda: Add(min_digits=3, max_digits=2), lambda: Sort(max_digits=0),
                 lambda: Prog(ops="/"), lambda: Prog(form="print"), lambda: Constr(variants=("xor",)), lambda: Long(n_digits=0)):
         with pytest.raises(ValueError):
             bad()

@@ -1,8 +1,8 @@
 """`prog`: tiny straight-line programs; the answer is what the program prints.
 
 Two forms (the interpreter runs both; the generator's default is `echo`):
-    echo:  "echo a=3;b=a+4;a=b-9:" -> "3,7,-2"   every assignment prints the value it assigns
-                                                 (a REPL echo); the output joins them with ','
+    echo:  "echo a=3;b=a+4;a=b-9:" -> "a=3,b=7,a=-2"   every assignment prints its variable and the
+                                                       value it assigns (a REPL echo), joined by ','
     query: "a=3;b=a+4;a=b-9;a?"    -> "-2"       the program prints only the queried variable
 Values are in plain decimal (leading '-' if negative). Generated programs have 3-5 assignments over
 variables a, b, c: the first assigns a literal 0-9, each later one applies + or - to a defined
@@ -10,7 +10,10 @@ variable and a variable or literal; every intermediate value stays within [-99, 
 the default: printing only the last value asks a tiny model to run the whole chain of dependent
 additions inside one forward pass (a 6-layer model stalled at ~45% on 2-3 assignments in both AR and
 diffusion form); echoing puts each intermediate value in the output, so each printed value is one
-lookup plus one addition away from what is already written, like a trace. Answers are 5-19 characters
+lookup plus one addition away from what is already written, like a trace. The echo names the variable
+(tasks v4): with bare values ("3,7,-2", v3) finding b's latest value meant finding the last statement
+that assigns b and then counting commas to its value, and the v3 base's prog errors were mostly such
+lookups (35%); with "a=3,b=7" the latest "b=" in the output holds it. Answers are 11-29 characters
 (one or two blocks). `ops="+-*"` adds products (and the interpreter always understands `*`), but
 the default leaves them out so that a tiny model's budget goes to tracking the variables (what makes
 this family interesting for parallel decoding) rather than to a multiplication table up to 99. The
@@ -67,10 +70,12 @@ def run_program(source: str) -> int:
 
 
 def program_output(source: str) -> str:
-    """What a program prints: "echo <assignments>:" echoes every assigned value (joined by ','), the
-    query form "<assignments>;v?" prints v."""
+    """What a program prints: "echo <assignments>:" echoes every assignment as name=value (joined by
+    ','), the query form "<assignments>;v?" prints v."""
     if m := _ECHO.fullmatch(source):
-        return ",".join(map(str, execute(m[1].split(";"))[0]))
+        statements = m[1].split(";")
+        values, _ = execute(statements)
+        return ",".join(f"{s.split('=', 1)[0]}={v}" for s, v in zip(statements, values))
     return str(run_program(source))
 
 
@@ -116,7 +121,7 @@ def evaluate(expr: str, env: dict[str, int]) -> int:
 
 class Prog(Task):
     name = "prog"
-    description = "straight-line program echo a=3;b=a+4;a=b-9: ; answer is what it prints (3,7,-2)"
+    description = "straight-line program echo a=3;b=a+4;a=b-9: ; answer is what it prints (a=3,b=7,a=-2)"
     why_parallel_is_hard = ("each printed value depends on earlier ones, its digits are jointly determined, "
                             "and its position depends on the widths of all earlier values")
 

@@ -1,55 +1,62 @@
-"""`sort`: sort a short list of single characters (all digits or all lowercase letters).
+"""`sort`: sort a short list of numbers 0-99 written with their natural widths.
 
-Format: prompt "sort:" + items joined by ',' + "=", answer = the same multiset in ascending character
-order joined by ',':
-    sort:5,2,9,1,2=  -> "1,2,2,5,9"
-    sort:q,d,x,d=    -> "d,d,q,x"
-Repeats are allowed. The verifier sorts the prompt's items itself and requires that exact string.
+Format: prompt "sort:" + numbers joined by ',' + "=", answer = the same multiset in ascending
+numerical order joined by ',':
+    sort:42,7,91,7,15=  -> "7,7,15,42,91"
+3-5 numbers; each draws its width (1 or 2 digits) first and then its value, so that one-digit numbers
+are not swamped 9:1 by two-digit ones. Repeats are allowed. The verifier sorts the prompt's numbers
+itself and requires that exact string.
 
-Why parallel decoding is non-trivial: the item at answer position i is the i-th order statistic, a
-function of the whole input, and the answer must be a permutation of the input. Positions committed
-independently each pick a plausible value from the input, so two of them can choose the same item
-("1,2,5,5") while another item is dropped, or produce a locally-sorted but globally wrong sequence;
-only positions decoded with sight of their neighbours can keep the multiset intact.
+Why mixed widths (tasks v4): v3 sorted single characters, so answer position 2i always held the i-th
+order statistic and the v3 base committed a whole answer in one or two forwards (TPF 8.25 of a
+ceiling of 10 at threshold 0.9): nothing depended on anything. With widths 1-2, WHERE the i-th number
+sits depends on the widths of all smaller numbers.
+
+Why parallel decoding is non-trivial: the number at answer slot i is the i-th order statistic, a
+function of the whole input; the answer must be a permutation of the input; and which slot (and which
+digit of it) a character position holds depends on the widths of the numbers before it. Positions
+committed independently can pick the same number twice, drop one, or split a two-digit number across
+a comma; only positions decoded with sight of their left context stay consistent.
 """
 from __future__ import annotations
 
 import random
 import re
-import string
 
 from .base import Task
 
-_PROMPT = re.compile(r"sort:([^,=](?:,[^,=])*)=")
+_PROMPT = re.compile(r"sort:([0-9]+(?:,[0-9]+)*)=")
 
 
 class Sort(Task):
     name = "sort"
-    description = "sort:<4-6 digits or letters, comma separated>= ; answer is the sorted list"
-    why_parallel_is_hard = ("each output position is an order statistic of the whole input and the output must "
-                            "be a permutation of it; independent positions duplicate or drop items")
+    description = "sort:<3-5 numbers 0-99, comma separated>= ; answer is the numerically sorted list"
+    why_parallel_is_hard = ("each output slot is an order statistic of the whole input, the output must be a "
+                            "permutation of it, and a slot's character position depends on earlier widths")
 
-    def __init__(self, min_len: int = 4, max_len: int = 6,
-                 alphabets: tuple[str, ...] = (string.digits, string.ascii_lowercase)):
-        if not 1 <= min_len <= max_len or not alphabets or any(not a or set(a) & {",", "="} for a in alphabets):
-            raise ValueError("need 1 <= min_len <= max_len and non-empty alphabets without ',' or '='")
-        self.min_len, self.max_len, self.alphabets = min_len, max_len, alphabets
+    def __init__(self, min_len: int = 3, max_len: int = 5, max_digits: int = 2):
+        if not 1 <= min_len <= max_len or max_digits < 1:
+            raise ValueError("need 1 <= min_len <= max_len and max_digits >= 1")
+        self.min_len, self.max_len, self.max_digits = min_len, max_len, max_digits
+
+    def _number(self, rng: random.Random) -> int:
+        d = rng.randint(1, self.max_digits)
+        return rng.randint(10 ** (d - 1) if d > 1 else 0, 10**d - 1)
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
-        alphabet = rng.choice(self.alphabets)
-        items = [rng.choice(alphabet) for _ in range(rng.randint(self.min_len, self.max_len))]
-        return f"sort:{','.join(items)}=", ",".join(sorted(items))
+        items = [self._number(rng) for _ in range(rng.randint(self.min_len, self.max_len))]
+        return f"sort:{','.join(map(str, items))}=", ",".join(map(str, sorted(items)))
 
     def canonical(self, prompt: str) -> str:
         # Every ordering of the same multiset has the same answer; hold them out together.
-        return f"sort:{','.join(sorted(_items(prompt)))}="
+        return f"sort:{','.join(map(str, sorted(_items(prompt))))}="
 
     def check(self, prompt: str, output: str) -> bool:
-        return output == ",".join(sorted(_items(prompt)))
+        return output == ",".join(map(str, sorted(_items(prompt))))
 
 
-def _items(prompt: str) -> list[str]:
+def _items(prompt: str) -> list[int]:
     m = _PROMPT.fullmatch(prompt)
     if m is None:
         raise ValueError(f"not a sort prompt: {prompt!r}")
-    return m[1].split(",")
+    return [int(x) for x in m[1].split(",")]
