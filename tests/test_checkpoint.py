@@ -115,12 +115,16 @@ def rewrite_weights(d: Path, edit) -> None:
     save_file(tensors, d / "model.safetensors", metadata={"format": "pt"})
 
 
+def load_error(path) -> str:
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(path)
+    return str(e.value)
+
+
 def test_missing_and_unexpected_tensors_are_all_named(saved):
     rewrite_weights(saved, lambda t: (t.pop("model.layers.1.mlp.up_proj.weight"),
                                       t.pop("model.norm.weight"), t.update(extra=torch.zeros(2))))
-    with pytest.raises(CheckpointError) as e:
-        load_checkpoint(saved)
-    msg = str(e.value)
+    msg = load_error(saved)
     assert "missing tensor model.layers.1.mlp.up_proj.weight" in msg
     assert "missing tensor model.norm.weight" in msg
     assert "unexpected tensor extra" in msg
@@ -131,9 +135,7 @@ def test_wrong_shape_and_dtype_are_named_together(saved):
         t["model.layers.0.self_attn.q_proj.weight"] = torch.zeros(31, 32)
         t["model.layers.0.input_layernorm.weight"] = t["model.layers.0.input_layernorm.weight"].half()
     rewrite_weights(saved, edit)
-    with pytest.raises(CheckpointError) as e:
-        load_checkpoint(saved)
-    msg = str(e.value)
+    msg = load_error(saved)
     assert "shape mismatch model.layers.0.self_attn.q_proj.weight: checkpoint [31, 32], model expects [32, 32]" in msg
     assert "dtype mismatch model.layers.0.input_layernorm.weight: checkpoint torch.float16" in msg
     assert "2 problem(s)" in msg

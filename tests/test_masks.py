@@ -152,29 +152,15 @@ def test_staircase_with_every_block_noisy_is_bd3lm(prompt_len, n, block):
     assert meta["pos"][T:].tolist() == list(range(prompt_len, T))
 
 
-def test_visibility_packed_docs_never_meet():
-    # two responses packed in one row, each [prompt 1 | answer block of 2]
-    block = torch.tensor([0, 1, 1, 0, 1, 1])
-    state = torch.zeros(6, dtype=torch.long)
+# Two responses packed in one row, each [prompt 1 | answer block of 2]; the second case also numbers
+# both docs' noisy block as state 1, so only the doc id keeps them apart.
+@pytest.mark.parametrize("state", [[0, 0, 0, 0, 0, 0], [0, 1, 1, 0, 1, 1]])
+def test_visibility_packed_docs_never_meet(state):
+    block, state = torch.tensor([0, 1, 1, 0, 1, 1]), torch.tensor(state)
     doc = torch.tensor([0, 0, 0, 1, 1, 1])
     unpacked = masks.visibility(block, state, block, state)
     # without doc ids the second response would read the first one's tokens
     assert unpacked[4, :3].any()
-    assert torch.equal(masks.visibility(block, state, block, state, q_doc=doc, k_doc=doc), m([
-        [1, 0, 0, 0, 0, 0],
-        [1, 1, 1, 0, 0, 0],
-        [1, 1, 1, 0, 0, 0],
-        [0, 0, 0, 1, 0, 0],
-        [0, 0, 0, 1, 1, 1],
-        [0, 0, 0, 1, 1, 1],
-    ]))
-
-
-def test_visibility_packed_noisy_states_with_same_state_id():
-    # both packed docs number their noisy state 1; only the doc id keeps them apart
-    block = torch.tensor([0, 1, 1, 0, 1, 1])
-    state = torch.tensor([0, 1, 1, 0, 1, 1])
-    doc = torch.tensor([0, 0, 0, 1, 1, 1])
     assert torch.equal(masks.visibility(block, state, block, state, q_doc=doc, k_doc=doc), m([
         [1, 0, 0, 0, 0, 0],
         [1, 1, 1, 0, 0, 0],

@@ -23,7 +23,7 @@ MIX = (16, 12, 16, 16, 4)
 
 def tiny_base() -> PretrainConfig:
     """The shipped checkpoints/orl-tiny-base: AR stage, then block diffusion (block 16)."""
-    return PretrainConfig(model=tiny_model(), block_len=16, ar_steps=3000, diffusion_steps=3500, mix=MIX,
+    return PretrainConfig(model=tiny_model(), block_len=16, ar_steps=3500, diffusion_steps=4000, mix=MIX,
                           lr=3e-3, stage2_lr=1e-3, warmup=100, eval_every=500, save_every=250, bf16=False)
 
 
