@@ -31,13 +31,13 @@ def test_base_checkpoint_manifest():
 
 @pytest.mark.parametrize("decode", [{"rule": "topk"}, {"rule": "threshold", "threshold": 0.9}])
 def test_base_learned_its_strong_families(decode):
-    # measured (docs/RESULTS.md, 40 held-out each): add 90%, sort 97.5% with conservative decoding;
-    # on these 30 samples 96.7% (topk) and 100% (threshold 0.9)
+    # measured (docs/RESULTS.md, 40 held-out each): add 100%, sort 92.5% with conservative decoding;
+    # on these 30 samples 93.3% (topk) and 93.3% (threshold 0.9)
     assert accuracy(ROOT / "orl-tiny-base", ("add", "sort"), 15, **decode) >= 0.8
 
 
 def test_base_mean_accuracy_over_all_families():
-    # measured: mean 70.0% over the five families (40 each, conservative decoding); 72% on these 50
+    # measured: mean 73.5% over the five families (40 each, conservative decoding); 76% on these 50
     assert accuracy(ROOT / "orl-tiny-base", ("add", "sort", "prog", "constr", "long"), 10, rule="topk") >= 0.6
 
 
@@ -89,10 +89,11 @@ def test_eval_runs_the_ar_peer_with_its_own_decoder(tmp_path):
     from orl.eval.report import build_report
     from orl.eval.runner import EvalSpec, run_eval
 
-    recs = run_eval(EvalSpec(model=str(ROOT / "orl-tiny-ar"), out=str(tmp_path / "ar.jsonl"), tasks=["sort", "add"],
+    recs = run_eval(EvalSpec(model=str(ROOT / "orl-tiny-ar"), out=str(tmp_path / "ar.jsonl"), tasks=["long", "add"],
                              limit=4, thresholds=[0.5, 0.9], progress=False))
     assert len(recs) == 8 and all(r["decode"]["rule"] == "ar" and r["tpf"] == 1.0 for r in recs)
-    assert sum(r["verdict"] for r in recs if r["task"] == "sort") >= 3  # the peer sorts (100% measured)
+    # long is unchanged since tasks v3, which the peer was trained on (82.5% measured; 4 of these 4)
+    assert sum(r["verdict"] for r in recs if r["task"] == "long") >= 3
     build_report([tmp_path / "ar.jsonl"], tmp_path / "rep")
     assert "AR" in (tmp_path / "rep" / "summary.csv").read_text()
 
@@ -100,8 +101,8 @@ def test_eval_runs_the_ar_peer_with_its_own_decoder(tmp_path):
 def test_orl_checkpoint_commits_more_per_forward_than_its_base():
     """Same held-out prompts, same decoder (threshold 0.9): the shipped ORL model (adapter residual from
     its manifest) stays within 10 points of the base's accuracy and needs fewer forwards. Measured on
-    these 36 prompts: base 91.7% / 3.09 tokens per forward, ORL 86.1% / 3.76 (x1.07 TPF and -2.5 points
-    on the 200 of docs/RESULTS.md)."""
+    these 36 prompts: base 88.9% / 3.83 tokens per forward, ORL 91.7% / 4.21 (x1.10 TPF and -2 points
+    at 0.9 on the 200 of docs/RESULTS.md)."""
     def run(path):
         model, tok, manifest = load_checkpoint(path)
         cfg = DecodeConfig(block_len=16, max_new_tokens=64, threshold=0.9, residual=manifest["residual_mode"])
