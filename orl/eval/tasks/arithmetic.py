@@ -27,7 +27,7 @@ from __future__ import annotations
 import random
 import re
 
-from .base import Task, parse_int
+from .base import Task, draw_number, parse_int
 
 _PROMPT = re.compile(r"([0-9]+)([+-])([0-9]+)=")
 
@@ -43,13 +43,9 @@ class Add(Task):
             raise ValueError("need 1 <= min_digits <= max_digits and ops a non-empty subset of '+-'")
         self.min_digits, self.max_digits, self.ops = min_digits, max_digits, ops
 
-    def _operand(self, rng: random.Random) -> int:
-        # Digit count first, then value: otherwise 3-digit numbers would swamp 2-digit ones 9:1.
-        d = rng.randint(self.min_digits, self.max_digits)
-        return rng.randint(10 ** (d - 1) if d > 1 else 0, 10**d - 1)
-
     def generate(self, rng: random.Random) -> tuple[str, str]:
-        a, op, b = self._operand(rng), rng.choice(self.ops), self._operand(rng)
+        a, op = draw_number(rng, self.min_digits, self.max_digits), rng.choice(self.ops)
+        b = draw_number(rng, self.min_digits, self.max_digits)
         w = self.max_digits
         prompt = f"{a:0{w}d}{op}{b:0{w}d}="
         return prompt, str(_evaluate(prompt))[::-1]

@@ -30,6 +30,13 @@ def parse_int(text: str) -> int | None:
     return int(text) if _INT.fullmatch(text) else None
 
 
+def draw_number(rng: random.Random, min_digits: int, max_digits: int) -> int:
+    """A number whose digit count is drawn first (uniform over [min_digits, max_digits]), then its value:
+    drawing the value directly would give 9 numbers of d + 1 digits for every one of d digits."""
+    d = rng.randint(min_digits, max_digits)
+    return rng.randint(10 ** (d - 1) if d > 1 else 0, 10**d - 1)
+
+
 def split_of(task: str, canonical_prompt: str) -> str:
     # blake2b rather than hash(): Python's str hash is salted per process.
     digest = hashlib.blake2b(f"{task}\0{canonical_prompt}".encode(), digest_size=8).digest()

@@ -10,7 +10,9 @@ itself and requires that exact string.
 Why mixed widths (tasks v4): v3 sorted single characters, so answer position 2i always held the i-th
 order statistic and the v3 base committed a whole answer in one or two forwards (TPF 8.25 of a
 ceiling of 10 at threshold 0.9): nothing depended on anything. With widths 1-2, WHERE the i-th number
-sits depends on the widths of all smaller numbers.
+sits depends on the widths of all smaller numbers. Measured: this made sort harder to learn but not
+to decode in parallel; the v4 base still commits a sort answer in ~1.3 steps per block at 0.9
+(docs/TRAINING.md).
 
 Why parallel decoding is non-trivial: the number at answer slot i is the i-th order statistic, a
 function of the whole input; the answer must be a permutation of the input; and which slot (and which
@@ -23,7 +25,7 @@ from __future__ import annotations
 import random
 import re
 
-from .base import Task
+from .base import Task, draw_number
 
 _PROMPT = re.compile(r"sort:([0-9]+(?:,[0-9]+)*)=")
 
@@ -39,12 +41,8 @@ class Sort(Task):
             raise ValueError("need 1 <= min_len <= max_len and max_digits >= 1")
         self.min_len, self.max_len, self.max_digits = min_len, max_len, max_digits
 
-    def _number(self, rng: random.Random) -> int:
-        d = rng.randint(1, self.max_digits)
-        return rng.randint(10 ** (d - 1) if d > 1 else 0, 10**d - 1)
-
     def generate(self, rng: random.Random) -> tuple[str, str]:
-        items = [self._number(rng) for _ in range(rng.randint(self.min_len, self.max_len))]
+        items = [draw_number(rng, 1, self.max_digits) for _ in range(rng.randint(self.min_len, self.max_len))]
         return f"sort:{','.join(map(str, items))}=", ",".join(map(str, sorted(items)))
 
     def canonical(self, prompt: str) -> str:
