@@ -93,6 +93,11 @@ def test_constr_accepts_several_valid_answers_and_rejects_near_misses():
         assert task.verify(p, good), good
     for bad in ("abbacbc", "abababa", "ababcbcc", "abcbcbc", "abadcbc", "ababcb"):
         assert not task.verify(p, bad), bad
+    p = "6 of aeg, e to a, no equal neighbours:"
+    for good in ("egegea", "eaeaga", "egagea", "eagaga"):
+        assert task.verify(p, good), good
+    for bad in ("egegaa", "aegega", "egegeg", "egege", "egegega", "ebegea", "eggega", ""):
+        assert not task.verify(p, bad), bad
     p = "arrange aabbbcc, no equal neighbours:"
     for good in ("bcbabca", "babcacb", "bacbcab", "cbabacb"):
         assert task.verify(p, good), good
@@ -114,6 +119,11 @@ def test_constr_verifier_matches_brute_force_and_references_vary():
     assert valid == {w for w in map("".join, itertools.permutations("aabbc"))
                      if "aa" not in w and "bb" not in w}
     assert len(valid) == 12
+    p = "5 of abc, b to a, no equal neighbours:"
+    valid = {"".join(t) for t in itertools.product("abcd", repeat=5) if task.verify(p, "".join(t))}
+    assert valid == {w for w in map("".join, itertools.product("abc", repeat=5))
+                     if w[0] == "b" and w[-1] == "a" and "aa" not in w and "bb" not in w and "cc" not in w}
+    assert len(valid) == 5
     # The references are drawn from all valid answers, not one canonical answer per prompt.
     by_prompt: dict[str, set[str]] = {}
     for s in samples("constr", "train"):
@@ -176,7 +186,9 @@ def test_prog_intermediate_values_are_bounded():
         values = [run_program(";".join(statements[:k]) + f";{statements[k - 1][0]}?")
                   for k in range(1, len(statements) + 1)]
         names = [st.split("=", 1)[0] for st in statements]
-        assert all(abs(v) <= 99 for v in values), s
+        assert all(0 <= v <= 99 for v in values), s
+        # The default chains: every statement after the first uses the variable assigned just before.
+        assert all(prev[0] in st.split("=", 1)[1] for prev, st in zip(statements, statements[1:])), s
         assert s.answer == ",".join(f"{n}={v}" for n, v in zip(names, values)), s
 
 
@@ -265,7 +277,11 @@ def test_knobs_change_difficulty_and_are_validated():
     assert all(Prog(min_assign=4, max_assign=4).generate(rng)[0].count("=") == 4 for _ in range(20))
     assert all(len(Constr(variants=("word",), min_word=9, max_word=9).generate(rng)[1]) == 9 for _ in range(20))
     assert all("distinct digits" in Constr(variants=("sum",)).generate(rng)[0] for _ in range(20))
-    assert all(Constr().generate(rng)[0].split()[0] in ("arrange", "4", "5", "6", "7") for _ in range(50))
+    assert all(" to " in Constr().generate(rng)[0] for _ in range(50))
+    assert {Constr(variants=("word", "arrange")).generate(rng)[0].split()[0] for _ in range(50)} >= {"arrange", "7"}
+    for _ in range(50):  # the v4 programs: any defined variable as operand, negative values allowed
+        prompt, answer = Prog(operands="any", signed=True).generate(rng)
+        assert Prog().verify(prompt, answer)
     query = Prog(form="query")
     for _ in range(20):
         prompt, answer = query.generate(rng)
@@ -273,7 +289,7 @@ def test_knobs_change_difficulty_and_are_validated():
     assert all(Long(n_digits=20).generate(rng)[0].count(",") == 0 for _ in range(5))
     assert all(Long(n_digits=20).generate(rng)[1].count(",") == 19 for _ in range(5))
     for bad in (lambda: Add(min_digits=3, max_digits=2), lambda: Sort(max_digits=0),
-                lambda: Prog(ops="/"), lambda: Prog(form="print"), lambda: Constr(variants=("xor",)), lambda: Long(n_digits=0)):
+                lambda: Prog(ops="/"), lambda: Prog(form="print"), lambda: Prog(operands="last"), lambda: Constr(variants=("xor",)), lambda: Long(n_digits=0)):
         with pytest.raises(ValueError):
             bad()
 

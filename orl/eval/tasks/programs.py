@@ -126,30 +126,39 @@ class Prog(Task):
                             "and its position depends on the widths of all earlier values")
 
     def __init__(self, min_assign: int = 3, max_assign: int = 5, variables: str = "abc",
-                 max_literal: int = 9, max_abs: int = 99, ops: str = "+-", form: str = "echo"):
+                 max_literal: int = 9, max_abs: int = 99, ops: str = "+-", form: str = "echo",
+                 operands: str = "chain", signed: bool = False):
         if (not 1 <= min_assign <= max_assign or not variables or set(variables) - set(string.ascii_lowercase)
-                or not ops or set(ops) - set("+-*") or max_abs < max_literal or form not in ("echo", "query")):
+                or not ops or set(ops) - set("+-*") or max_abs < max_literal or form not in ("echo", "query")
+                or operands not in ("chain", "any")):
             raise ValueError("bad prog knobs: need 1 <= min_assign <= max_assign, lowercase variables, "
-                             "ops from '+-*', max_abs >= max_literal, form 'echo' or 'query'")
+                             "ops from '+-*', max_abs >= max_literal, form 'echo' or 'query', "
+                             "operands 'chain' or 'any'")
         self.min_assign, self.max_assign, self.variables = min_assign, max_assign, variables
         self.max_literal, self.max_abs, self.ops, self.form = max_literal, max_abs, ops, form
+        self.operands, self.signed = operands, signed
 
     def _program(self, rng: random.Random) -> tuple[list[str], dict[str, int]] | None:
-        """A random program, or None if some intermediate value leaves [-max_abs, max_abs]."""
+        """A random program, or None if some intermediate value leaves the allowed range
+        ([-max_abs, max_abs] if signed, else [0, max_abs])."""
         env: dict[str, int] = {}
-        statements = []
+        statements: list[str] = []
         for i in range(rng.randint(self.min_assign, self.max_assign)):
             target = rng.choice(self.variables)
             if i == 0:
                 expr = str(rng.randint(0, self.max_literal))
             else:
-                # One operand is always a variable, so each statement extends the dependency chain.
-                var = rng.choice(sorted(env))
-                other = rng.choice(sorted(env)) if rng.random() < 0.5 else str(rng.randint(0, self.max_literal))
+                # One operand is always a variable, so each statement extends the dependency chain;
+                # "chain" makes it the variable the previous statement assigned, with a literal.
+                if self.operands == "chain":
+                    var, other = statements[-1][0], str(rng.randint(0, self.max_literal))
+                else:
+                    var = rng.choice(sorted(env))
+                    other = rng.choice(sorted(env)) if rng.random() < 0.5 else str(rng.randint(0, self.max_literal))
                 left, right = (var, other) if rng.random() < 0.5 else (other, var)
                 expr = f"{left}{rng.choice(self.ops)}{right}"
             env[target] = evaluate(expr, env)
-            if abs(env[target]) > self.max_abs:
+            if not (-self.max_abs if self.signed else 0) <= env[target] <= self.max_abs:
                 return None
             statements.append(f"{target}={expr}")
         return statements, env
