@@ -1,6 +1,7 @@
 """ORL trainer end to end on a tiny random base: updates happen, resume is exact, presets are sane."""
 import dataclasses
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ from orl.engine import DecodeConfig
 from orl.model import ModelArgs, Transformer
 from orl.presets import get_preset
 from orl.tokenizer import CharTokenizer
+from orl.train.rollout import Rollout, select_kept
 from orl.train.trainer import ORLConfig, train_orl
 
 
@@ -85,12 +87,34 @@ def test_stale_rollouts_reuse_one_batch(base, tmp_path, accept_everything):
     assert recs[1]["generated_tokens"] == recs[2]["generated_tokens"] < recs[3]["generated_tokens"]
 
 
+def test_fastest_keeps_one_rollout_per_prompt(base, tmp_path, accept_everything):
+    cfg = cfg_for(base, keep="fastest")
+    train_orl(cfg, tmp_path / "f", log=lambda *_: None)
+    assert all(r["kept"] == cfg.prompts_per_update for r in records(tmp_path / "f.log.jsonl").values())
+
+
+def test_select_kept_picks_the_fastest_verified_rollout_of_each_prompt():
+    def r(forwards, ok):
+        return Rollout(sample=None, gen=SimpleNamespace(forwards=forwards), verified=ok)
+
+    rs = [r(5, True), r(3, True), r(2, False), r(3, True),   # prompt 1: the 3-forward one (first of the tie)
+          r(4, False), r(1, False), r(2, False), r(9, False),  # prompt 2: nothing verified
+          r(7, True), r(8, False), r(9, False), r(6, False)]   # prompt 3: the only verified one
+    assert select_kept(rs, 4, "fastest") == [rs[1], rs[8]]
+    assert select_kept(rs, 4, "verified") == [rs[0], rs[1], rs[3], rs[8]]
+    with pytest.raises(ValueError, match="groups of 5"):
+        select_kept(rs, 5, "fastest")
+    with pytest.raises(ValueError, match="keep must be"):
+        select_kept(rs, 4, "best")
+
+
 def test_ablation_presets_differ_only_where_intended():
     main = get_preset("orl", "tiny_orl")
     assert get_preset("orl", "no_aec").weights.lambda_aec == 0 and main.weights.lambda_aec > 0
     assert get_preset("orl", "no_residual").rollout.residual == "off"
     assert get_preset("orl", "stale").rollout_reuse > 1
-    for name in ("no_aec", "no_residual", "stale"):
+    assert get_preset("orl", "fastest").keep == "fastest" and main.keep == "verified"
+    for name in ("no_aec", "no_residual", "stale", "fastest"):
         p = get_preset("orl", name)
         assert (p.updates, p.prompts_per_update, p.group_size) == (main.updates, main.prompts_per_update,
                                                                    main.group_size)

@@ -9,6 +9,7 @@ from orl.presets.pretrain import smoke_base, tiny_ar, tiny_base
 PRESETS: dict[str, dict[str, Callable]] = {
     "pretrain": {"tiny_base": tiny_base, "tiny_ar": tiny_ar, "smoke": smoke_base},
     "orl": {"tiny_orl": orl.tiny_orl, "no_aec": orl.no_aec, "no_residual": orl.no_residual, "stale": orl.stale,
+            "fastest": orl.fastest,
             "smoke": orl.smoke},
     "rcd": {"rcd": orl.rcd, "smoke": orl.smoke},
 }

@@ -34,6 +34,12 @@ def stale() -> ORLConfig:
     return dataclasses.replace(tiny_orl(), rollout_reuse=4)
 
 
+def fastest() -> ORLConfig:
+    """ORL distilling one verified rollout per prompt, the one with the fewest forwards
+    (orl.train.rollout.select_kept): a sharp target on prompts with many valid answers."""
+    return dataclasses.replace(tiny_orl(), keep="fastest")
+
+
 def rcd() -> ORLConfig:
     """Off-policy RCD baseline (orl.train.rcd): residuals from the frozen base."""
     return dataclasses.replace(tiny_orl(), lr=1e-4)

@@ -40,6 +40,29 @@ def collect(engine: Engine, samples: list[Sample], group: int, cfg: DecodeConfig
     return out
 
 
+def select_kept(rollouts: list[Rollout], group: int, keep: str = "verified") -> list[Rollout]:
+    """The rollouts that supervise training: every verified one ("verified", DESIGN section 4), or per
+    prompt only the verified one that took the fewest forwards ("fastest", first on ties).
+
+    Why "fastest" exists: on a prompt with many valid answers the G verified rollouts are usually G
+    different answers, and distilling all of them teaches the multimodal marginal again, so the model
+    never becomes confident enough to commit several positions at once; one answer per prompt gives
+    a sharp target, and the fastest one is a trajectory that already committed more per step.
+    `rollouts` is grouped as `collect` returns it (`group` consecutive rollouts per prompt)."""
+    if keep == "verified":
+        return [r for r in rollouts if r.verified]
+    if keep != "fastest":
+        raise ValueError(f"keep must be 'verified' or 'fastest', got {keep!r}")
+    if group < 1 or len(rollouts) % group:
+        raise ValueError(f"{len(rollouts)} rollouts do not split into groups of {group}")
+    kept = []
+    for i in range(0, len(rollouts), group):
+        ok = [r for r in rollouts[i:i + group] if r.verified]
+        if ok:
+            kept.append(min(ok, key=lambda r: r.gen.forwards))
+    return kept
+
+
 def rollout_stats(rollouts: list[Rollout]) -> dict:
     n = max(len(rollouts), 1)
     steps = [k for r in rollouts for k in r.gen.block_steps]

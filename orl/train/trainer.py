@@ -23,7 +23,7 @@ from orl.train.heldout import heldout_eval, mean_over_tasks
 from orl.train.objective import LossWeights, orl_loss
 from orl.train.pretrain import TRAIN_STATE
 from orl.train.replay import build_batch, make_unit, pack
-from orl.train.rollout import collect, rollout_stats, sample_prompts
+from orl.train.rollout import collect, rollout_stats, sample_prompts, select_kept
 from orl.train.runlog import open_log
 
 
@@ -46,6 +46,7 @@ class ORLConfig:
     weights: LossWeights = field(default_factory=LossWeights)
     kl_conf: float = 0.9                # rollout confidence above which a position is anchored
     rollout_reuse: int = 1              # > 1: stale-rollout ablation
+    keep: str = "verified"              # "fastest": one verified rollout per prompt (rollout.select_kept)
     row_tokens: int = 768
     eval_every: int = 25
     eval_samples: int = 20
@@ -129,7 +130,7 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, log=print) -
             gen_tokens += stats["tokens"]
             # stale ablation: the rollout distribution comes from the weights that produced it
             ref_model = copy.deepcopy(model).eval() if cfg.rollout_reuse > 1 else None
-        kept = [r for r in rollouts if r.verified]
+        kept = select_kept(rollouts, cfg.group_size, cfg.keep)
         rec = {"update": update + 1, **{f"rollout_{k}": v for k, v in stats.items()}, "generated_tokens": gen_tokens}
         model.train()
         if kept:
