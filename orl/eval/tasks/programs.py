@@ -4,27 +4,28 @@ Two forms (the interpreter runs both; the generator's default is `echo`):
     echo:  "echo a=3;b=a+4;a=b-9:" -> "a=3,b=7,a=-2"   every assignment prints its variable and the
                                                        value it assigns (a REPL echo), joined by ','
     query: "a=3;b=a+4;a=b-9;a?"    -> "-2"       the program prints only the queried variable
-Values are in plain decimal (leading '-' if negative). Generated programs have 3-5 assignments over
-variables a, b, c: the first assigns a literal 0-9, each later one applies + or - to a defined
-variable and a variable or literal; every intermediate value stays within [-99, 99]. Why `echo` is
-the default: printing only the last value asks a tiny model to run the whole chain of dependent
-additions inside one forward pass (a 6-layer model stalled at ~45% on 2-3 assignments in both AR and
-diffusion form); echoing puts each intermediate value in the output, so each printed value is one
-lookup plus one addition away from what is already written, like a trace. The echo names the variable
-(tasks v4): with bare values ("3,7,-2", v3) finding b's latest value meant finding the last statement
-that assigns b and then counting commas to its value, and the v3 base's prog errors were mostly such
-lookups (35%); with "a=3,b=7" the latest "b=" in the output holds it. Answers are 11-29 characters
-(one or two blocks). `ops="+-*"` adds products (and the interpreter always understands `*`), but
+Values are in plain decimal (leading '-' if negative). Generated programs (tasks v5 defaults) have 3-5
+assignments to variables a, b, c: the first assigns a literal 0-9, each later one adds or subtracts a
+literal 0-9 to or from the variable the previous statement assigned (`operands="chain"`), and every
+value stays within [0, 99] (`signed=False`). Why `echo` is the default: printing only the last value
+asks a tiny model to run the whole chain of dependent additions inside one forward pass (a 6-layer
+model stalled at ~45% on 2-3 assignments in both AR and diffusion form); echoing puts each
+intermediate value in the output, so each printed value is one addition away from what is already
+written, like a trace. The echo names the variable (tasks v4), e.g. "a=3,b=7". Why the chain (tasks
+v5): with any defined variable as operand and negative values (`operands="any", signed=True`, the v4
+programs) the v4 base stayed at 37.5%, and its errors were lookups (the most recent value read
+instead of the named one) and lost minus signs; those knobs remain for harder suites. Answers are
+11-29 characters (one or two blocks). `ops="+-*"` adds products (and the interpreter always understands `*`), but
 the default leaves them out so that a tiny model's budget goes to tracking the variables (what makes
 this family interesting for parallel decoding) rather than to a multiplication table up to 99. The
 verifier runs the program with `program_output`, a small interpreter (the usual precedence, * over +
 and -, left-associative) that never calls eval/exec.
 
-Why parallel decoding is non-trivial: each printed value depends on values printed before it (b=a+4
-needs a's latest value), and the digits of one value are jointly determined: when the model is unsure
-between, say, 27 and 30, committing both digits in one step mixes the marginals into "20" or "37".
-Where the k-th value sits in the string depends on the widths and signs of all earlier values, so a
-position cannot know which value it holds without its left context.
+Why parallel decoding is non-trivial: each printed value depends on the value printed before it
+(b=a+4 needs a's value, itself the sum of every earlier step), and the digits of one value are
+jointly determined: when the model is unsure between, say, 27 and 30, committing both digits in one
+step mixes the marginals into "20" or "37". Where the k-th value sits in the string depends on the
+widths of all earlier values, so a position cannot know which value it holds without its left context.
 """
 from __future__ import annotations
 
