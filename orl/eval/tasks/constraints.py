@@ -23,10 +23,10 @@ before it) without asking the model to count.
 
 Why parallel decoding is non-trivial: each position's marginal is broad (many digits fit position 1),
 but the positions are coupled by global constraints (a count, the exact multiset, distinctness, a sum,
-a fixed last letter) and local ones (neighbours differ). Sampling several positions in one step draws each from its own
-marginal, which happily yields "abbacbc" (equal neighbours), "ababa" for "arrange aabbc" (the c lost),
-or "9295" (duplicate 9) even when every position on its own was a plausible choice; only a decoder
-that conditions each commitment on the others stays consistent.
+a fixed last letter) and local ones (neighbours differ). Sampling several positions in one step draws
+each from its own marginal, which happily yields "abbacbc" (equal neighbours), "ababa" for "arrange
+aabbc" (the c lost), or "9295" (duplicate 9) even when every position on its own was a plausible
+choice; only a decoder that conditions each commitment on the others stays consistent.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ VARIANTS = ("sum", "word", "arrange", "ends")
 class Constr(Task):
     name = "constr"
     description = "a word from given letters with given first and last letters and no equal neighbours"
-    why_parallel_is_hard = ("many answers are valid but positions are coupled by count, multiset and neighbour "
+    why_parallel_is_hard = ("many answers are valid but positions are coupled by neighbour and end-letter "
                             "constraints; independently sampled positions mix incompatible answers")
 
     def __init__(self, min_digits: int = 3, max_digits: int = 4, min_word: int = 4, max_word: int = 7,

@@ -15,9 +15,10 @@ written, like a trace. The echo names the variable (tasks v4), e.g. "a=3,b=7". W
 v5): with any defined variable as operand and negative values (`operands="any", signed=True`, the v4
 programs) the v4 base stayed at 37.5%, and its errors were lookups (the most recent value read
 instead of the named one) and lost minus signs; those knobs remain for harder suites. Answers are
-11-29 characters (one or two blocks). `ops="+-*"` adds products (and the interpreter always understands `*`), but
-the default leaves them out so that a tiny model's budget goes to tracking the variables (what makes
-this family interesting for parallel decoding) rather than to a multiplication table up to 99. The
+11-29 characters (one or two blocks). `ops="+-*"` adds products (and the interpreter always
+understands `*`), but the default leaves them out so that a tiny model's budget goes to tracking the
+values (what makes this family interesting for parallel decoding) rather than to a multiplication
+table up to 99. The
 verifier runs the program with `program_output`, a small interpreter (the usual precedence, * over +
 and -, left-associative) that never calls eval/exec.
 
