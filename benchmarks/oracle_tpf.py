@@ -4,15 +4,15 @@
 "acc" is the fraction of oracle decodes that end in a valid answer (parallel commits at a low
 threshold can combine two answers into none).
 
-The valid answers of each prompt are enumerated (every candidate is checked by the family's verifier)
-and weighted uniformly, which is the generators' reference distribution for `add` split, `sort` keyed
+The answers the generator can draw as a prompt's reference are enumerated (each checked by the
+family's verifier) and weighted uniformly, which is the reference distribution of `split`, `keysort`
 and `constr` (their docstrings); a single-answer family has one answer, so its oracle TPF is its
 ceiling. The gap between a trained base's measured TPF and its family's oracle is what the model
 could still gain by being confident where the task is determined; the gap between the oracle and the
 ceiling is what only a model that prefers some valid answers over others can gain (ORL's room on
 multi-answer families).
 
-    python benchmarks/oracle_tpf.py --limit 40 --thresholds 0.5,0.7,0.8,0.9,0.95
+    python benchmarks/oracle_tpf.py --tasks split,keysort,prog,constr,long --limit 40
 """
 from __future__ import annotations
 
@@ -29,12 +29,14 @@ from orl.eval.tasks import get_task, task_names
 EOS = "\0"
 
 
-def valid_answers(task_name: str, prompt: str, reference: str) -> list[str]:
-    """Every valid answer of a multi-answer prompt, found by brute force over its answer space and
-    filtered by the verifier; [reference] for a single-answer prompt."""
+def reference_answers(task_name: str, prompt: str, reference: str) -> list[str]:
+    """The answers the family's generator can draw as the reference of this prompt (each drawn with
+    the same probability), found by brute force and checked by the verifier; [reference] for a
+    single-answer prompt. For `keysort` and `constr` these are all valid answers; `split` draws only
+    the splits without borrows."""
     if m := re.fullmatch(r"\?\+\?=([0-9]+)", prompt):
-        w, n = len(m[1]), int(m[1])
-        cands = (f"{x:0{w}d}+{n - x:0{w}d}" for x in range(n + 1))
+        pairs = itertools.product(*[[(str(x), str(int(d) - x)) for x in range(int(d) + 1)] for d in m[1]])
+        cands = ("".join(x for x, _ in p) + "+" + "".join(y for _, y in p) for p in pairs)
     elif re.fullmatch(r"sort:[a-z][0-9](,[a-z][0-9])*=", prompt):
         cands = ("".join(p) for p in itertools.permutations(prompt[5:-1:3]))
     elif m := re.fullmatch(r"([0-9]+) of ([a-z]+), .*no equal neighbours:", prompt):
@@ -67,7 +69,7 @@ def main() -> None:
     accs: dict = {t: [] for t in taus}
     for name in names:
         samples = [get_task(name).sample("heldout", i) for i in range(args.limit)]
-        answers = [valid_answers(name, s.prompt, s.answer) for s in samples]
+        answers = [reference_answers(name, s.prompt, s.answer) for s in samples]
         row, acc = {}, {}
         for tau in taus:
             rs = [oracle_decode({a: 1.0 for a in ans}, EOS, tau, args.block_len) for ans in answers]

@@ -4,6 +4,11 @@ Every family generates (prompt, reference answer) pairs deterministically from (
 and judges model outputs with its own verifier; see each module's docstring for its format and why its
 answer tokens depend on each other. Prompts and answers use only CharTokenizer characters; answers fit
 one 16-token block with EOS (<= 15 characters) except `prog` (one or two) and `long` (three).
+
+`SUITE` is what "all" means (`orl eval --tasks all`, the demo, the pretraining and ORL defaults): the
+five families the shipped base was trained on. `SUITE_V6` replaces the two single-answer families
+that a trained base commits almost at once (`add`, `sort`) by multi-answer ones (`split`,
+`keysort`); it becomes `SUITE` when a base trained on it ships.
 """
 from __future__ import annotations
 
@@ -12,20 +17,26 @@ from collections.abc import Iterable
 from .arithmetic import Add
 from .base import SPLITS, Sample, Task
 from .constraints import Constr
+from .keysort import KeySort
 from .long import Long
 from .programs import Prog, run_program
 from .sorting import Sort
+from .split import Split
 
-__all__ = ["SPLITS", "TASKS", "Sample", "Task", "get_task", "make_samples", "run_program", "task_names"]
+__all__ = ["SPLITS", "SUITE", "SUITE_V6", "TASKS", "Sample", "Task", "get_task", "make_samples", "run_program",
+           "task_names"]
 
-TASKS: dict[str, Task] = {t.name: t for t in (Add(), Sort(), Prog(), Constr(), Long())}
+TASKS: dict[str, Task] = {t.name: t for t in (Add(), Sort(), Prog(), Constr(), Long(), Split(), KeySort())}
+SUITE = ("add", "sort", "prog", "constr", "long")
+SUITE_V6 = ("split", "keysort", "prog", "constr", "long")
 
 # make_samples gives each seed its own range of indices, so seeds never share a sample.
 SEED_STRIDE = 1 << 32
 
 
 def task_names() -> list[str]:
-    return list(TASKS)
+    """The families "all" stands for."""
+    return list(SUITE)
 
 
 def get_task(name: str) -> Task:
