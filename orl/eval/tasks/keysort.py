@@ -12,7 +12,7 @@ Why it exists (tasks v6): the v5 base committed a `sort` answer (numbers, one va
 forwards per block at threshold 0.9 (TPF 9.02 of a ceiling of 10.45): once learned, an order
 statistic is computed for every slot at once. With ties, which letter of a tie group goes first is a
 free choice, so a calibrated model is unsure of those slots until one of the group is written (a
-perfectly calibrated model's TPF at 0.9 is 1.36 of a ceiling of 7.53 on the prompts of
+perfectly calibrated model's TPF at 0.9 is 1.59 of a ceiling of 7.42 on the prompts of
 `orl eval --limit 40`, benchmarks/oracle_tpf.py), while the rest is still a sort.
 
 Why parallel decoding is non-trivial: the slots of a tie group each put ~1/k on every letter of the

@@ -15,11 +15,12 @@ ranges of x a few committed digits leave open; the draft base learned the AR for
 choice and make every constraint local: y_i = N_i - x_i, whichever of the two is written first.
 
 Why parallel decoding is non-trivial: each digit pair is a free choice (N_i + 1 of them), so a
-calibrated model is unsure of both digits until one is written; two digits of one pair committed in
-the same step come from different answers unless they sum to N_i ("120+227" and "300+047" mix into
-"100+247" or "320+027"). Why it exists: a base that has learned a deterministic family commits its
-answer almost at once (the v5 base wrote an `add` answer in one forward, TPF 3.91 of a ceiling of
-3.95), which leaves a post-training method nothing to speed up there.
+calibrated model is unsure of both digits until one is written (its TPF at threshold 0.9 is 1.55 of
+a ceiling of 8.00 on the prompts of `orl eval --limit 40`, benchmarks/oracle_tpf.py); digits
+committed in the same step can come from different answers ("120+227" and "300+047" mix into
+"120+047", which sums to 167). Why the family exists: a base that has learned a deterministic family
+commits its answer almost at once (the v5 base wrote an `add` answer in one forward, TPF 3.91 of a
+ceiling of 3.95), which leaves a post-training method nothing to speed up there.
 """
 from __future__ import annotations
 
