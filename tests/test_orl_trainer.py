@@ -61,6 +61,28 @@ def test_updates_change_weights_and_log(base, tmp_path, accept_everything):
     assert trained.model.residual_adapter.down_proj.weight.abs().sum() > 0  # the adapter learned something
 
 
+def test_rolls_out_on_the_tasks_the_base_was_trained_on(tmp_path, accept_everything, monkeypatch):
+    from orl.eval.tasks import SUITE
+    from orl.train.rollout import trained_tasks
+
+    assert trained_tasks({}) == SUITE and trained_tasks({"recipe": None}) == SUITE
+    assert trained_tasks({"recipe": {"config": {"tasks": ["split", "long"]}}}) == ("split", "long")
+    torch.manual_seed(0)
+    model = Transformer(ModelArgs(vocab_size=128, dim=32, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=16,
+                                  ffn_dim=64, max_seq_len=160, learned_pos=True, shift_logits=True))
+    base = save_checkpoint(model, CharTokenizer(), tmp_path / "base", {
+        "block_len": 8, "recipe": {"name": "pretrain", "config": {"tasks": ["split", "keysort"]}}})
+    seen = []
+    real = trainer.sample_prompts
+    monkeypatch.setattr(trainer, "sample_prompts", lambda tasks, *a: seen.append(tasks) or real(tasks, *a))
+    train_orl(dataclasses.replace(cfg_for(base), updates=2), tmp_path / "run", log=lambda *_: None)
+    assert set(seen) == {("split", "keysort")}
+    assert load_checkpoint(tmp_path / "run")[2]["recipe"]["config"]["tasks"] == ["split", "keysort"]
+    seen.clear()  # an explicit list wins
+    train_orl(dataclasses.replace(cfg_for(base, tasks=("long",)), updates=1), tmp_path / "run2", log=lambda *_: None)
+    assert set(seen) == {("long",)}
+
+
 def test_resume_is_exact(base, tmp_path, accept_everything, monkeypatch):
     train_orl(cfg_for(base), tmp_path / "a", log=lambda *_: None)
     real, calls = trainer.orl_loss, []

@@ -17,7 +17,7 @@ import torch
 from tqdm import tqdm
 
 from orl.engine.decode import special_ids
-from orl.eval.tasks import get_task
+from orl.eval.tasks import SUITE, get_task
 from orl.model.args import ModelArgs
 from orl.model.model import Transformer
 from orl.train.batches import Batch, ar_batch, diffusion_batch, weighted_ce
@@ -29,7 +29,7 @@ TRAIN_STATE = "trainer_state.pt"
 @dataclass
 class PretrainConfig:
     model: ModelArgs = field(default_factory=ModelArgs)
-    tasks: tuple[str, ...] = ("add", "sort", "prog", "constr", "long")
+    tasks: tuple[str, ...] = SUITE
     block_len: int = 16
     ar_steps: int = 1000          # stage 1: causal LM
     diffusion_steps: int = 1000   # stage 2: block diffusion (or more AR when convert is False)

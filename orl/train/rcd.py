@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -21,7 +22,7 @@ from orl.engine.decode import ban_tokens, special_ids
 from orl.model.residual import residual_state
 from orl.train.batches import diffusion_batch, weighted_ce
 from orl.train.heldout import heldout_eval, mean_over_tasks
-from orl.train.rollout import collect, rollout_stats, sample_prompts
+from orl.train.rollout import collect, rollout_stats, sample_prompts, trained_tasks
 from orl.train.runlog import open_log
 from orl.train.pretrain import TRAIN_STATE
 from orl.train.trainer import ORLConfig, clip, make_optimizer, save_update
@@ -35,6 +36,7 @@ def train_rcd(cfg: ORLConfig, out: str | Path, resume: bool = True, log=print) -
         torch.set_num_threads(cfg.threads)
     ref, tok, manifest = load_checkpoint(cfg.base)
     require_objective(manifest, "block_diffusion", cfg.base)
+    cfg = replace(cfg, tasks=cfg.tasks or trained_tasks(manifest))
     ref.eval()
     start, state = 0, None
     if resume and (out / TRAIN_STATE).exists():

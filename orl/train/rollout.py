@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from orl.engine import DecodeConfig, Engine, Generation
-from orl.eval.tasks import Sample, get_task
+from orl.eval.tasks import SUITE, Sample, get_task
 
 
 @dataclass
@@ -17,6 +17,13 @@ class Rollout:
     sample: Sample
     gen: Generation   # with .trace: list[StepRecord]
     verified: bool
+
+
+def trained_tasks(manifest: dict) -> tuple[str, ...]:
+    """The task families a checkpoint was trained on (its manifest's recipe), else SUITE: post-training
+    rolls out on the base's own tasks unless told otherwise."""
+    tasks = ((manifest.get("recipe") or {}).get("config") or {}).get("tasks")
+    return tuple(tasks) if tasks else SUITE
 
 
 def sample_prompts(tasks: tuple[str, ...], n: int, key: str) -> list[Sample]:

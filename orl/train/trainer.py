@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -23,7 +23,7 @@ from orl.train.heldout import heldout_eval, mean_over_tasks
 from orl.train.objective import LossWeights, orl_loss
 from orl.train.pretrain import TRAIN_STATE
 from orl.train.replay import build_batch, make_unit, pack
-from orl.train.rollout import collect, rollout_stats, sample_prompts, select_kept
+from orl.train.rollout import collect, rollout_stats, sample_prompts, select_kept, trained_tasks
 from orl.train.runlog import open_log
 
 
@@ -31,7 +31,7 @@ from orl.train.runlog import open_log
 @dataclass
 class ORLConfig:
     base: str = "checkpoints/orl-tiny-base"
-    tasks: tuple[str, ...] = ("add", "sort", "prog", "constr", "long")
+    tasks: tuple[str, ...] = ()         # empty: the tasks the base was trained on (rollout.trained_tasks)
     updates: int = 100
     prompts_per_update: int = 16
     group_size: int = 4                 # rollouts per prompt
@@ -109,6 +109,7 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, log=print) -
         if cfg.rollout.residual == "adapter":
             model = with_adapter(model, cfg.adapter_dim, cfg.adapter_alpha, cfg.seed)
         state = None
+    cfg = replace(cfg, tasks=cfg.tasks or trained_tasks(manifest))
     block_len = manifest.get("block_len") or cfg.rollout.block_len
     rollout_cfg = DecodeConfig(**{**cfg.rollout.to_dict(), "block_len": block_len}).validate()
     opt = make_optimizer(model, cfg)
