@@ -142,3 +142,29 @@ def test_ablation_presets_differ_only_where_intended():
                                                                    main.group_size)
     with pytest.raises(ValueError, match="unknown preset"):
         get_preset("orl", "nope")
+
+
+def test_rcd_trains_on_base_outputs_and_resumes_exactly(base, tmp_path, monkeypatch):
+    """The off-policy baseline: data from the frozen base, an update per batch, exact resume."""
+    import orl.train.rcd as rcd
+
+    real = rcd.collect
+
+    def collect(*args, **kw):
+        rs = real(*args, **kw)
+        for r in rs:
+            r.verified = True
+        return rs
+
+    monkeypatch.setattr(rcd, "collect", collect)
+    cfg = dataclasses.replace(cfg_for(base), rollout=dataclasses.replace(cfg_for(base).rollout, residual="rcd"))
+    rcd.train_rcd(cfg, tmp_path / "full", log=lambda *_: None)
+    rcd.train_rcd(dataclasses.replace(cfg, updates=2), tmp_path / "part", log=lambda *_: None)
+    rcd.train_rcd(cfg, tmp_path / "part", log=lambda *_: None)
+    full, part = records(tmp_path / "full.log.jsonl"), records(tmp_path / "part.log.jsonl")
+    assert sorted(full) == [1, 2, 3, 4] and all(r["kept"] > 0 for r in full.values())
+    assert [full[u]["loss"] for u in (3, 4)] == [part[u]["loss"] for u in (3, 4)]
+    model, _, manifest = load_checkpoint(tmp_path / "full")
+    assert manifest["residual_mode"] == "rcd" and manifest["recipe"]["name"] == "rcd"
+    base_model = load_checkpoint(base)[0]
+    assert any((a != b).any() for a, b in zip(model.parameters(), base_model.parameters()))
