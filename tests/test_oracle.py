@@ -47,3 +47,21 @@ def test_bad_input():
         oracle_decode({}, EOS)
     with pytest.raises(ValueError):
         oracle_decode({"a": 1}, EOS, tau=0)
+
+
+def test_oracle_benchmark_script():
+    """benchmarks/oracle_tpf.py end to end: a single-answer family sits at its ceiling, a multi-answer
+    one far below it, and every enumerated reference verifies (the script asserts it)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "oracle_tpf.py"
+    out = subprocess.run([sys.executable, str(script), "--tasks", "split,keysort,prog", "--limit", "4",
+                          "--thresholds", "0.9"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = {line.split("|")[1].strip(): line.split("|") for line in out.stdout.splitlines() if line.startswith("| ")}
+    tpf = {k: float(v[4].split("/")[1]) for k, v in rows.items() if k in ("split", "keysort", "prog")}
+    ceiling = {k: float(v[5]) for k, v in rows.items() if k in tpf}
+    assert tpf["prog"] == ceiling["prog"] and rows["prog"][3].strip() == "1"
+    assert tpf["split"] < ceiling["split"] / 2 and tpf["keysort"] < ceiling["keysort"] / 2

@@ -37,7 +37,7 @@ def oracle_decode(answers: Mapping[Sequence, float], eos, tau: float = 0.9, bloc
     if not 0 < tau <= 1 or block_len < 1:
         raise ValueError(f"need 0 < tau <= 1 and block_len >= 1, got {tau}, {block_len}")
     width = math.ceil((max(len(a) for a in answers) + 1) / block_len) * block_len
-    padded = {tuple(a) + (eos,) * (width - len(a)): p for a, p in answers.items()}
+    padded = {tuple(a) + (eos,) * (width - len(a)): p for a, p in answers.items() if p > 0}
     canvas: list = [None] * width
     forwards = 0
     for lo in range(0, width, block_len):
