@@ -34,7 +34,9 @@ def cfg_for(base, **kw) -> ORLConfig:
 
 @pytest.fixture()
 def accept_everything(monkeypatch):
-    """A random base is never right; accept every finished-or-not rollout so updates happen."""
+    """A random base is never right; accept every finished-or-not rollout (ORL's and RCD's) so updates happen."""
+    import orl.train.rcd as rcd
+
     real = trainer.collect
 
     def collect(*args, **kw):
@@ -44,6 +46,7 @@ def accept_everything(monkeypatch):
         return rs
 
     monkeypatch.setattr(trainer, "collect", collect)
+    monkeypatch.setattr(rcd, "collect", collect)
 
 
 def records(path):
@@ -144,19 +147,10 @@ def test_ablation_presets_differ_only_where_intended():
         get_preset("orl", "nope")
 
 
-def test_rcd_trains_on_base_outputs_and_resumes_exactly(base, tmp_path, monkeypatch):
+def test_rcd_trains_on_base_outputs_and_resumes_exactly(base, tmp_path, accept_everything):
     """The off-policy baseline: data from the frozen base, an update per batch, exact resume."""
     import orl.train.rcd as rcd
 
-    real = rcd.collect
-
-    def collect(*args, **kw):
-        rs = real(*args, **kw)
-        for r in rs:
-            r.verified = True
-        return rs
-
-    monkeypatch.setattr(rcd, "collect", collect)
     cfg = dataclasses.replace(cfg_for(base), rollout=dataclasses.replace(cfg_for(base).rollout, residual="rcd"))
     rcd.train_rcd(cfg, tmp_path / "full", log=lambda *_: None)
     rcd.train_rcd(dataclasses.replace(cfg, updates=2), tmp_path / "part", log=lambda *_: None)
