@@ -195,16 +195,17 @@ def test_ar_peer_preset_matches_the_base_recipe():
     assert {k for k in base["model"] if base["model"][k] != peer["model"][k]} == {"learned_pos", "shift_logits"}
 
 
-def test_v6_base_preset_changes_only_the_tasks_and_mix():
+def test_v5_base_preset_changes_only_the_tasks_and_mix():
     from dataclasses import asdict
 
-    from orl.eval.tasks import SUITE_V6, get_task
+    from orl.eval.tasks import SUITE, SUITE_V5, get_task
     from orl.presets import get_preset
 
-    base, v6 = asdict(get_preset("pretrain", "tiny_base")), asdict(get_preset("pretrain", "tiny_base6"))
-    assert {k for k in base if base[k] != v6[k]} == {"tasks", "mix"}
-    assert tuple(v6["tasks"]) == SUITE_V6 and len(v6["mix"]) == len(SUITE_V6) and sum(v6["mix"]) == sum(base["mix"])
-    assert all(get_task(t) for t in SUITE_V6)
+    base, v5 = asdict(get_preset("pretrain", "tiny_base")), asdict(get_preset("pretrain", "tiny_base5"))
+    assert tuple(base["tasks"]) == SUITE and len(base["mix"]) == len(SUITE)
+    assert {k for k in base if base[k] != v5[k]} == {"tasks", "mix"}
+    assert tuple(v5["tasks"]) == SUITE_V5 and len(v5["mix"]) == len(SUITE_V5) and sum(v5["mix"]) == sum(base["mix"])
+    assert all(get_task(t) for t in SUITE_V5)
 
 
 def test_ar_aux_adds_weighted_causal_rows_in_stage2():

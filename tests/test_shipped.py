@@ -7,7 +7,7 @@ import pytest
 
 from orl.checkpoint import load_checkpoint
 from orl.engine import DecodeConfig, Engine
-from orl.eval.tasks import get_task
+from orl.eval.tasks import SUITE, get_task
 
 ROOT = Path(__file__).resolve().parent.parent / "checkpoints"
 
@@ -31,14 +31,15 @@ def test_base_checkpoint_manifest():
 
 @pytest.mark.parametrize("decode", [{"rule": "topk"}, {"rule": "threshold", "threshold": 0.9}])
 def test_base_learned_its_strong_families(decode):
-    # measured (docs/RESULTS.md, 40 held-out each): add 97.5%, sort 90% with conservative decoding;
-    # on these 30 samples 96.7% (topk) and 96.7% (threshold 0.9)
-    assert accuracy(ROOT / "orl-tiny-base", ("add", "sort"), 15, **decode) >= 0.8
+    # measured (docs/RESULTS.md, 40 held-out each): split 87.5%, constr 100% with conservative decoding
+    # and at threshold 0.9; on these 30 samples 93.3% with either rule
+    assert accuracy(ROOT / "orl-tiny-base", ("split", "constr"), 15, **decode) >= 0.8
 
 
 def test_base_mean_accuracy_over_all_families():
-    # measured: mean 90.5% over the five families (40 each, conservative decoding); 90% on these 50
-    assert accuracy(ROOT / "orl-tiny-base", ("add", "sort", "prog", "constr", "long"), 10, rule="topk") >= 0.8
+    # measured: mean 89.5% over the five families of tasks v6 (40 each, conservative decoding); 92% on
+    # these 50
+    assert accuracy(ROOT / "orl-tiny-base", SUITE, 10, rule="topk") >= 0.8
 
 
 def test_demo_main_job_runs():

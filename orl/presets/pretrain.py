@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from orl.eval.tasks import SUITE_V6
+from orl.eval.tasks import SUITE, SUITE_V5
 from orl.model.args import ModelArgs
 from orl.train.pretrain import PretrainConfig
 
@@ -16,28 +16,26 @@ def tiny_model() -> ModelArgs:
                      qk_norm=True, tie_embeddings=True, max_seq_len=160, learned_pos=True, shift_logits=True)
 
 
-# Samples per step of add / sort / prog / constr / long. The families a small model finds hard (carries,
-# program values, constraint planning, mixed-width sorting since tasks v4) get most of the batch; long
-# is learned from few (its running sums are add's carries again).
-MIX = (16, 12, 16, 16, 4)
-
-
-def tiny_base() -> PretrainConfig:
-    """The shipped checkpoints/orl-tiny-base: AR stage, then block diffusion (block 16)."""
-    return PretrainConfig(model=tiny_model(), block_len=16, ar_steps=3500, diffusion_steps=4000, mix=MIX,
-                          lr=3e-3, stage2_lr=1e-3, warmup=100, eval_every=500, save_every=250, bf16=False)
-
-
 # Samples per step of split / keysort / prog / constr / long (tasks v6): keysort gets more than sort did
 # (its AR stage was the slowest family of the first v6 draft: 32.5% at step 3,500) and long twice as
 # many (52.5% at step 7,000 in that draft vs 82.5% for base v5); split, whose references are digit-wise,
 # and constr (100% in the AR stage by step 2,000) give up samples.
-MIX6 = (12, 14, 16, 14, 8)
+MIX = (12, 14, 16, 14, 8)
+
+# Samples per step of add / sort / prog / constr / long (tasks v5): the families a small model finds
+# hard (carries, program values, constraint planning, mixed-width sorting) get most of the batch.
+MIX_V5 = (16, 12, 16, 16, 4)
 
 
-def tiny_base6() -> PretrainConfig:
-    """The tasks v6 base: the tiny_base recipe on SUITE_V6 (multi-answer split and keysort)."""
-    return replace(tiny_base(), tasks=SUITE_V6, mix=MIX6)
+def tiny_base() -> PretrainConfig:
+    """The shipped checkpoints/orl-tiny-base (tasks v6): AR stage, then block diffusion (block 16)."""
+    return PretrainConfig(model=tiny_model(), block_len=16, ar_steps=3500, diffusion_steps=4000, tasks=SUITE,
+                          mix=MIX, lr=3e-3, stage2_lr=1e-3, warmup=100, eval_every=500, save_every=250, bf16=False)
+
+
+def tiny_base5() -> PretrainConfig:
+    """The tasks v5 base of session 5 (docs/RESULTS-history.md): same recipe on add and sort."""
+    return replace(tiny_base(), tasks=SUITE_V5, mix=MIX_V5)
 
 
 def tiny_ar() -> PretrainConfig:
