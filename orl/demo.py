@@ -38,7 +38,8 @@ def run_demo(base: str | Path, orl: str | Path, per_task: int = 6,
     else:
         print(f"(no ORL checkpoint at {orl}: showing the base model only)", file=out)
     samples = [get_task(t).sample("heldout", i) for t in task_names() for i in range(per_task)]
-    example = example or get_task("long").sample("heldout", 0).prompt  # held out, and spans 3 blocks
+    # held out and multi-answer: the base hesitates between valid answers, which is where ORL gains
+    example = example or get_task("split").sample("heldout", 0).prompt
     rows, engines = {}, {}
     for name, path in models.items():
         model, tok, manifest = load_checkpoint(path)

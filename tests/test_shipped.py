@@ -101,13 +101,13 @@ def test_eval_runs_the_ar_peer_with_its_own_decoder(tmp_path):
 
 def test_orl_checkpoint_commits_more_per_forward_than_its_base():
     """Same held-out prompts, same decoder (threshold 0.9): the shipped ORL model (adapter residual from
-    its manifest) stays within 10 points of the base's accuracy and needs fewer forwards. The prompts
-    come from the families with room above the base's TPF (add and sort are at or near their ceiling).
-    Measured on these 36 prompts: base 91.7% / 3.54 tokens per forward, ORL 88.9% / 3.87."""
+    its manifest) is at least as accurate as the base, within 5 points, and needs far fewer forwards.
+    Measured on these 60 prompts (12 per family of the suite): base 85.0% / 2.88 tokens per forward,
+    ORL 90.0% / 4.14 (x1.43; split alone goes from 1.55 to its ceiling, 8)."""
     def run(path):
         model, tok, manifest = load_checkpoint(path)
         cfg = DecodeConfig(block_len=16, max_new_tokens=64, threshold=0.9, residual=manifest["residual_mode"])
-        samples = [get_task(t).sample("heldout", i) for t in ("prog", "constr", "long") for i in range(12)]
+        samples = [get_task(t).sample("heldout", i) for t in SUITE for i in range(12)]
         gens = Engine(model, tok).generate([s.prompt for s in samples], cfg)
         acc = sum(get_task(s.task).verify(s.prompt, g.text) for s, g in zip(samples, gens)) / len(samples)
         return acc, sum(g.n_tokens for g in gens) / sum(g.forwards for g in gens), manifest
@@ -115,4 +115,4 @@ def test_orl_checkpoint_commits_more_per_forward_than_its_base():
     base_acc, base_tpf, _ = run(ROOT / "orl-tiny-base")
     orl_acc, orl_tpf, manifest = run(ROOT / "orl-tiny-orl")
     assert manifest["residual_mode"] == "adapter" and manifest["recipe"]["name"] == "orl"
-    assert orl_acc >= base_acc - 0.1 and orl_tpf > base_tpf
+    assert orl_acc >= base_acc - 0.05 and orl_tpf > 1.25 * base_tpf
