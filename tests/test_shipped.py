@@ -103,7 +103,7 @@ def test_orl_checkpoint_commits_more_per_forward_than_its_base():
     """Same held-out prompts, same decoder (threshold 0.9): the shipped ORL model (adapter residual from
     its manifest) is at least as accurate as the base, within 5 points, and needs far fewer forwards.
     Measured on these 60 prompts (12 per family of the suite): base 85.0% / 2.88 tokens per forward,
-    ORL 90.0% / 4.14 (x1.43; split alone goes from 1.55 to its ceiling, 8)."""
+    ORL 95.0% / 4.34 (x1.51; split alone goes from 1.55 to its ceiling, 8)."""
     def run(path):
         model, tok, manifest = load_checkpoint(path)
         cfg = DecodeConfig(block_len=16, max_new_tokens=64, threshold=0.9, residual=manifest["residual_mode"])
