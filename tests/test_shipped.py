@@ -7,19 +7,25 @@ import pytest
 
 from orl.checkpoint import load_checkpoint
 from orl.engine import DecodeConfig, Engine
-from orl.eval.tasks import SUITE, get_task
+from orl.eval.tasks import SUITE, SUITE_V5, get_task
 
 ROOT = Path(__file__).resolve().parent.parent / "checkpoints"
 
 
-def accuracy(path: Path, tasks: tuple[str, ...], n: int, **decode) -> float:
+def heldout(path: Path, tasks: tuple[str, ...], n: int, **decode) -> tuple[float, float, dict]:
+    """Accuracy and pooled TPF on the first n held-out samples of each family, decoded with the
+    checkpoint's own block length and residual mode; plus its manifest."""
     model, tok, manifest = load_checkpoint(path)
     cfg = DecodeConfig(block_len=manifest["block_len"], max_new_tokens=64,
                        residual=manifest["residual_mode"], **decode)
-    engine = Engine(model, tok)
     samples = [get_task(t).sample("heldout", i) for t in tasks for i in range(n)]
-    gens = engine.generate([s.prompt for s in samples], cfg)
-    return sum(get_task(s.task).verify(s.prompt, g.text) for s, g in zip(samples, gens)) / len(samples)
+    gens = Engine(model, tok).generate([s.prompt for s in samples], cfg)
+    acc = sum(get_task(s.task).verify(s.prompt, g.text) for s, g in zip(samples, gens)) / len(samples)
+    return acc, sum(g.n_tokens for g in gens) / sum(g.forwards for g in gens), manifest
+
+
+def accuracy(path: Path, tasks: tuple[str, ...], n: int, **decode) -> float:
+    return heldout(path, tasks, n, **decode)[0]
 
 
 def test_base_checkpoint_manifest():
@@ -65,7 +71,7 @@ def test_ar_peer_exports_and_matches_transformers_generate(tmp_path):
     model, tok, manifest = load_checkpoint(ROOT / "orl-tiny-ar")
     assert manifest["objective"] == "autoregressive"
     hf = transformers.Qwen3ForCausalLM.from_pretrained(export_hf(model, tok, tmp_path / "hf")).eval()
-    samples = [get_task(t).sample("heldout", i) for t in ("add", "sort", "prog", "constr", "long") for i in range(3)]
+    samples = [get_task(t).sample("heldout", i) for t in SUITE_V5 for i in range(3)]
     ours = ARDecoder(model, tok).generate([s.prompt for s in samples], ARConfig(max_new_tokens=64))
     for s, g in zip(samples, ours):
         ids = torch.tensor([tok.encode(s.prompt)])
@@ -105,15 +111,8 @@ def test_orl_checkpoint_commits_more_per_forward_than_its_base():
     forwards.
     Measured on these 60 prompts (12 per family of the suite): base 85.0% / 2.88 tokens per forward,
     ORL 95.0% / 4.34 (x1.51; split alone goes from 1.55 to its ceiling, 8)."""
-    def run(path):
-        model, tok, manifest = load_checkpoint(path)
-        cfg = DecodeConfig(block_len=16, max_new_tokens=64, threshold=0.9, residual=manifest["residual_mode"])
-        samples = [get_task(t).sample("heldout", i) for t in SUITE for i in range(12)]
-        gens = Engine(model, tok).generate([s.prompt for s in samples], cfg)
-        acc = sum(get_task(s.task).verify(s.prompt, g.text) for s, g in zip(samples, gens)) / len(samples)
-        return acc, sum(g.n_tokens for g in gens) / sum(g.forwards for g in gens), manifest
-
-    base_acc, base_tpf, _ = run(ROOT / "orl-tiny-base")
-    orl_acc, orl_tpf, manifest = run(ROOT / "orl-tiny-orl")
+    base_acc, base_tpf, _ = heldout(ROOT / "orl-tiny-base", SUITE, 12, threshold=0.9)
+    orl_acc, orl_tpf, manifest = heldout(ROOT / "orl-tiny-orl", SUITE, 12, threshold=0.9)
+    assert manifest["block_len"] == 16
     assert manifest["residual_mode"] == "adapter" and manifest["recipe"]["name"] == "orl"
     assert orl_acc >= base_acc - 0.05 and orl_tpf > 1.25 * base_tpf
