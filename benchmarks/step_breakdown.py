@@ -35,8 +35,10 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 import latency  # noqa: E402
 from orl.engine import Engine  # noqa: E402
-from orl.engine.commit import commit_positions, select_tokens  # noqa: E402
-from orl.engine.decode import ban_tokens, block_forward, denoise_step, run_chunk, slot_meta  # noqa: E402
+from orl.engine.commit import commit_positions  # noqa: E402
+from orl.engine.decode import block_forward, denoise_step, run_chunk, slot_meta  # noqa: E402
+from orl.engine.sampling import select_tokens  # noqa: E402
+from orl.model.vocab import ban_tokens  # noqa: E402
 from orl.model.masks import see_self_if_blind, visibility  # noqa: E402
 from orl.tokenizer import CharTokenizer  # noqa: E402
 

@@ -4,7 +4,7 @@ No KV cache, no static buffers, no batching: every denoising step recomputes the
 [prompt, committed answer blocks, current block] with a dense mask from orl.model.masks.visibility.
 Token selection and the commit rules are re-implemented here in plain Python (sorted() on floats,
 ties broken by the lower position first), independently of orl.engine.commit. Only the noise of
-sampling reuses orl.engine.commit.hash_uniform (the counter hash is the definition of the noise).
+sampling reuses orl.engine.sampling.hash_uniform (the counter hash is the definition of the noise).
 
 Semantics (DESIGN section 3): the prompt is block 0; answer blocks of `block_len` follow, the last one
 shorter when max_new_tokens is not a multiple of it; each block starts as mask tokens with a cold
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from orl.engine.commit import hash_uniform
+from orl.engine.sampling import hash_uniform
 from orl.engine.config import DecodeConfig
 from orl.model.masks import visibility
 from orl.model.residual import residual_state

@@ -3,7 +3,7 @@ import json
 
 import torch
 
-from orl.engine.decode import special_ids
+from orl.model.vocab import special_ids
 from orl.model import ModelArgs
 from orl.tokenizer import CharTokenizer
 from orl.train.batches import ar_batch, diffusion_batch

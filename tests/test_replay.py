@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from orl.engine import DecodeConfig, Engine
-from orl.engine.decode import special_ids
+from orl.model.vocab import special_ids
 from orl.model import ModelArgs, Transformer
 from orl.tokenizer import CharTokenizer
 from orl.train.objective import LossWeights, orl_loss, replay_logits

@@ -7,7 +7,7 @@ peer that dlmrt is measured against, on the same model code, cache and timing di
 - Prefill covers prompt[:-1]; every decode step feeds one token (first the prompt's last one) and
   yields one generated token. So every generated token costs exactly one decode forward and
   TPF = 1 by definition (DESIGN section 5), prefill counted separately as for dLLMs.
-- Greedy or Gumbel-max sampling with counter-based noise (orl.engine.commit.hash_uniform): no
+- Greedy or Gumbel-max sampling with counter-based noise (orl.engine.sampling.hash_uniform): no
   generator state, no multinomial, no host sync; a row's samples depend only on its seed.
 - EOS is checked on the host once per chunk of `chunk_steps` steps; rows that finished inside a
   chunk keep emitting EOS, and those extra tokens are discarded. Their cost stays in the wall time.
@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor
 
-from orl.engine.commit import hash_uniform
+from orl.engine.sampling import hash_uniform
 from orl.engine.engine import Generation
 from orl.model.kv_cache import KVCache
 from orl.model.masks import see_self_if_blind

@@ -12,32 +12,18 @@ costs a few microseconds of dispatch, and rebuilding them every step made the st
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from orl.engine.commit import commit_positions, hash_uniform, select_tokens
+from orl.engine.commit import commit_positions
 from orl.engine.config import DecodeConfig
+from orl.engine.sampling import hash_uniform, select_tokens
 from orl.model.kv_cache import KVCache
 from orl.model.masks import see_self_if_blind, visibility
 from orl.model.model import Transformer
 from orl.model.residual import residual_state
-
-
-class SpecialIds(NamedTuple):
-    mask: int
-    eos: int
-    pad: int
-    banned: tuple[int, ...] = ()  # never valid outputs (see `special_ids`)
-
-
-def special_ids(tokenizer, vocab_size: int) -> SpecialIds:
-    """The mask token, pad unless it doubles as EOS (HF tokenizers), and the model's padded vocabulary
-    rows beyond the tokenizer are never valid outputs."""
-    m, e, p = tokenizer.mask_id, tokenizer.eos_id, tokenizer.pad_id
-    banned = (m,) + ((p,) if p != e else ()) + tuple(range(tokenizer.vocab_size, vocab_size))
-    return SpecialIds(m, e, p, banned)
+from orl.model.vocab import SpecialIds, banned_mask
 
 
 @dataclass
@@ -144,34 +130,6 @@ def block_forward(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: S
         resolved = ~st.unresolved.any(-1, keepdim=True)  # [B, 1]
         st.carry.copy_(torch.where(resolved, h[:, -1], st.carry))
     return logits.masked_fill(st.banned, float("-inf"))
-
-
-def _runs(ids: tuple[int, ...]) -> list[tuple[int, int]]:
-    """Sorted ids -> runs [lo, hi) of consecutive ids (mask, pad, the padded vocab rows: <= 3 runs)."""
-    runs: list[list[int]] = []
-    for i in sorted(set(ids)):
-        if runs and runs[-1][1] == i:
-            runs[-1][1] = i + 1
-        else:
-            runs.append([i, i + 1])
-    return [(lo, hi) for lo, hi in runs]
-
-
-def banned_mask(vocab_size: int, ids: tuple[int, ...], device=None) -> Tensor:
-    """[V] bool, True at the banned ids, computed on the device from Python ints: an index tensor
-    made from host data (torch.tensor(ids, device=...)) would be a host-to-device copy, which
-    PyTorch follows with a stream sync, and which CUDA graph capture rejects. The engine builds it
-    once per state (DecodeState.banned); ban_tokens is for code without a state (training)."""
-    vocab = torch.arange(vocab_size, device=device)
-    banned = torch.zeros_like(vocab, dtype=torch.bool)
-    for lo, hi in _runs(ids):
-        banned = banned | ((vocab >= lo) & (vocab < hi))
-    return banned
-
-
-def ban_tokens(logits: Tensor, ids: tuple[int, ...]) -> Tensor:
-    """-inf at the banned ids."""
-    return logits.masked_fill(banned_mask(logits.shape[-1], ids, logits.device), float("-inf"))
 
 
 def denoise_step(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: SpecialIds,

@@ -10,11 +10,12 @@ from typing import Iterator
 import torch
 
 from orl.engine.config import DecodeConfig
-from orl.engine.decode import DecodeState, denoise_step, prefill, prepare_block, special_ids
+from orl.engine.decode import DecodeState, denoise_step, prefill, prepare_block
 from orl.engine.graph import ChunkRunner
 from orl.engine.loaded import LoadedModel
 from orl.engine.trace import StepRecord, TraceRecorder
 from orl.model.model import Transformer
+from orl.model.vocab import special_ids
 
 MAX_STATES = 4
 

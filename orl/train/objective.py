@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from orl.engine.decode import SpecialIds, ban_tokens
+from orl.model.vocab import SpecialIds, ban_tokens
 from orl.model.model import Transformer
 from orl.train.losses import aec_loss, gated_ce, kl_anchor, normalized_entropy, state_entropy
 from orl.train.replay import ReplayBatch

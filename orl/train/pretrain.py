@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from orl.engine.decode import special_ids
+from orl.model.vocab import special_ids
 from orl.eval.tasks import SUITE, get_task
 from orl.model.args import ModelArgs
 from orl.model.model import Transformer

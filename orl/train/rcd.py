@@ -18,7 +18,7 @@ import torch
 from tqdm import tqdm
 
 from orl.engine import DecodeConfig, Engine
-from orl.engine.decode import ban_tokens, special_ids
+from orl.model.vocab import ban_tokens, special_ids
 from orl.model.residual import residual_state
 from orl.train.batches import diffusion_batch, weighted_ce
 from orl.train.heldout import heldout_eval, mean_over_tasks

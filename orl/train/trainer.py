@@ -16,7 +16,7 @@ import torch
 from tqdm import tqdm
 
 from orl.engine import DecodeConfig, Engine
-from orl.engine.decode import special_ids
+from orl.model.vocab import special_ids
 from orl.model.args import ModelArgs
 from orl.model.model import Transformer
 from orl.train.heldout import heldout_eval, mean_over_tasks

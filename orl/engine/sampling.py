@@ -1,0 +1,55 @@
+"""Token selection: log-probabilities, confidence, entropy, and sampling by Gumbel-max with
+counter-based noise. Small pure tensor functions with no host sync, shared by the diffusion step
+(orl.engine.decode) and the AR decoder (orl.engine.ar)."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+_M31 = (1 << 31) - 1
+
+
+def _mix(x: Tensor) -> Tensor:
+    # integer hash kept below 2**31 so int64 products never overflow
+    x = ((x ^ (x >> 15)) * 0x2C1B3C6D) & _M31
+    x = ((x ^ (x >> 12)) * 0x297A2D39) & _M31
+    return x ^ (x >> 15)
+
+
+def hash_uniform(seed: Tensor, step: Tensor, length: int, vocab: int) -> Tensor:
+    """Counter-based uniform noise in (0, 1), shape [B, L, V]: a pure function of (seed [B], step [B],
+    position, token). Sampling needs no generator state, so it is reproducible, compile- and
+    graph-safe, and a row's samples do not depend on the rest of its batch; the seed is a device
+    tensor, so one captured graph serves every seed."""
+    dev = step.device
+    pos = torch.arange(length, device=dev)[None, :, None]
+    tok = torch.arange(vocab, device=dev)[None, None, :]
+    x = _mix((seed[:, None, None] & _M31) ^ 0x2545F491)
+    x = _mix((x + step[:, None, None] * 0x3C6EF35) & _M31)
+    x = _mix((x + pos * 0x1B873593) & _M31)
+    x = _mix((x + tok * 0x5BD1E995) & _M31)
+    return unit_interval(x)
+
+
+def unit_interval(x: Tensor) -> Tensor:
+    """31-bit hash -> float32 uniform strictly inside (0, 1): the top 23 bits, centred, are exact in
+    fp32. (Dividing all 31 bits by 2**31 rounds the top 64 values to exactly 1.0, whose Gumbel noise
+    is +inf: that token always wins, and on a banned token -inf + inf = NaN wins the argmax.)"""
+    return ((x >> 8).float() + 0.5) / float(1 << 23)
+
+
+def select_tokens(logits: Tensor, temperature: float, noise: Tensor | None,
+                  entropy: bool = True) -> tuple[Tensor, Tensor, Tensor | None]:
+    """logits [B, L, V] -> token [B, L], confidence p(token) [B, L], entropy [B, L] (nats; None when
+    entropy=False: only the entropy rule and traces read it, and it costs a pass over [B, L, V]).
+    Sampling is the Gumbel-max trick: argmax(logits / T + Gumbel), no multinomial, no sync."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    if temperature == 0.0 or noise is None:
+        top, x = logp.max(-1)  # the first maximal index, as argmax; its value is log p(token)
+    else:
+        gumbel = -torch.log(-torch.log(noise))
+        x = (logits.float() / temperature + gumbel).argmax(-1)
+        top = logp.gather(-1, x[..., None]).squeeze(-1)
+    conf = top.exp()
+    ent = torch.special.entr(logp.exp()).sum(-1) if entropy else None  # entr(0) = 0: banned tokens have p = 0
+    return x, conf, ent
