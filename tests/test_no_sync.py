@@ -217,16 +217,18 @@ def test_fullgraph_compile_catches_syncs(engine, monkeypatch, kind):
     torch._dynamo.reset()
 
 
-def test_decode_and_commit_sources_read_no_tensor_values():
+def test_step_sources_read_no_tensor_values():
     """Belt and braces for what the dispatch mode cannot see (.tolist(), .numpy()): no call of a
     host-reading tensor method anywhere in the step code (docstrings and comments aside)."""
     import ast
     import inspect
 
     import orl.engine.commit as commit
+    import orl.engine.sampling as sampling
+    import orl.model.vocab as vocab
 
     host = {"item", "tolist", "cpu", "numpy", "nonzero", "synchronize"}
-    for mod in (decode, commit):
+    for mod in (decode, commit, sampling, vocab):
         calls = [n.func.attr for n in ast.walk(ast.parse(inspect.getsource(mod)))
                  if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)]
         assert calls and not host & set(calls), f"{mod.__name__} calls {sorted(host & set(calls))}"
