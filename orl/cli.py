@@ -29,7 +29,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     import torch
 
     from orl.engine import DecodeConfig, Engine
-    from orl.engine.trace import format_step
+    from orl.cli_format import format_step
 
     cfg = DecodeConfig(
         block_len=args.block_len or _manifest_default(args.model, "block_len") or 16,

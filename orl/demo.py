@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from orl.engine import DecodeConfig, Engine
-from orl.engine.trace import format_step
+from orl.cli_format import format_step
 from orl.eval.tasks import get_task, task_names
 
 def _decoder(manifest: dict, threshold: float) -> DecodeConfig:
