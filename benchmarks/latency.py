@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""dlmrt latency at batch 1, side by side with two plain loops (benchmarks/baselines.py):
+"""dlmrt latency at batch 1, side by side with two plain loops (orl/eval/peers.py):
 (a) a LLaDA-reference-style loop (full recompute every step, fixed schedule) and (b) a Fast-dLLM
 style prefix-cache loop (cache refreshed once per block, threshold rule, host check every step).
 
@@ -36,13 +36,12 @@ from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))             # `orl` without an install (the GPU box runs from the repo)
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
 
-from baselines import llada_reference, prefix_cache  # noqa: E402
 from orl.engine import DecodeConfig, Engine  # noqa: E402
 from orl.engine.decode import block_forward  # noqa: E402
+from orl.eval.peers import llada_reference, prefix_cache  # noqa: E402
 from orl.model import ModelArgs, Transformer  # noqa: E402
 from orl.tokenizer import CharTokenizer  # noqa: E402
 
