@@ -24,7 +24,11 @@ def hash_uniform(seed: Tensor, step: Tensor, length: int, vocab: int) -> Tensor:
     dev = step.device
     pos = torch.arange(length, device=dev)[None, :, None]
     tok = torch.arange(vocab, device=dev)[None, None, :]
-    x = _mix((seed[:, None, None] & _M31) ^ 0x2545F491)
+    s = seed[:, None, None]
+    x = _mix((s & _M31) ^ 0x2545F491)
+    # bits 31..63 of the seed count too (seed 2 and 2**31 + 2 differ); seeds in [0, 2**31) keep their old noise
+    high = _mix((x + ((s >> 31) & _M31) * 0x6A09E667 + ((s >> 62) & 3) * 0x3C6EF372) & _M31)
+    x = torch.where((s >> 31) == 0, x, high)
     x = _mix((x + step[:, None, None] * 0x3C6EF35) & _M31)
     x = _mix((x + pos * 0x1B873593) & _M31)
     x = _mix((x + tok * 0x5BD1E995) & _M31)
