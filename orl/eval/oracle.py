@@ -7,7 +7,7 @@ every position with p_max >= tau, at least the most confident one, lowest positi
 positions after a committed EOS to EOS; one commit forward between blocks, DESIGN section 5) and
 counts forwards. A model trained to convergence on the family's references cannot be more confident
 than these marginals without being wrong, so this is the TPF a well-trained base reaches on a family
-with many valid answers (measured: the v5 base's `constr` TPF at 0.9 was 1.48; its oracle is 1.48),
+with many valid answers (a trained base's `constr` TPF at 0.9 matches it: docs/history/CODE-NOTES.md),
 and the ceiling of that TPF on a single-answer family is the plain TPF ceiling.
 """
 from __future__ import annotations

@@ -16,10 +16,9 @@ def tiny_model() -> ModelArgs:
                      qk_norm=True, tie_embeddings=True, max_seq_len=160, learned_pos=True, shift_logits=True)
 
 
-# Samples per step of split / keysort / prog / constr / long (tasks v6): keysort gets more than sort did
-# (its AR stage was the slowest family of the first v6 draft: 32.5% at step 3,500) and long twice as
-# many (52.5% at step 7,000 in that draft vs 82.5% for base v5); split, whose references are digit-wise,
-# and constr (100% in the AR stage by step 2,000) give up samples.
+# Samples per step of split / keysort / prog / constr / long: the families slowest to learn (keysort,
+# long) get more, split (digit-wise references) and constr (learned early) fewer. The runs behind these
+# numbers: docs/history/CODE-NOTES.md.
 MIX = (12, 14, 16, 14, 8)
 
 # Samples per step of add / sort / prog / constr / long (tasks v5): the families a small model finds

@@ -6,10 +6,10 @@ answer tokens depend on each other. Prompts and answers use only CharTokenizer c
 one 16-token block with EOS (<= 15 characters) except `prog` (one or two) and `long` (three).
 
 `SUITE` is what "all" means (`orl eval --tasks all`, the demo, the pretraining and ORL defaults): the
-five families the shipped base was trained on (tasks v6). `SUITE_V5`, the suite before it, had the
-single-answer `add` and `sort`, which a trained base commits almost at once; v6 replaces them by the
-multi-answer `split` and `keysort` so that the base leaves post-training room (docs/TRAINING.md).
-`add` and `sort` stay in the registry for the older checkpoints and records.
+five families the shipped base was trained on. `SUITE_V5` has the single-answer `add` and `sort` in
+place of the multi-answer `split` and `keysort`: a trained base commits single-answer families almost
+at once, which leaves post-training no room (docs/TRAINING.md). `add` and `sort` stay in the registry
+for the checkpoints and records made with them.
 """
 from __future__ import annotations
 

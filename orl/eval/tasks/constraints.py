@@ -1,6 +1,6 @@
 """`constr`: constraint satisfaction with many valid answers; the verifier checks the constraints.
 
-Four variants; the default is `ends` (tasks v5):
+Four variants; the default is `ends`:
     ends:    "7 of bdg, b to g, no equal neighbours:" -> e.g. "bdbdgbg" (also "bgbgdbg", ...)
              n letters from the given ones, starting and ending with the named letters, no two equal
              adjacent letters.
@@ -13,13 +13,13 @@ Four variants; the default is `ends` (tasks v5):
 Each sample uses 3 letters drawn from a-h. The reference answer is drawn uniformly from all valid
 answers to its prompt (the generator draws the answer first and derives the prompt from it), so the
 training target is genuinely multimodal.
-`sum` is off by default: the 2.4M-parameter base stayed at ~4% on it (it collapses onto the required
-digit, "666" for "3 distinct digits sum 16 incl 6:") while reaching ~65% on `word`; it remains a knob.
-`word` and `arrange` (the tasks v3-v4 default) are knobs too: the v4 base stayed at 50% on them, and
-its errors were counts (a letter three times instead of twice, the rare letter of "arrange bbffh"
-dropped), which a 6-layer model does not do reliably in either decoding order; `ends` keeps the
-coupling that matters for parallel decoding (neighbours, and a last letter that constrains the one
-before it) without asking the model to count.
+`sum` is off by default: a 2.4M-parameter base collapses onto the required digit ("666" for "3
+distinct digits sum 16 incl 6:") and stays near chance on it; it remains a knob. `word` and `arrange`
+are knobs too: a 6-layer model's errors on them are counts (a letter three times instead of twice,
+the rare letter of "arrange bbffh" dropped), which it does not do reliably in either decoding order;
+`ends` keeps the coupling that matters for parallel decoding (neighbours, and a last letter that
+constrains the one before it) without asking the model to count (measurements:
+docs/history/CODE-NOTES.md).
 
 Why parallel decoding is non-trivial: each position's marginal is broad (many digits fit position 1),
 but the positions are coupled by global constraints (a count, the exact multiset, distinctness, a sum,

@@ -1,4 +1,4 @@
-"""`keysort`: order labelled records by key, ties in any order; many valid answers (tasks v6).
+"""`keysort`: order labelled records by key, ties in any order; many valid answers.
 
 Format: prompt "sort:" + 5-8 records (a distinct letter from a-j and a key 1-5) joined by ',' + "=",
 answer = the letters ordered by key, records with equal keys in any order (the sort need not be
@@ -8,9 +8,9 @@ The verifier checks that the answer is a permutation of the letters whose keys n
 reference orders each tie group at random, so the training target is uniform over the valid answers;
 with 5-8 records over 5 keys nearly every list has a tie.
 
-Why it exists (tasks v6): the v5 base committed a `sort` answer (numbers, one valid answer) in ~1.25
-forwards per block at threshold 0.9 (TPF 9.02 of a ceiling of 10.45): once learned, an order
-statistic is computed for every slot at once. With ties, which letter of a tie group goes first is a
+Why it exists: a trained base commits a `sort` answer (numbers, one valid answer) in ~1.25 forwards
+per block at threshold 0.9 (TPF 9.02 of a ceiling of 10.45): once learned, an order statistic is
+computed for every slot at once. With ties, which letter of a tie group goes first is a
 free choice, so a calibrated model is unsure of those slots until one of the group is written (a
 perfectly calibrated model's TPF at 0.9 is 1.59 of a ceiling of 7.42 on the prompts of
 `orl eval --limit 40`, benchmarks/oracle_tpf.py), while the rest is still a sort.

@@ -4,23 +4,22 @@ Two forms (the interpreter runs both; the generator's default is `echo`):
     echo:  "echo a=3;b=a+4;a=b-9:" -> "a=3,b=7,a=-2"   every assignment prints its variable and the
                                                        value it assigns (a REPL echo), joined by ','
     query: "a=3;b=a+4;a=b-9;a?"    -> "-2"       the program prints only the queried variable
-Values are in plain decimal (leading '-' if negative). Generated programs (tasks v5 defaults) have 3-5
+Values are in plain decimal (leading '-' if negative). Generated programs (the defaults) have 3-5
 assignments to variables a, b, c: the first assigns a literal 0-9, each later one adds or subtracts a
 literal 0-9 to or from the variable the previous statement assigned (`operands="chain"`), and every
-value stays within [0, 99] (`signed=False`). Why `echo` is the default: printing only the last value
-asks a tiny model to run the whole chain of dependent additions inside one forward pass (a 6-layer
-model stalled at ~45% on 2-3 assignments in both AR and diffusion form); echoing puts each
-intermediate value in the output, so each printed value is one addition away from what is already
-written, like a trace. The echo names the variable (tasks v4), e.g. "a=3,b=7". Why the chain (tasks
-v5): with any defined variable as operand and negative values (`operands="any", signed=True`, the v4
-programs) the v4 base stayed at 37.5%, and its errors were lookups (the most recent value read
-instead of the named one) and lost minus signs; those knobs remain for harder suites. Answers are
-11-29 characters (one or two blocks). `ops="+-*"` adds products (and the interpreter always
-understands `*`), but the default leaves them out so that a tiny model's budget goes to tracking the
-values (what makes this family interesting for parallel decoding) rather than to a multiplication
-table up to 99. The
+value stays within [0, 99] (`signed=False`). Answers are 11-29 characters (one or two blocks). The
 verifier runs the program with `program_output`, a small interpreter (the usual precedence, * over +
 and -, left-associative) that never calls eval/exec.
+
+Why `echo` is the default: printing only the last value asks a tiny model to run the whole chain of
+dependent additions inside one forward pass; echoing puts each intermediate value in the output, named
+("a=3,b=7"), so each printed value is one addition away from what is already written, like a trace.
+Why the chain and non-negative values: with any defined variable as operand and negative values
+(`operands="any", signed=True`) a 6-layer model's errors are lookups (the most recent value read
+instead of the named one) and lost minus signs; those knobs remain for harder suites. `ops="+-*"`
+adds products, but the default leaves them out so that a tiny model's budget goes to tracking the
+values (what makes this family interesting for parallel decoding) rather than to a multiplication
+table up to 99. The measurements behind these choices: docs/history/CODE-NOTES.md.
 
 Why parallel decoding is non-trivial: each printed value depends on the value printed before it
 (b=a+4 needs a's value, itself the sum of every earlier step), and the digits of one value are

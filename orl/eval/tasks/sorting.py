@@ -7,12 +7,12 @@ numerical order joined by ',':
 are not swamped 9:1 by two-digit ones. Repeats are allowed. The verifier sorts the prompt's numbers
 itself and requires that exact string.
 
-Why mixed widths (tasks v4): v3 sorted single characters, so answer position 2i always held the i-th
-order statistic and the v3 base committed a whole answer in one or two forwards (TPF 8.25 of a
-ceiling of 10 at threshold 0.9): nothing depended on anything. With widths 1-2, WHERE the i-th number
-sits depends on the widths of all smaller numbers. Measured: this made sort harder to learn but not
-to decode in parallel; the v4 base still commits a sort answer in ~1.3 steps per block at 0.9
-(docs/TRAINING.md).
+Why mixed widths: with single characters, answer position 2i always holds the i-th order statistic,
+so a trained model commits a whole answer in one or two forwards: nothing depends on anything. With
+widths 1-2, WHERE the i-th number sits depends on the widths of all smaller numbers. That makes sort
+harder to learn but barely harder to decode in parallel (a trained base still commits an answer in
+~1.3 steps per block at threshold 0.9), which is why SUITE has `keysort` instead
+(docs/history/CODE-NOTES.md).
 
 Why parallel decoding is non-trivial: the number at answer slot i is the i-th order statistic, a
 function of the whole input; the answer must be a permutation of the input; and which slot (and which

@@ -1,4 +1,4 @@
-"""`split`: write a number as a sum of two numbers; many valid answers (tasks v6).
+"""`split`: write a number as a sum of two numbers; many valid answers.
 
 Format: prompt "?+?=" + N (2-3 digits, zero-padded to 3), answer = two numbers zero-padded to N's
 width joined by '+', any pair with x + y = N:
@@ -7,20 +7,20 @@ The verifier parses both addends (exactly N's width, digits only) and checks the
 
 The reference answer splits N digit by digit without borrows: each digit x_i is drawn uniformly from
 [0, N_i] and y_i = N_i - x_i. Every reference is valid, but not every valid answer is a reference
-("159+188" sums to 347 with a carry). Why: with x uniform over [0, N] (the first tasks v6 draft) a
-digit of y depends on every lower digit of x through the borrows, and a conservative decoder, which
-commits digits in confidence order rather than left to right, needs the model to reason about which
-ranges of x a few committed digits leave open; the draft base learned the AR form (100% at step
-3,500) and stayed at 0-17% in diffusion form (docs/TRAINING.md). Digit-wise splits keep the free
-choice and make every constraint local: y_i = N_i - x_i, whichever of the two is written first.
+("159+188" sums to 347 with a carry). Why: with x uniform over [0, N] a digit of y depends on every
+lower digit of x through the borrows, and a conservative decoder, which commits digits in confidence
+order rather than left to right, needs the model to reason about which ranges of x a few committed
+digits leave open; a tiny base learns that in AR form but not in diffusion form
+(docs/history/CODE-NOTES.md). Digit-wise splits keep the free choice and make every constraint local:
+y_i = N_i - x_i, whichever of the two is written first.
 
 Why parallel decoding is non-trivial: each digit pair is a free choice (N_i + 1 of them), so a
 calibrated model is unsure of both digits until one is written (its TPF at threshold 0.9 is 1.55 of
 a ceiling of 8.00 on the prompts of `orl eval --limit 40`, benchmarks/oracle_tpf.py); digits
 committed in the same step can come from different answers ("120+227" and "300+047" mix into
 "120+047", which sums to 167). Why the family exists: a base that has learned a deterministic family
-commits its answer almost at once (the v5 base wrote an `add` answer in one forward, TPF 3.91 of a
-ceiling of 3.95), which leaves a post-training method nothing to speed up there.
+commits its answer almost at once (on `add`, TPF 3.91 of a ceiling of 3.95 at threshold 0.9), which
+leaves a post-training method nothing to speed up there.
 """
 from __future__ import annotations
 
