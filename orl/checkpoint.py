@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import re
 import subprocess
-import tempfile
-import uuid
 from pathlib import Path
 from types import ModuleType
 
@@ -21,13 +19,14 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
+from orl.atomic_dir import MANIFEST, NotOrlDirectory, file_digest, write_atomically
+from orl.device import resolve_device
 from orl.model import ModelArgs, Transformer
-from orl.model.families import get_family, qwen3
+from orl.model.families import family_for, get_family
 from orl.model.families.common import config_dtype, dtype_from_name, dtype_name
 from orl.tokenizer import CharTokenizer, HFTokenizer, TokenizerError, load_tokenizer
 
 FORMAT_VERSION = 1
-MANIFEST = "orl.json"
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 # derived from the model itself; a caller's manifest may not contradict them
@@ -42,12 +41,10 @@ class CheckpointError(ValueError):
 # ---------------------------------------------------------------- save
 
 def save_checkpoint(model: Transformer, tokenizer: Tokenizer, directory: str | os.PathLike, manifest: dict | None = None,
-                    max_shard_bytes: int = 2**31, extra_files: dict[str, object] | None = None) -> Path:
-    """Write the checkpoint atomically: a crash leaves either the old directory or the new one.
-    extra_files: name -> object saved with torch.save inside the same atomic write (trainer state)."""
-    target = Path(directory).resolve()
-    if target.exists() and not _is_replaceable(target):
-        raise ValueError(f"refusing to replace {target}: it exists and is not a checkpoint directory")
+                    max_shard_bytes: int = 2**31, extra_files: dict[str, bytes] | None = None) -> Path:
+    """Write the checkpoint atomically (orl.atomic_dir): a crash leaves the old directory or the new one,
+    and a directory orl did not write is never replaced. extra_files: name -> bytes written inside the
+    same atomic write (trainer state). The manifest records a checksum of every file."""
     args = model.args
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     if args.tie_embeddings:
@@ -56,7 +53,7 @@ def save_checkpoint(model: Transformer, tokenizer: Tokenizer, directory: str | o
     if len(dtypes) != 1:
         raise ValueError(f"model has mixed parameter dtypes {sorted(map(str, dtypes))}; cast it with model.to(dtype) first")
     dtype = dtypes.pop()
-    full = {"format_version": FORMAT_VERSION, "family": qwen3.family_name(args), "model_args": args.to_dict(),
+    full = {"format_version": FORMAT_VERSION, "family": family_for(args).family_name(args), "model_args": args.to_dict(),
             "dtype": dtype_name(dtype), "block_len": None, "mask_id": tokenizer.mask_id,
             "eos_id": tokenizer.eos_id, "pad_id": tokenizer.pad_id, "residual_mode": "off",
             "quantization": None, "recipe": None, "git_commit": _git_commit()}
@@ -64,32 +61,23 @@ def save_checkpoint(model: Transformer, tokenizer: Tokenizer, directory: str | o
         if key in DERIVED and value != full[key]:
             raise ValueError(f"manifest key {key!r} is derived from the model ({full[key]!r}), got {value!r}")
     full.update(manifest or {})
-    config = qwen3.config_from_args(args, dtype)
+    config = family_for(args).config_from_args(args, dtype)
     config.update(eos_token_id=tokenizer.eos_id, pad_token_id=tokenizer.pad_id)
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
+    def fill(tmp: Path) -> None:
         _write_weights(state, tmp, max_shard_bytes)
         tokenizer.save(tmp)
         _write_json(tmp / "config.json", config)
+        for name, data in (extra_files or {}).items():
+            (tmp / name).write_bytes(data)
+        # the manifest goes last: a copy that has one is complete (orl.atomic_dir.recover)
+        full["files"] = {p.name: file_digest(p) for p in sorted(tmp.iterdir())}
         _write_json(tmp / MANIFEST, full)
-        for name, obj in (extra_files or {}).items():
-            torch.save(obj, tmp / name)
-        for f in tmp.iterdir():
-            _fsync(f)
-        _fsync(tmp)
-        _swap_into_place(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return target
 
-
-def _is_replaceable(target: Path) -> bool:
-    """Only an empty directory or an earlier checkpoint may be swapped out (and then deleted)."""
-    return target.is_dir() and (not any(target.iterdir()) or (target / MANIFEST).exists()
-                                or (target / "config.json").exists())
+    try:
+        return write_atomically(Path(directory), fill)
+    except NotOrlDirectory as e:
+        raise CheckpointError(str(e)) from None
 
 
 def _write_weights(state: dict[str, Tensor], d: Path, max_shard_bytes: int) -> None:
@@ -115,31 +103,8 @@ def _write_weights(state: dict[str, Tensor], d: Path, max_shard_bytes: int) -> N
     _write_json(d / INDEX, {"metadata": {"total_size": total}, "weight_map": weight_map})
 
 
-def _swap_into_place(tmp: Path, target: Path) -> None:
-    aside = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:8]}") if target.exists() else None
-    if aside:
-        os.rename(target, aside)
-    try:
-        os.rename(tmp, target)
-    except BaseException:
-        if aside:
-            os.rename(aside, target)
-        raise
-    _fsync(target.parent)
-    if aside:
-        shutil.rmtree(aside)
-
-
 def _write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n")
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _git_commit() -> str | None:
@@ -167,11 +132,14 @@ def load_checkpoint(directory: str | os.PathLike, device: str | torch.device = "
                     dtype: torch.dtype | None = None) -> tuple[Transformer, Tokenizer, dict]:
     """-> (model in eval mode, tokenizer, manifest). Every mismatch is reported before any weight is used."""
     d = Path(directory)
+    device = resolve_device(device)  # a bad --device fails before anything is read
     manifest, args, file_dtype, family = _read_config(d)
     if manifest.get("quantization") is not None:
         raise CheckpointError(f"{d}: quantization {manifest['quantization']!r} is not supported by this loader")
+    verify_checksums(d, manifest)
     tokenizer = _load_tokenizer(d, manifest, args)
     tensors = family.to_native(_read_tensors(d))
+    _check_sizes(args, tensors, d)  # before any module is built: a forged n_layers must not allocate
     with torch.device("meta"):
         model = Transformer(args)
     _validate(model, tensors, file_dtype, d)
@@ -184,6 +152,8 @@ def load_checkpoint(directory: str | os.PathLike, device: str | torch.device = "
 
 
 def _read_config(d: Path) -> tuple[dict, ModelArgs, torch.dtype, ModuleType]:
+    if d.is_file():
+        raise CheckpointError(f"{d} is a file; give the checkpoint directory (the one holding config.json)")
     if not d.is_dir():
         raise FileNotFoundError(f"checkpoint directory {d} does not exist")
     man_path, cfg_path = d / MANIFEST, d / "config.json"
@@ -192,8 +162,11 @@ def _read_config(d: Path) -> tuple[dict, ModelArgs, torch.dtype, ModuleType]:
         if m.get("format_version") != FORMAT_VERSION:
             raise CheckpointError(f"{man_path}: unsupported format_version {m.get('format_version')!r} "
                                   f"(this orl reads version {FORMAT_VERSION})")
-        return _parsed(man_path, lambda: (m, ModelArgs.from_dict(m["model_args"]), dtype_from_name(m["dtype"]),
-                                          get_family(m["family"])))
+        parsed = _parsed(man_path, lambda: (m, ModelArgs.from_dict(m["model_args"]), dtype_from_name(m["dtype"]),
+                                            get_family(m["family"])))
+        if cfg_path.exists():
+            _check_config_agrees(cfg_path, parsed[3], parsed[1], parsed[2])
+        return parsed
     if not cfg_path.exists():
         raise CheckpointError(f"{d} is not a checkpoint: neither {MANIFEST} nor config.json exists")
     cfg = _read_json(cfg_path)
@@ -203,6 +176,68 @@ def _read_config(d: Path) -> tuple[dict, ModelArgs, torch.dtype, ModuleType]:
          "dtype": dtype_name(dtype), "block_len": None, "residual_mode": "off", "quantization": None,
          "recipe": None, "git_commit": None, "source": "config.json"}
     return m, args, dtype, family
+
+
+def read_manifest(directory: str | os.PathLike) -> dict:
+    """A checkpoint's manifest (or the one derived from its config.json), without touching the weights."""
+    return _read_config(Path(directory))[0]
+
+
+def _check_config_agrees(cfg_path: Path, family: ModuleType, args: ModelArgs, dtype: torch.dtype) -> None:
+    """config.json is what transformers reads, orl.json what orl reads: they must describe one model."""
+    if not hasattr(family, "config_from_args"):
+        return
+    cfg = _read_json(cfg_path)
+    want = family.config_from_args(args, dtype)
+    diff = [f"{k}: config.json {cfg[k]!r}, {MANIFEST} {v!r}" for k, v in want.items()
+            if k in cfg and cfg[k] != v and k not in ("eos_token_id", "pad_token_id", "bos_token_id")]
+    if diff:
+        raise CheckpointError(f"{cfg_path.parent}: config.json and {MANIFEST} disagree ({len(diff)} field(s)):\n  "
+                              + "\n  ".join(diff))
+
+
+def verify_checksums(d: Path, manifest: dict, names: list[str] | None = None) -> None:
+    """Compare the files the manifest lists (those that are present, or `names`) with their recorded
+    checksums: a flipped byte in a weight file is refused, with the file named."""
+    listed = manifest.get("files")
+    if not isinstance(listed, dict):
+        return  # a transformers checkpoint, or one written before checksums were recorded
+    for name in names or sorted(listed):
+        path = d / name
+        if name not in listed or not path.is_file():
+            if names:
+                raise CheckpointError(f"{path}: missing or not recorded in {MANIFEST}")
+            continue
+        if file_digest(path) != listed[name]:
+            raise CheckpointError(f"{path}: checksum mismatch (the file changed or was damaged after orl wrote it; "
+                                  f"{MANIFEST} records {listed[name]})")
+
+
+_LAYER = re.compile(r"^model\.layers\.(\d+)\.")
+_EXPERT = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.")
+
+
+def _check_sizes(args: ModelArgs, tensors: dict[str, Tensor], d: Path) -> None:
+    """The config's sizes against the tensors in the file, before the model is built (even on the meta
+    device, a million layers take minutes and gigabytes of Python objects)."""
+    problems = []
+    layers = {int(m.group(1)) for n in tensors if (m := _LAYER.match(n))}
+    if layers != set(range(args.n_layers)):
+        problems.append(f"n_layers is {args.n_layers} but the weights hold {len(layers)} layer(s)")
+    experts: dict[int, set[int]] = {}
+    for n in tensors:
+        if m := _EXPERT.match(n):
+            experts.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
+    for layer, found in experts.items():
+        if found != set(range(args.n_experts)):
+            problems.append(f"n_experts is {args.n_experts} but layer {layer} holds {len(found)} expert(s)")
+            break
+    emb = tensors.get("model.embed_tokens.weight")
+    if emb is not None and list(emb.shape) != [args.vocab_size, args.dim]:
+        problems.append(f"vocab_size x dim is {args.vocab_size} x {args.dim} but model.embed_tokens.weight "
+                        f"is {list(emb.shape)}")
+    if problems:
+        raise CheckpointError(f"checkpoint {d}: the config does not match the weights: " + "; ".join(problems))
 
 
 def _parsed(path: Path, build):
@@ -238,9 +273,14 @@ def _load_tokenizer(d: Path, manifest: dict, args: ModelArgs) -> Tokenizer:
 def _weight_files(d: Path) -> list[str]:
     if (d / INDEX).exists():
         index = _read_json(d / INDEX)
-        if "weight_map" not in index:
-            raise CheckpointError(f"{d / INDEX}: no weight_map")
-        return sorted(set(index["weight_map"].values()))
+        if not isinstance(index.get("weight_map"), dict):
+            raise CheckpointError(f"{d / INDEX}: no weight_map object")
+        files = sorted(set(index["weight_map"].values()))
+        for f in files:
+            if not isinstance(f, str) or Path(f).name != f or f.startswith("."):
+                raise CheckpointError(f"{d / INDEX}: entry {f!r} points outside the checkpoint directory; "
+                                      "only plain file names inside it are accepted")
+        return files
     if (d / SINGLE).exists():
         return [SINGLE]
     raise CheckpointError(f"no weights in {d}: expected {SINGLE} or {INDEX}")
@@ -281,6 +321,8 @@ def _validate(model: Transformer, tensors: dict[str, Tensor], dtype: torch.dtype
             problems.append(f"shape mismatch {n}: checkpoint {list(t.shape)}, model expects {list(want.shape)}")
         if t.dtype != dtype:
             problems.append(f"dtype mismatch {n}: checkpoint {t.dtype}, config says {dtype}")
+        elif t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            problems.append(f"non-finite values (inf or nan) in {n}")
     if problems:
         raise CheckpointError(f"checkpoint {d} does not match its config ({len(problems)} problem(s)):\n  "
                               + "\n  ".join(problems))
@@ -288,9 +330,12 @@ def _validate(model: Transformer, tensors: dict[str, Tensor], dtype: torch.dtype
 
 def _read_json(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CheckpointError(f"cannot read {path}: {e}") from e
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} must hold a JSON object, got a {type(data).__name__}")
+    return data
 
 
 # ---------------------------------------------------------------- describe

@@ -72,10 +72,12 @@ class CharTokenizer:
         path = Path(directory, CHAR_FILE)
         try:
             data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise TokenizerError(f"cannot read char tokenizer {path}: {e}") from e
-        if data.get("type") != "char" or tuple(data.get("specials", ())) != SPECIALS:
-            raise TokenizerError(f"{path} is not an orl char tokenizer (type/specials mismatch)")
+        if not isinstance(data, dict) or data.get("type") != "char" or tuple(data.get("specials", ())) != SPECIALS \
+                or not isinstance(data.get("chars"), str):
+            raise TokenizerError(f"{path} is not an orl char tokenizer (expected an object with type 'char', "
+                                 "its specials and a chars string)")
         return cls(data["chars"])
 
 
@@ -93,7 +95,12 @@ class HFTokenizer:
         except Exception as e:  # tokenizers raises a bare Exception on bad files
             raise TokenizerError(f"cannot read {d / 'tokenizer.json'}: {e}") from e
         cfg_path = d / "tokenizer_config.json"
-        self.config = json.loads(cfg_path.read_text()) if cfg_path.exists() else {}
+        try:
+            self.config = json.loads(cfg_path.read_text()) if cfg_path.exists() else {}
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise TokenizerError(f"cannot read {cfg_path}: {e}") from e
+        if not isinstance(self.config, dict):
+            raise TokenizerError(f"{cfg_path} must hold a JSON object")
         self.chat_template = self.config.get("chat_template")
 
         def special(name: str, override: str | None = None) -> int | None:

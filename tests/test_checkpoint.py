@@ -109,10 +109,21 @@ def saved(tmp_path) -> Path:
     return tmp_path / "ck"
 
 
-def rewrite_weights(d: Path, edit) -> None:
+def rewrite_weights(d: Path, edit, record_checksum: bool = True) -> None:
+    """Edit the weights; by default also re-record their checksum, to reach the checks behind it."""
     tensors = load_file(d / "model.safetensors")
     edit(tensors)
     save_file(tensors, d / "model.safetensors", metadata={"format": "pt"})
+    if record_checksum:
+        rerecord(d, "model.safetensors")
+
+
+def rerecord(d: Path, name: str) -> None:
+    from orl.atomic_dir import file_digest
+
+    m = json.loads((d / "orl.json").read_text())
+    m["files"][name] = file_digest(d / name)
+    (d / "orl.json").write_text(json.dumps(m))
 
 
 def load_error(path) -> str:
@@ -196,7 +207,7 @@ def test_save_replaces_existing_checkpoint(saved):
 
 def test_save_refuses_to_replace_a_non_checkpoint_directory(tmp_path):
     (tmp_path / "notes.txt").write_text("precious")
-    with pytest.raises(ValueError, match="not a checkpoint directory"):
+    with pytest.raises(ValueError, match=r"entries orl did not write \(notes.txt\)"):
         save_checkpoint(make_model(), TOK, tmp_path)
     assert (tmp_path / "notes.txt").read_text() == "precious"
 
@@ -240,7 +251,7 @@ def test_hf_tokenizer_checkpoint_with_mask_id_from_manifest(tmp_path):
 
 def test_save_refuses_to_replace_a_file(tmp_path):
     (tmp_path / "ck").write_text("precious")
-    with pytest.raises(ValueError, match="not a checkpoint directory"):
+    with pytest.raises(ValueError, match="it is a file, not a directory"):
         save_checkpoint(make_model(), TOK, tmp_path / "ck")
     assert (tmp_path / "ck").read_text() == "precious"
 
@@ -248,6 +259,7 @@ def test_save_refuses_to_replace_a_file(tmp_path):
 def test_tokenizer_larger_than_embedding_is_named(tmp_path):
     save_checkpoint(make_model(), TOK, tmp_path / "ck")
     CharTokenizer(TOK.chars + "éü").save(tmp_path / "ck")
+    rerecord(tmp_path / "ck", "orl_tokenizer.json")
     with pytest.raises(CheckpointError, match="tokenizer has 101 tokens, the model's embedding only 99"):
         load_checkpoint(tmp_path / "ck")
 

@@ -6,14 +6,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import orl.train.trainer as trainer
+import orl.train.orl as trainer
 from orl.checkpoint import load_checkpoint, save_checkpoint
 from orl.engine import DecodeConfig
 from orl.model import ModelArgs, Transformer
 from orl.presets import get_preset
 from orl.tokenizer import CharTokenizer
 from orl.train.rollout import Rollout, select_kept
-from orl.train.trainer import ORLConfig, train_orl
+from orl.train.orl import ORLConfig, train_orl
 
 
 @pytest.fixture()

@@ -10,7 +10,7 @@ from orl.tokenizer import CharTokenizer
 from orl.train.objective import LossWeights, orl_loss, replay_logits
 from orl.train.replay import build_batch, make_unit, pack
 from orl.train.rollout import collect, sample_prompts
-from orl.train.trainer import with_adapter
+from orl.train.orl import with_adapter
 
 TOK = CharTokenizer()
 L = 8

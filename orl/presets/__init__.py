@@ -11,7 +11,7 @@ PRESETS: dict[str, dict[str, Callable]] = {
     "orl": {"tiny_orl": orl.tiny_orl, "no_aec": orl.no_aec, "no_residual": orl.no_residual, "stale": orl.stale,
             "fastest": orl.fastest,
             "smoke": orl.smoke},
-    "rcd": {"rcd": orl.rcd, "smoke": orl.smoke},
+    "rcd": {"rcd": orl.rcd, "smoke": orl.rcd_smoke},
 }
 
 

@@ -6,13 +6,14 @@ import dataclasses
 
 from orl.engine import DecodeConfig
 from orl.train.objective import LossWeights
-from orl.train.trainer import ORLConfig
+from orl.train.orl import SHIPPED_BASE, ORLConfig
+from orl.train.rcd import RCDConfig
 
 
 def tiny_orl() -> ORLConfig:
     """The recipe of checkpoints/orl-tiny-orl, which was run with `--set updates=600` (the learning rates
     are constant, so 600 updates continue this run; the ablations compare at 240)."""
-    return ORLConfig(base="checkpoints/orl-tiny-base", updates=240, prompts_per_update=16, group_size=4,
+    return ORLConfig(base=SHIPPED_BASE, updates=240, prompts_per_update=16, group_size=4,
                      rollout=DecodeConfig(block_len=16, max_new_tokens=64, threshold=0.9, temperature=0.7,
                                           residual="adapter"),
                      adapter_dim=128, lr=1e-4, adapter_lr=3e-4, eval_every=60, eval_samples=20, save_every=20,
@@ -41,9 +42,20 @@ def fastest() -> ORLConfig:
     return dataclasses.replace(tiny_orl(), keep="fastest")
 
 
-def rcd() -> ORLConfig:
-    """Off-policy RCD baseline (orl.train.rcd): residuals from the frozen base."""
-    return dataclasses.replace(tiny_orl(), lr=1e-4)
+def rcd() -> RCDConfig:
+    """Off-policy RCD baseline (orl.train.rcd): residuals from the frozen base; the prompt stream,
+    updates, learning rate and cadence of tiny_orl."""
+    o = tiny_orl()
+    return RCDConfig(base=o.base, updates=o.updates, prompts_per_update=o.prompts_per_update, group_size=o.group_size,
+                     rollout=dataclasses.replace(o.rollout, residual="off"), lr=o.lr, eval_every=o.eval_every,
+                     eval_samples=o.eval_samples, save_every=o.save_every)
+
+
+def rcd_smoke() -> RCDConfig:
+    s = smoke()
+    return RCDConfig(base=s.base, updates=s.updates, prompts_per_update=s.prompts_per_update, group_size=s.group_size,
+                     rollout=dataclasses.replace(s.rollout, residual="off"), eval_every=s.eval_every,
+                     eval_samples=s.eval_samples, save_every=s.save_every)
 
 
 def smoke() -> ORLConfig:

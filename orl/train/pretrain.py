@@ -14,19 +14,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from orl.model.vocab import special_ids
 from orl.eval.tasks import SUITE, get_task
 from orl.model.args import ModelArgs
 from orl.model.model import Transformer
 from orl.train.batches import Batch, ar_batch, diffusion_batch, weighted_ce
-from orl.train.runlog import open_log
-
-TRAIN_STATE = "trainer_state.pt"
+from orl.train.loop import TrainLoop, check_fields, make_optimizer
 
 
-@dataclass
+@dataclass(frozen=True)
 class PretrainConfig:
     model: ModelArgs = field(default_factory=ModelArgs)
     tasks: tuple[str, ...] = SUITE
@@ -52,8 +49,18 @@ class PretrainConfig:
     threads: int = 0              # torch threads; 0 keeps torch's default
 
     def __post_init__(self):
+        problems = check_fields(self, positive=("block_len", "batch_size", "noisy_copies", "lr", "eval_every",
+                                                "eval_samples", "save_every", "grad_clip"),
+                                non_negative=("ar_steps", "diffusion_steps", "stage2_lr", "ar_aux", "warmup",
+                                              "weight_decay", "threads"))
+        if not self.tasks:
+            problems.append("tasks must name at least one task")
+        if not 0.0 <= self.min_lr_frac <= 1.0:
+            problems.append(f"min_lr_frac must be in [0, 1], got {self.min_lr_frac}")
         if self.mix and (len(self.mix) != len(self.tasks) or min(self.mix) < 0 or sum(self.mix) == 0):
-            raise ValueError(f"mix {self.mix} must give a count >= 0 for each of the tasks {self.tasks}")
+            problems.append(f"mix {self.mix} must give a count >= 0 for each of the tasks {self.tasks}")
+        if problems:
+            raise ValueError("invalid PretrainConfig: " + "; ".join(problems))
 
     @property
     def samples_per_task(self) -> tuple[int, ...]:
@@ -114,13 +121,6 @@ def make_batches(cfg: PretrainConfig, tok, step: int) -> list[Batch]:
     return batches + aux  # auxiliary rows last: the first len(active_tasks) entries are the tasks' own
 
 
-def make_optimizer(model: Transformer, cfg: PretrainConfig) -> torch.optim.Optimizer:
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
-
-
 def train_step(model: Transformer, opt: torch.optim.Optimizer, batches: list[Batch], cfg: PretrainConfig,
                lr: float, parts: list | None = None) -> float:
     """One optimizer step over the micro-batches: the weighted mean loss over all of their positions.
@@ -144,43 +144,31 @@ def train_step(model: Transformer, opt: torch.optim.Optimizer, batches: list[Bat
     return float(loss)  # logging only: one sync per optimizer step, outside any decode loop
 
 
-def save(out: Path, model, tok, opt, cfg: PretrainConfig, step: int, extra: dict) -> None:
-    from orl.checkpoint import save_checkpoint
-
-    manifest = {"block_len": cfg.block_len, "residual_mode": "off",
-                "objective": "block_diffusion" if cfg.convert and step > cfg.ar_steps else "autoregressive",
-                "recipe": {"name": "pretrain", "config": cfg.to_dict(), "step": step, **extra}}
-    state = {"step": step, "optimizer": opt.state_dict(), "config": cfg.to_dict()}
-    save_checkpoint(model, tok, out, manifest, extra_files={TRAIN_STATE: state})
-
-
-def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, log=print) -> Transformer:
+def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_config_change: bool = False,
+             log=print) -> Transformer:
     from orl.checkpoint import load_checkpoint
     from orl.tokenizer import CharTokenizer
 
-    out = Path(out)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
     tok = CharTokenizer()
     if cfg.model.vocab_size < tok.vocab_size:
         raise ValueError(f"model vocab_size {cfg.model.vocab_size} < tokenizer vocab {tok.vocab_size}")
-    start = 0
-    if resume and (out / TRAIN_STATE).exists():
+    out = Path(out).resolve()
+    stage1 = out.parent / f"{out.name}-stage1"
+    loop = TrainLoop(cfg, out, cfg.total_steps, "step", resume=resume, allow_config_change=allow_config_change,
+                     extra_outputs=(stage1,), log=log)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    if loop.state:
         model, tok, _ = load_checkpoint(out)
-        opt = make_optimizer(model, cfg)
-        state = torch.load(out / TRAIN_STATE, weights_only=False)
-        opt.load_state_dict(state["optimizer"])
-        start = state["step"]
-        log(f"resumed from {out} at step {start}")
     else:
         torch.manual_seed(cfg.seed)
         model = Transformer(cfg.model)
-        opt = make_optimizer(model, cfg)
+    opt = make_optimizer(model, cfg.lr, cfg.weight_decay)
+    if loop.state:
+        opt.load_state_dict(loop.state["optimizer"])
     model.train()
-    log_path = open_log(out, start, "step")
-    bar = tqdm(range(start, cfg.total_steps), initial=start, total=cfg.total_steps, dynamic_ncols=True)
     t_last, tokens = time.perf_counter(), 0
-    for step in bar:
+    for step in loop.steps():
         batches = make_batches(cfg, tok, step)
         parts: list = []
         loss = train_step(model, opt, batches, cfg, lr_at(cfg, step), parts)
@@ -195,22 +183,30 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, log=prin
         if done % 10 == 0:
             dt = time.perf_counter() - t_last
             rec["tok_s"] = round(tokens / dt)
-            bar.set_postfix(stage=stage, loss=f"{loss:.4f}", tok_s=f"{tokens / dt:.0f}")
+            loop.bar.set_postfix(stage=stage, loss=f"{loss:.4f}", tok_s=f"{tokens / dt:.0f}")
             t_last, tokens = time.perf_counter(), 0
-        if done % cfg.eval_every == 0 or done in (cfg.ar_steps, cfg.total_steps):
+        if loop.due(done, cfg.eval_every) or done == cfg.ar_steps:
             # During the AR stage the model is judged as what it is then: a greedy AR decoder.
             rec["eval"] = evaluate(model, tok, cfg) if stage == "diffusion" else evaluate_ar(model, tok, cfg)
             log(f"step {done} eval {json.dumps(rec['eval'])}")
             model.train()
-        with open(log_path, "a") as f:
-            f.write(json.dumps(rec) + "\n")
-        if done % cfg.save_every == 0 or done == cfg.total_steps:
-            save(out, model, tok, opt, cfg, done, {"eval": rec.get("eval")})
-        if done == cfg.ar_steps and cfg.diffusion_steps > 0:
-            # The end of stage 1 is a resumable branch point: other stage-2 recipes can start from it.
-            save(out.parent / f"{out.name}-stage1", model, tok, opt, cfg, done, {"eval": rec.get("eval")})
+        loop.write(rec)
+        end_of_stage1 = done == cfg.ar_steps and cfg.diffusion_steps > 0
+        if end_of_stage1:
+            # A resumable branch point for other stage-2 recipes. Saved before `out`: a crash in between
+            # resumes `out` from before this step, so stage 1 is written again, never skipped.
+            save(loop, model, tok, opt, cfg, done, {"eval": rec.get("eval")}, stage1)
+        if loop.due(done, cfg.save_every) or end_of_stage1:
+            save(loop, model, tok, opt, cfg, done, {"eval": rec.get("eval")})
     model.eval()
     return model
+
+
+def save(loop: TrainLoop, model, tok, opt, cfg: PretrainConfig, step: int, extra: dict, target: Path | None = None) -> None:
+    manifest = {"block_len": cfg.block_len, "residual_mode": "off",
+                "objective": "block_diffusion" if cfg.convert and step > cfg.ar_steps else "autoregressive",
+                "recipe": {"name": "pretrain", "config": loop.config, "step": step, **extra}}
+    loop.save(model, tok, manifest, opt, step, target)
 
 
 def evaluate(model: Transformer, tok, cfg: PretrainConfig, threshold: float | None = None) -> dict:

@@ -1,4 +1,4 @@
-"""ORL trainer: fresh rollouts -> one optimizer update -> discard, repeated (DESIGN section 4).
+"""The ORL recipe: fresh rollouts -> one optimizer update -> discard, repeated (DESIGN section 4).
 
 The same loop runs the ablations: residual off (plain on-policy self-distillation), lambda_aec = 0,
 and stale rollouts (`rollout_reuse` > 1 updates per rollout batch, with the KL anchor measured
@@ -10,10 +10,10 @@ import copy
 import json
 import time
 from dataclasses import asdict, dataclass, field, replace
+from typing import ClassVar
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from orl.engine import DecodeConfig, Engine
 from orl.model.vocab import special_ids
@@ -21,16 +21,19 @@ from orl.model.args import ModelArgs
 from orl.model.model import Transformer
 from orl.train.heldout import heldout_eval, mean_over_tasks
 from orl.train.objective import LossWeights, orl_loss
-from orl.train.pretrain import TRAIN_STATE
 from orl.train.replay import build_batch, make_unit, pack
 from orl.train.rollout import collect, rollout_stats, sample_prompts, select_kept, trained_tasks
-from orl.train.runlog import open_log
+from orl.train.loop import TrainLoop, check_fields, make_optimizer
 
 
 
-@dataclass
+SHIPPED_BASE = str(Path(__file__).resolve().parents[2] / "checkpoints" / "orl-tiny-base")
+KEEP = ("verified", "fastest")
+
+
+@dataclass(frozen=True)
 class ORLConfig:
-    base: str = "checkpoints/orl-tiny-base"
+    base: str = SHIPPED_BASE
     tasks: tuple[str, ...] = ()         # empty: the tasks the base was trained on (rollout.trained_tasks)
     updates: int = 100
     prompts_per_update: int = 16
@@ -54,6 +57,28 @@ class ORLConfig:
     save_every: int = 10
     seed: int = 0
     threads: int = 0
+    # the learning rates are constant, so more updates continue a run exactly (--set updates=600)
+    RESUME_FREE: ClassVar[frozenset[str]] = frozenset({"updates"})
+
+    def __post_init__(self):
+        problems = check_fields(self, positive=("updates", "prompts_per_update", "group_size", "lr", "grad_clip",
+                                                "rollout_reuse", "row_tokens", "eval_every", "eval_samples",
+                                                "save_every"),
+                                non_negative=("adapter_dim", "adapter_lr", "adapter_grad_clip", "threads"))
+        if self.rollout.residual == "adapter" and self.adapter_dim <= 0:
+            problems.append("adapter_dim must be > 0 when rollouts use the adapter residual")
+        if self.keep not in KEEP:
+            problems.append(f"keep must be one of {KEEP}, got {self.keep!r}")
+        if not 0.0 < self.eval_threshold <= 1.0:
+            problems.append(f"eval_threshold must be in (0, 1], got {self.eval_threshold}")
+        if not 0.0 <= self.kl_conf <= 1.0:
+            problems.append(f"kl_conf must be in [0, 1], got {self.kl_conf}")
+        try:
+            self.rollout.validate()
+        except ValueError as e:
+            problems.append(f"rollout: {e}")
+        if problems:
+            raise ValueError("invalid ORLConfig: " + "; ".join(problems))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -74,15 +99,6 @@ def with_adapter(base: Transformer, adapter_dim: int, alpha: float, seed: int = 
     return model
 
 
-def make_optimizer(model: Transformer, cfg: ORLConfig) -> torch.optim.Optimizer:
-    adapter = [p for n, p in model.named_parameters() if "residual_adapter" in n]
-    rest = [p for n, p in model.named_parameters() if "residual_adapter" not in n]
-    groups = [{"params": rest, "lr": cfg.lr, "name": "base"}]
-    if adapter:
-        groups.append({"params": adapter, "lr": cfg.adapter_lr, "name": "adapter"})
-    return torch.optim.AdamW(groups, betas=(0.9, 0.95), weight_decay=0.0)
-
-
 def clip(model: Transformer, cfg: ORLConfig) -> None:
     adapter = [p for n, p in model.named_parameters() if "residual_adapter" in n]
     rest = [p for n, p in model.named_parameters() if "residual_adapter" not in n]
@@ -91,38 +107,35 @@ def clip(model: Transformer, cfg: ORLConfig) -> None:
         torch.nn.utils.clip_grad_norm_(adapter, cfg.adapter_grad_clip)
 
 
-def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, log=print) -> Transformer:
+def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config_change: bool = False,
+              log=print) -> Transformer:
     from orl.checkpoint import load_checkpoint, require_objective
 
-    out = Path(out)
+    from orl.checkpoint import read_manifest
+
+    cfg = replace(cfg, tasks=cfg.tasks or trained_tasks(read_manifest(cfg.base)))
+    loop = TrainLoop(cfg, out, cfg.updates, "update", resume=resume, allow_config_change=allow_config_change, log=log)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    start = 0
-    if resume and (out / TRAIN_STATE).exists():
-        model, tok, manifest = load_checkpoint(out)
-        state = torch.load(out / TRAIN_STATE, weights_only=False)
-        start = state["update"]
-        log(f"resumed from {out} at update {start}")
+    state = loop.state
+    if state:
+        model, tok, manifest = load_checkpoint(loop.out)
     else:
         model, tok, manifest = load_checkpoint(cfg.base)
         require_objective(manifest, "block_diffusion", cfg.base)  # rollouts go through the dLLM engine
         if cfg.rollout.residual == "adapter":
             model = with_adapter(model, cfg.adapter_dim, cfg.adapter_alpha, cfg.seed)
-        state = None
-    cfg = replace(cfg, tasks=cfg.tasks or trained_tasks(manifest))
     block_len = manifest.get("block_len") or cfg.rollout.block_len
     rollout_cfg = DecodeConfig(**{**cfg.rollout.to_dict(), "block_len": block_len}).validate()
-    opt = make_optimizer(model, cfg)
+    opt = make_optimizer(model, cfg.lr, adapter_lr=cfg.adapter_lr)
     if state:
         opt.load_state_dict(state["optimizer"])
     ids = special_ids(tok, model.args.vocab_size)
     engine = Engine(model, tok)
-    log_path = open_log(out, start, "update")
     gen_tokens = state["generated_tokens"] if state else 0
     rollouts, ref_model = [], None
     t0 = time.perf_counter()
-    bar = tqdm(range(start, cfg.updates), initial=start, total=cfg.updates, dynamic_ncols=True)
-    for update in bar:
+    for update in loop.steps():
         if update % cfg.rollout_reuse == 0 or not rollouts:
             model.eval()
             samples = sample_prompts(cfg.tasks, cfg.prompts_per_update, f"orl|{cfg.seed}|{update}")
@@ -145,31 +158,26 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, log=print) -
             rec.update(loss=round(loss.item(), 5), **{k: round(v.item(), 5) for k, v in parts.items()},
                        kept=len(kept), rows=len(batch.tokens))
         done = update + 1
-        if done % cfg.eval_every == 0 or done == cfg.updates:
+        if loop.due(done, cfg.eval_every):
             ecfg = DecodeConfig(**{**rollout_cfg.to_dict(), "temperature": 0.0, "threshold": cfg.eval_threshold})
             ev = heldout_eval(engine, cfg.tasks, ecfg, cfg.eval_samples)
             rec["eval"] = ev
             log(f"update {done}: acc {mean_over_tasks(ev, 'acc'):.3f} tpf {mean_over_tasks(ev, 'tpf'):.2f} {json.dumps(ev)}")
         rec["wall_s"] = round(time.perf_counter() - t0, 1)
-        bar.set_postfix(reward=f"{stats['reward']:.2f}", tpf=f"{stats['tpf']:.2f}",
-                        steps=f"{stats['steps_per_block']:.2f}", loss=f"{rec.get('loss', float('nan')):.3f}")
-        with open(log_path, "a") as f:
-            f.write(json.dumps(rec) + "\n")
-        if done % cfg.save_every == 0 or done == cfg.updates:
-            save_update(out, model, tok, opt, cfg, "orl", rollout_cfg.residual, block_len, done, gen_tokens)
+        loop.bar.set_postfix(reward=f"{stats['reward']:.2f}", tpf=f"{stats['tpf']:.2f}",
+                             steps=f"{stats['steps_per_block']:.2f}", loss=f"{rec.get('loss', float('nan')):.3f}")
+        loop.write(rec)
+        if loop.due(done, cfg.save_every):
+            save_update(loop, model, tok, opt, "orl", rollout_cfg.residual, block_len, done, gen_tokens, cfg.base)
     model.eval()
     return model
 
 
-def save_update(out: Path, model: Transformer, tok, opt: torch.optim.Optimizer, cfg: ORLConfig, recipe: str,
-                residual: str, block_len: int, update: int, gen_tokens: int) -> None:
+def save_update(loop: TrainLoop, model: Transformer, tok, opt: torch.optim.Optimizer, recipe: str, residual: str,
+                block_len: int, update: int, gen_tokens: int, base: str) -> None:
     """Atomic checkpoint + trainer state (optimizer, update, token budget) for exact resume."""
-    from orl.checkpoint import save_checkpoint
-
     model.eval()
-    config = json.loads(json.dumps(cfg.to_dict(), default=str))
-    save_checkpoint(model, tok, out, {
-        "block_len": block_len, "residual_mode": residual,
-        "recipe": {"name": recipe, "config": config, "update": update, "base": cfg.base,
-                   "generated_tokens": gen_tokens}},
-        extra_files={TRAIN_STATE: {"update": update, "optimizer": opt.state_dict(), "generated_tokens": gen_tokens}})
+    loop.save(model, tok, {"block_len": block_len, "residual_mode": residual,
+                           "recipe": {"name": recipe, "config": loop.config, "update": update, "base": base,
+                                      "generated_tokens": gen_tokens}},
+              opt, update, generated_tokens=gen_tokens)

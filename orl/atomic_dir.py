@@ -1,0 +1,146 @@
+"""Directory writes that are atomic and never replace what orl did not write (DESIGN section 7).
+
+A directory is built as a hidden sibling `.NAME.tmp-XXXX`, every file fsynced, its manifest written
+last (so a copy with a manifest is complete), then swapped into place: rename(target -> .NAME.old-XXXX),
+rename(tmp -> target), delete the old copy. A death between the two renames leaves no target but two
+complete hidden copies; `recover(target)` runs before every write and at the start of every training
+run and puts the newest complete copy back, so a rerun resumes instead of restarting at step 0.
+Leftover hidden copies of this target are removed only when they hold nothing but orl's own files.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+MANIFEST = "orl.json"
+# names orl writes into a checkpoint; a manifest without a file list (older checkpoints) is checked against these
+ORL_NAMES = re.compile(r"^(config\.json|orl\.json|model\.safetensors|model-\d{5}-of-\d{5}\.safetensors|"
+                       r"model\.safetensors\.index\.json|orl_tokenizer\.json|tokenizer\.json|tokenizer_config\.json|"
+                       r"special_tokens_map\.json|chat_template\.jinja|generation_config\.json|trainer_state\.pt|"
+                       r"trainer_state\.json)$")
+
+
+class NotOrlDirectory(ValueError):
+    pass
+
+
+def file_digest(path: Path) -> str:
+    with open(path, "rb") as f:
+        return "sha256:" + hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def read_manifest(d: Path) -> dict | None:
+    """The manifest as a dict, or None when it is absent or not a JSON object."""
+    try:
+        m = json.loads((d / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return m if isinstance(m, dict) else None
+
+
+def foreign_entries(d: Path) -> list[str]:
+    """Entries of d that orl did not write: everything but the files its manifest lists (or, for a
+    manifest without a list, orl's own file names). An empty directory has none."""
+    entries = sorted(p.name for p in d.iterdir())
+    if not entries:
+        return []
+    manifest = read_manifest(d)
+    if manifest is None or "format_version" not in manifest:
+        return entries  # no orl manifest: nothing here is known to be orl's
+    listed = manifest.get("files")
+    if isinstance(listed, dict):
+        return [n for n in entries if n != MANIFEST and n not in listed]
+    return [n for n in entries if not (ORL_NAMES.match(n) and (d / n).is_file())]
+
+
+def check_replaceable(target: Path) -> None:
+    """Raise NotOrlDirectory unless target is absent, empty, or a directory orl wrote in full."""
+    if not target.exists():
+        return
+    if not target.is_dir():
+        raise NotOrlDirectory(f"refusing to write {target}: it is a file, not a directory")
+    foreign = foreign_entries(target)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise NotOrlDirectory(f"refusing to replace {target}: it holds entries orl did not write ({shown}); "
+                              "choose another output directory")
+
+
+def _siblings(target: Path, kind: str) -> list[Path]:
+    return sorted(target.parent.glob(f".{target.name}.{kind}-*")) if target.parent.is_dir() else []
+
+
+def _complete(d: Path) -> bool:
+    return d.is_dir() and read_manifest(d) is not None and not foreign_entries(d)
+
+
+def _remove_if_ours(d: Path) -> None:
+    if d.is_dir() and all(ORL_NAMES.match(p.name) and p.is_file() for p in d.iterdir()):
+        shutil.rmtree(d)
+
+
+def recover(target: Path) -> str | None:
+    """Finish or undo a swap that a crash interrupted. Returns what was done (for the log), or None."""
+    target = Path(target).resolve()
+    tmps, olds = _siblings(target, "tmp"), _siblings(target, "old")
+    action = None
+    if not target.exists():
+        by_age = sorted((p for p in tmps + olds if _complete(p)), key=lambda p: (p / MANIFEST).stat().st_mtime_ns)
+        if by_age:
+            os.rename(by_age[-1], target)
+            _fsync(target.parent)
+            action = f"recovered {target} from {by_age[-1].name} (a write was interrupted)"
+    for p in tmps + olds:
+        if p.exists():
+            _remove_if_ours(p)
+    return action
+
+
+def write_atomically(target: Path, fill: Callable[[Path], None]) -> Path:
+    """Create target with fill(tmp_dir), replacing an earlier orl directory. fill must write the
+    manifest last. A crash at any point leaves the old or the new copy, recoverable by recover()."""
+    target = Path(target).resolve()
+    recover(target)
+    check_replaceable(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        fill(tmp)
+        for f in tmp.iterdir():
+            _fsync(f)
+        _fsync(tmp)
+        _swap_into_place(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def _swap_into_place(tmp: Path, target: Path) -> None:
+    aside = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:8]}") if target.exists() else None
+    if aside:
+        os.rename(target, aside)
+    try:
+        os.rename(tmp, target)
+    except BaseException:
+        if aside:
+            os.rename(aside, target)
+        raise
+    _fsync(target.parent)
+    if aside:
+        shutil.rmtree(aside)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

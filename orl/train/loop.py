@@ -1,0 +1,152 @@
+"""What every training recipe (pretrain, ORL, RCD) shares: the output directory's safety checks,
+exact resume, the config check on resume, the JSONL log, the eval/save cadence, the optimizer.
+
+The trainer state (optimizer, step, config) is saved inside the checkpoint's atomic write and loaded
+with `torch.load(weights_only=True)`: a planted pickle cannot run code. A resumed run must have the
+config it was started with, except fields that do not change the trajectory (threads, cadences);
+`allow_config_change` lets a user continue anyway, and the change is logged.
+"""
+from __future__ import annotations
+
+import io
+import json
+import pickle
+from collections.abc import Callable, Iterator
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from orl.atomic_dir import NotOrlDirectory, check_replaceable, recover
+from orl.train.runlog import open_log
+
+TRAIN_STATE = "trainer_state.pt"
+# fields a resumed run may change: they decide when to log, evaluate and save, not what is learned
+RESUME_FREE = frozenset({"threads", "eval_every", "eval_samples", "save_every"})
+
+
+class ResumeError(ValueError):
+    pass
+
+
+def config_dict(cfg) -> dict:
+    """The config as plain JSON values (tuples become lists), as it is stored and compared."""
+    return json.loads(json.dumps(asdict(cfg), default=str))
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def config_diff(old: dict, new: dict, free: frozenset[str] = RESUME_FREE) -> list[str]:
+    a, b = _flatten(old), _flatten(new)
+    return [f"{k}: {a.get(k, '<absent>')!r} -> {b.get(k, '<absent>')!r}" for k in sorted(a.keys() | b.keys())
+            if a.get(k) != b.get(k) and k.split(".")[-1] not in free]
+
+
+def check_output(*dirs: Path) -> None:
+    """Finish interrupted writes, then refuse any output orl may not replace - before any step runs."""
+    for d in dirs:
+        recover(d)
+        try:
+            check_replaceable(Path(d).resolve())
+        except NotOrlDirectory as e:
+            raise ResumeError(str(e)) from None
+
+
+def load_train_state(out: Path) -> dict:
+    from orl.checkpoint import CheckpointError, _read_json, verify_checksums
+
+    verify_checksums(out, _read_json(out / "orl.json"), [TRAIN_STATE])
+    try:
+        state = torch.load(out / TRAIN_STATE, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as e:
+        raise CheckpointError(f"{out / TRAIN_STATE} holds Python objects that would run code when loaded; "
+                              f"refusing to unpickle it ({str(e).splitlines()[0]})") from None
+    except (RuntimeError, EOFError, OSError) as e:
+        raise CheckpointError(f"cannot read {out / TRAIN_STATE}: {e}") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{out / TRAIN_STATE} is not a trainer state (expected a dict)")
+    return state
+
+
+def train_state_bytes(state: dict) -> bytes:
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    return buf.getvalue()
+
+
+class TrainLoop:
+    """The frame of one run: `out` is checked and recovered at construction; `state` holds the trainer
+    state of a resumed run (None for a fresh one) and `start` its step."""
+
+    def __init__(self, cfg, out: str | Path, total: int, key: str, *, resume: bool = True,
+                 allow_config_change: bool = False, extra_outputs: tuple[Path, ...] = (), log: Callable = print):
+        if total <= 0:
+            raise ValueError(f"nothing to train: the run has {total} {key}s")
+        self.out, self.total, self.key, self.log = Path(out).resolve(), total, key, log
+        check_output(self.out, *extra_outputs)
+        self.config, self.cfg_type = config_dict(cfg), type(cfg)
+        self.state = None
+        if resume and (self.out / TRAIN_STATE).exists():
+            self.state = load_train_state(self.out)
+            self._check_config(self.state.get("config"), allow_config_change)
+        self.start = int(self.state[key]) if self.state else 0
+        if self.start:
+            log(f"resumed from {self.out} at {key} {self.start}")
+        self.log_path = open_log(self.out, self.start, key)
+
+    def _check_config(self, saved: dict | None, allow: bool) -> None:
+        if saved is None:
+            self.log(f"note: {self.out} records no config; it cannot be compared with this run's")
+            return
+        diff = config_diff(saved, self.config, RESUME_FREE | getattr(self.cfg_type, "RESUME_FREE", frozenset()))
+        if diff and not allow:
+            raise ResumeError(f"{self.out} holds a run with another config; rerun with the same settings, choose "
+                              "another --out, or pass --allow-config-change:\n  " + "\n  ".join(diff))
+        if diff:
+            self.log("config changed on resume (--allow-config-change): " + "; ".join(diff))
+
+    def steps(self) -> Iterator[int]:
+        self.bar = tqdm(range(self.start, self.total), initial=self.start, total=self.total, dynamic_ncols=True)
+        return iter(self.bar)
+
+    def due(self, done: int, every: int) -> bool:
+        return done % every == 0 or done == self.total
+
+    def write(self, rec: dict) -> None:
+        with open(self.log_path, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+
+    def save(self, model, tok, manifest: dict, opt: torch.optim.Optimizer, done: int, target: Path | None = None,
+             **state) -> None:
+        """Atomic checkpoint + the trainer state that resumes it exactly."""
+        from orl.checkpoint import save_checkpoint
+
+        full = {self.key: done, "optimizer": opt.state_dict(), "config": self.config, **state}
+        save_checkpoint(model, tok, target or self.out, manifest, extra_files={TRAIN_STATE: train_state_bytes(full)})
+
+
+def check_fields(cfg, positive: tuple[str, ...] = (), non_negative: tuple[str, ...] = ()) -> list[str]:
+    """Problems with numeric fields, for a config's __post_init__ (a --set override reruns it)."""
+    problems = [f"{n} must be > 0, got {getattr(cfg, n)}" for n in positive if not getattr(cfg, n) > 0]
+    return problems + [f"{n} must be >= 0, got {getattr(cfg, n)}" for n in non_negative if not getattr(cfg, n) >= 0]
+
+
+def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float = 0.0,
+                   adapter_lr: float | None = None) -> torch.optim.Optimizer:
+    """AdamW; matrices decay, vectors (norms) do not; the residual adapter gets its own learning rate."""
+    groups: dict[str, list] = {"decay": [], "no_decay": [], "adapter": []}
+    for n, p in model.named_parameters():
+        kind = "adapter" if adapter_lr is not None and "residual_adapter" in n else "decay" if p.ndim >= 2 else "no_decay"
+        groups[kind].append(p)
+    settings = {"decay": (lr, weight_decay), "no_decay": (lr, 0.0), "adapter": (adapter_lr, 0.0)}
+    return torch.optim.AdamW([{"params": ps, "lr": settings[k][0], "weight_decay": settings[k][1], "name": k}
+                              for k, ps in groups.items() if ps], betas=(0.9, 0.95))
