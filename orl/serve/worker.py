@@ -2,9 +2,10 @@
 
 The engine is not thread-safe (static decode buffers, one KV cache per batch shape), so every call
 into it happens on this thread under `lock`. Engine events travel back to the request's asyncio task
-through its own asyncio.Queue. Cancellation is cooperative: the worker checks the job's flag after
-each engine event (every block, or every denoising step for step streams) and then closes the
-engine's generator, which frees the engine for the next job.
+through its own asyncio.Queue. Cancellation is cooperative: the worker checks the job's flag before
+passing on each engine event (every block, or every denoising step for step streams) and then closes
+the engine's generator, which frees the engine for the next job. A job whose last event was passed
+on counts as completed, whatever its request does afterwards.
 """
 from __future__ import annotations
 
@@ -43,6 +44,11 @@ class Stats:
     completed: int = 0
     cancelled: int = 0
     failed: int = 0
+    engine_s: float = 0.0  # wall time of every run, for the mean job time
+
+    def mean_job_s(self) -> float:
+        runs = self.completed + self.cancelled + self.failed
+        return self.engine_s / runs if runs else 0.0
 
 
 class EngineWorker:
@@ -110,10 +116,12 @@ class EngineWorker:
         outcome = "completed"
         try:
             for event in events:
-                job.emit({**event, "at": time.perf_counter()})  # engine time, whatever the client's pace
+                # checked before passing the event on, not after: the request cancels its job once it has
+                # the last event, and that job completed
                 if job.cancelled.is_set():
                     outcome = "cancelled"
                     break
+                job.emit({**event, "at": time.perf_counter()})  # engine time, whatever the client's pace
         except Exception as e:  # reported to the waiting request; the worker lives on
             outcome = "failed"
             job.emit({"type": "error", "error": e})
@@ -121,3 +129,4 @@ class EngineWorker:
             events.close()
             with self._cv:  # cancel() counts from the event loop's thread
                 setattr(self.stats, outcome, getattr(self.stats, outcome) + 1)
+                self.stats.engine_s += time.perf_counter() - job.started_at
