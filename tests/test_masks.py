@@ -201,3 +201,15 @@ def test_see_self_if_blind_only_touches_blind_rows():
         [0, 1, 0],
         [0, 0, 1],
     ]))
+
+
+def test_sliding_window_cuts_old_keys_only():
+    """Keys more than window - 1 positions back vanish; later keys stay as the base mask says, so a
+    bidirectional block keeps seeing itself; positions, not indices, decide (left padding)."""
+    pos = torch.tensor([[0, 0, 1, 2, 3, 4]])  # slot 0 is padding, as the AR decoder clamps it
+    base = masks.bidirectional(6)[None]
+    m = masks.sliding_window(base, pos, pos, 2)[0]
+    assert m[5].tolist() == [False, False, False, False, True, True]  # position 4 sees 3 and 4
+    assert m[2].tolist() == [True, True, True, True, True, True]     # position 1: 0 and 1 back, all later
+    causal = masks.sliding_window(masks.causal(6)[None], pos, pos, 2)[0]
+    assert causal[4].tolist() == [False, False, False, True, True, False]  # position 3 sees 2 and 3

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
+HIDDEN_ACTS = ("silu", "gelu_tanh")
+LAYER_TYPES = ("full_attention", "sliding_attention")
+
 
 @dataclass
 class ModelArgs:
@@ -35,6 +38,19 @@ class ModelArgs:
     # residual adapter g_phi (ORL adapter mode); 0 means the model has no adapter weights
     adapter_dim: int = 0
     adapter_alpha: float = 1.0
+    # Gemma 3 switches (all off = Qwen3). Gemma's RMSNorm scales by (1 + w) with w stored zero-centred
+    norm_unit_offset: bool = False
+    sandwich_norm: bool = False        # extra norms on the attention and MLP outputs (Gemma 2/3)
+    scale_embeddings: bool = False     # token embeddings times sqrt(dim), rounded to the embedding dtype
+    hidden_act: str = "silu"           # gated MLP activation: "silu" or "gelu_tanh"
+    query_pre_attn_scalar: float | None = None  # attention scale query_pre_attn_scalar**-0.5 (None: head_dim)
+    final_logit_softcap: float | None = None    # logits = cap * tanh(logits / cap)
+    rope_scaling_factor: float = 1.0   # linear RoPE scaling of the full-attention layers (positions / factor)
+    # local layers: layer_types[i] == "sliding_attention" sees keys at positions > q - sliding_window
+    # and rotates with rope_local_theta; None means every layer is full attention
+    layer_types: list[str] | None = None
+    sliding_window: int = 0
+    rope_local_theta: float | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -51,12 +67,26 @@ class ModelArgs:
             problems.append(f"n_experts_per_tok must be in [1, n_experts], got {self.n_experts_per_tok}")
         if self.n_experts and self.moe_ffn_dim <= 0:
             problems.append("moe_ffn_dim must be > 0 when n_experts > 0")
+        if self.hidden_act not in HIDDEN_ACTS:
+            problems.append(f"hidden_act must be one of {HIDDEN_ACTS}, got {self.hidden_act!r}")
+        if self.layer_types is not None:
+            if len(self.layer_types) != self.n_layers:
+                problems.append(f"layer_types has {len(self.layer_types)} entries for {self.n_layers} layers")
+            if bad := sorted(set(self.layer_types) - set(LAYER_TYPES)):
+                problems.append(f"layer_types entries must be in {LAYER_TYPES}, got {bad}")
+            if "sliding_attention" in self.layer_types and self.sliding_window <= 0:
+                problems.append("sliding_attention layers need sliding_window > 0")
+        if self.rope_scaling_factor <= 0:
+            problems.append(f"rope_scaling_factor must be > 0, got {self.rope_scaling_factor}")
         if problems:
             raise ValueError("invalid ModelArgs: " + "; ".join(problems))
 
     @property
     def rotary_dim(self) -> int:
         return int(self.head_dim * self.rotary_fraction)
+
+    def is_sliding(self, i: int) -> bool:
+        return self.layer_types is not None and self.layer_types[i] == "sliding_attention"
 
     def is_moe_layer(self, i: int) -> bool:
         return self.n_experts > 0 and (i + 1) % self.moe_every == 0

@@ -108,6 +108,14 @@ def staircase(prompt_len: int, answer_len: int, block_len: int, noisy_blocks: li
     return meta, visibility(meta["block"], meta["state"], meta["block"], meta["state"])
 
 
+def sliding_window(mask: Tensor, q_pos: Tensor, k_pos: Tensor, window: int) -> Tensor:
+    """A local (sliding-window) layer's mask: `mask` [B, T, K] and only keys within `window` positions
+    back, k_pos > q_pos - window (transformers' sliding_window_overlay: the query plus window - 1
+    before it). Later keys stay as `mask` says, so a bidirectional block keeps seeing itself.
+    q_pos [B, T], k_pos [B, K] are RoPE positions, so left padding and cache slot layouts agree."""
+    return mask & (k_pos[:, None, :] > q_pos[:, :, None] - window)
+
+
 def see_self_if_blind(mask: Tensor) -> Tensor:
     """Padding queries see no key; let them see themselves so attention yields no NaN."""
     blind = ~mask.any(-1, keepdim=True)

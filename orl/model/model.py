@@ -1,8 +1,11 @@
 """The native block-diffusion transformer (Qwen3-style), whole, in one file.
 
-Parameter names follow Hugging Face's Qwen3 / Qwen3-MoE layout, so a transformers checkpoint maps
-onto this module without renaming. The model knows nothing about engines or training: visibility
-comes in as a boolean mask (orl.model.masks), residual context as (z, a, unresolved).
+Parameter names follow Hugging Face's Qwen3 / Qwen3-MoE / Gemma 3 layouts, so a transformers
+checkpoint maps onto this module without renaming. Gemma 3 is a set of switches in ModelArgs
+(unit-offset norms, sandwich norms, scaled embeddings, GELU-tanh, query_pre_attn_scalar, sliding-window
+local layers with their own RoPE theta, logit softcap), not a separate class. The model knows nothing
+about engines or training: visibility comes in as a boolean mask (orl.model.masks), residual context
+as (z, a, unresolved); local layers narrow that mask by RoPE position distance themselves.
 """
 from __future__ import annotations
 
@@ -12,12 +15,17 @@ from torch import Tensor, nn
 
 from orl.model.args import ModelArgs
 from orl.model.kv_cache import KVCache
+from orl.model.masks import sliding_window
 from orl.model.residual import RMSNorm, ResidualAdapter, residual_inputs
 
 
-def rope_cos_sin(pos: Tensor, rotary_dim: int, theta: float, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """pos [B, T] -> cos, sin [B, 1, T, rotary_dim] (the rotate-half convention of HF Llama/Qwen)."""
+def rope_cos_sin(pos: Tensor, rotary_dim: int, theta: float, dtype: torch.dtype,
+                 scaling: float = 1.0) -> tuple[Tensor, Tensor]:
+    """pos [B, T] -> cos, sin [B, 1, T, rotary_dim] (the rotate-half convention of HF Llama/Qwen);
+    scaling > 1 is linear RoPE scaling (inv_freq / factor, as transformers computes it)."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.int64, device=pos.device).float() / rotary_dim))
+    if scaling != 1.0:
+        inv_freq = inv_freq / scaling
     freqs = pos[..., None].float() * inv_freq
     emb = torch.cat([freqs, freqs], dim=-1)[:, None]
     return emb.cos().to(dtype), emb.sin().to(dtype)
@@ -36,13 +44,15 @@ class Attention(nn.Module):
     def __init__(self, args: ModelArgs, layer: int):
         super().__init__()
         self.layer, self.args = layer, args
+        self.sliding = args.is_sliding(layer)
+        self.scale = args.query_pre_attn_scalar ** -0.5 if args.query_pre_attn_scalar else None
         hd = args.head_dim
         self.q_proj = nn.Linear(args.dim, args.n_heads * hd, bias=False)
         self.k_proj = nn.Linear(args.dim, args.n_kv_heads * hd, bias=False)
         self.v_proj = nn.Linear(args.dim, args.n_kv_heads * hd, bias=False)
         self.o_proj = nn.Linear(args.n_heads * hd, args.dim, bias=False)
-        self.q_norm = RMSNorm(hd, args.norm_eps) if args.qk_norm else nn.Identity()
-        self.k_norm = RMSNorm(hd, args.norm_eps) if args.qk_norm else nn.Identity()
+        self.q_norm = RMSNorm(hd, args.norm_eps, args.norm_unit_offset) if args.qk_norm else nn.Identity()
+        self.k_norm = RMSNorm(hd, args.norm_eps, args.norm_unit_offset) if args.qk_norm else nn.Identity()
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor,
                 cache: KVCache | None, slots: Tensor | None) -> Tensor:
@@ -55,20 +65,28 @@ class Attention(nn.Module):
         if cache is not None:
             k, v = cache.update(self.layer, slots, k, v)
             k, v = k.to(q.dtype), v.to(q.dtype)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None],
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None], scale=self.scale,
                                            enable_gqa=a.n_heads != a.n_kv_heads)  # [B, H, T, Dh]
         return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
 
 
+def gelu_tanh(x: Tensor) -> Tensor:
+    return F.gelu(x, approximate="tanh")  # transformers' gelu_pytorch_tanh
+
+
+ACTIVATIONS = {"silu": F.silu, "gelu_tanh": gelu_tanh}
+
+
 class MLP(nn.Module):
-    def __init__(self, dim: int, hidden: int):
+    def __init__(self, dim: int, hidden: int, act: str = "silu"):
         super().__init__()
+        self.act = ACTIVATIONS[act]
         self.gate_proj = nn.Linear(dim, hidden, bias=False)
         self.up_proj = nn.Linear(dim, hidden, bias=False)
         self.down_proj = nn.Linear(hidden, dim, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
 
 
 class MoE(nn.Module):
@@ -80,8 +98,8 @@ class MoE(nn.Module):
         super().__init__()
         self.k, self.norm_topk = args.n_experts_per_tok, args.norm_topk_prob
         self.gate = nn.Linear(args.dim, args.n_experts, bias=False)
-        self.experts = nn.ModuleList(MLP(args.dim, args.moe_ffn_dim) for _ in range(args.n_experts))
-        self.shared_expert = MLP(args.dim, args.shared_expert_ffn_dim) if args.shared_expert_ffn_dim else None
+        self.experts = nn.ModuleList(MLP(args.dim, args.moe_ffn_dim, args.hidden_act) for _ in range(args.n_experts))
+        self.shared_expert = MLP(args.dim, args.shared_expert_ffn_dim, args.hidden_act) if args.shared_expert_ffn_dim else None
 
     def forward(self, x: Tensor) -> Tensor:
         probs = F.softmax(self.gate(x), dim=-1, dtype=torch.float)  # [B, T, E]
@@ -96,16 +114,31 @@ class MoE(nn.Module):
 
 
 class Block(nn.Module):
+    """Pre-norm block. sandwich_norm (Gemma) adds a norm on each branch's output; the names are HF's:
+    there post_attention_layernorm normalises the attention output and pre_feedforward_layernorm
+    the MLP input, while without the sandwich (Qwen3) post_attention_layernorm is the MLP's pre-norm."""
+
     def __init__(self, args: ModelArgs, layer: int):
         super().__init__()
+        self.sandwich, self.sliding = args.sandwich_norm, args.is_sliding(layer)
         self.self_attn = Attention(args, layer)
-        self.mlp = MoE(args) if args.is_moe_layer(layer) else MLP(args.dim, args.ffn_dim)
-        self.input_layernorm = RMSNorm(args.dim, args.norm_eps)
-        self.post_attention_layernorm = RMSNorm(args.dim, args.norm_eps)
+        self.mlp = MoE(args) if args.is_moe_layer(layer) else MLP(args.dim, args.ffn_dim, args.hidden_act)
+
+        def norm():
+            return RMSNorm(args.dim, args.norm_eps, args.norm_unit_offset)
+
+        self.input_layernorm = norm()
+        self.post_attention_layernorm = norm()
+        if self.sandwich:
+            self.pre_feedforward_layernorm = norm()
+            self.post_feedforward_layernorm = norm()
 
     def forward(self, x, cos, sin, mask, cache, slots):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, slots)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        if not self.sandwich:
+            x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, slots)
+            return x + self.mlp(self.post_attention_layernorm(x))
+        x = x + self.post_attention_layernorm(self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, slots))
+        return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
 
 
 class Backbone(nn.Module):
@@ -115,7 +148,7 @@ class Backbone(nn.Module):
         self.embed_positions = nn.Embedding(args.max_seq_len, args.dim) if args.learned_pos else None
         self.residual_adapter = ResidualAdapter(args.dim, args.adapter_dim, args.norm_eps) if args.adapter_dim else None
         self.layers = nn.ModuleList(Block(args, i) for i in range(args.n_layers))
-        self.norm = RMSNorm(args.dim, args.norm_eps)
+        self.norm = RMSNorm(args.dim, args.norm_eps, args.norm_unit_offset)
 
 
 class Transformer(nn.Module):
@@ -145,6 +178,8 @@ class Transformer(nn.Module):
         if residual != "off":
             mask_emb = m.embed_tokens.weight[mask_id] if mask_id is not None else None
             h = residual_inputs(h, mask_emb, z, a, unresolved, residual, m.residual_adapter, self.args.adapter_alpha)
+        if self.args.scale_embeddings:  # Gemma: sqrt(dim) rounded to the embedding dtype first, as in HF
+            h = h * torch.tensor(self.args.dim ** 0.5, device=h.device).to(m.embed_tokens.weight.dtype)
         if m.embed_positions is not None:
             h = h + m.embed_positions(pos.clamp(0, self.args.max_seq_len - 1))
         return h
@@ -155,10 +190,18 @@ class Transformer(nn.Module):
         """tokens, pos [B, T]; mask [B, T, K] bool (K = T, or the cache length with a cache);
         slots [T] cache slots the new K/V go to. Returns logits [B, T, V] (fp32), or the final hidden
         states [B, T, D]; read_from / before: see `read_out`."""
+        a = self.args
         h = self.embed(tokens, pos, **residual)
-        cos, sin = rope_cos_sin(pos, self.args.rotary_dim, self.args.rope_theta, h.dtype)
+        rope = rope_cos_sin(pos, a.rotary_dim, a.rope_theta, h.dtype, a.rope_scaling_factor)
+        local_rope, local_mask = rope, mask
+        if a.layer_types is not None and "sliding_attention" in a.layer_types:
+            if a.rope_local_theta is not None:
+                local_rope = rope_cos_sin(pos, a.rotary_dim, a.rope_local_theta, h.dtype)
+            k_pos = pos if cache is None else cache.write_pos(slots, pos)
+            local_mask = sliding_window(mask, pos, k_pos, a.sliding_window)
         for layer in self.model.layers:
-            h = layer(h, cos, sin, mask, cache, slots)
+            cos, sin = local_rope if layer.sliding else rope
+            h = layer(h, cos, sin, local_mask if layer.sliding else mask, cache, slots)
         h = self.model.norm(h)
         if return_hidden:
             return h
@@ -181,7 +224,11 @@ class Transformer(nn.Module):
         elif self.args.shift_logits and read_from is not None:
             idx = read_from.expand(h.shape[:2]) if read_from.dim() == 1 else read_from
             h = h.gather(1, idx[..., None].expand(h.shape))
-        return self.lm_head(h).float()
+        logits = self.lm_head(h).float()
+        if self.args.final_logit_softcap:
+            cap = self.args.final_logit_softcap
+            logits = torch.tanh(logits / cap) * cap
+        return logits
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

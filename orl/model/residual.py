@@ -25,15 +25,20 @@ def residual_state(logits: Tensor, embedding: Tensor, temperature: float = 1.0) 
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float = 1e-6):
+    """unit_offset (Gemma): the scale is 1 + weight, the weight stored zero-centred, and the product is
+    taken in fp32 before the cast back (transformers' Gemma3RMSNorm); otherwise Llama/Qwen's order."""
+
+    def __init__(self, dim: int, eps: float = 1e-6, unit_offset: bool = False):
         super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps, self.unit_offset = eps, unit_offset
+        self.weight = nn.Parameter(torch.zeros(dim) if unit_offset else torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
         dtype = x.dtype
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.unit_offset:
+            return (x * (1.0 + self.weight.float())).to(dtype)
         return self.weight * x.to(dtype)
 
 
