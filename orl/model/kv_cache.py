@@ -1,5 +1,7 @@
 """Static, preallocated KV cache. Writes go to slot indices given as a device tensor, so the same
-captured graph serves every block; attention always reads the whole buffer through a mask."""
+captured graph serves every block; attention always reads the whole buffer through a mask.
+The RoPE position of every written slot is kept too: sliding-window layers mask keys by position
+distance (orl.model.masks.sliding_window), whatever slot layout the engine uses."""
 from __future__ import annotations
 
 import torch
@@ -13,6 +15,7 @@ class KVCache(nn.Module):
         shape = (n_layers, batch, n_kv_heads, max_len, head_dim)
         self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("pos", torch.zeros(batch, max_len, dtype=torch.long, device=device), persistent=False)
         # committed slots; a device tensor so that no host value leaks into the decode graph
         self.register_buffer("length", torch.zeros((), dtype=torch.long, device=device), persistent=False)
 
@@ -26,7 +29,13 @@ class KVCache(nn.Module):
         self.v[layer].index_copy_(2, slots, v.to(self.v.dtype))
         return self.k[layer], self.v[layer]
 
+    def write_pos(self, slots: Tensor, pos: Tensor) -> Tensor:
+        """Record the positions pos [B or 1, T] of slots [T]; return every slot's position [B, S]."""
+        self.pos.index_copy_(1, slots, pos.expand(self.pos.shape[0], -1))
+        return self.pos
+
     def reset(self) -> None:
         self.k.zero_()
         self.v.zero_()
+        self.pos.zero_()
         self.length.zero_()
