@@ -43,7 +43,7 @@ class RefResult:
     token_ids: list[int]
     finished: bool
     block_steps: list[int]
-    denoise_forwards: int
+    step_forwards: int
     commit_forwards: int
     steps: list[RefStep] = field(default_factory=list)
 

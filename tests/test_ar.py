@@ -99,7 +99,7 @@ def test_cache_matches_full_recompute(chunk_steps):
         assert r == min(N, -(-len(w) // chunk_steps) * chunk_steps)  # stopped at the first check after EOS
         assert s.token_ids == w and b.token_ids == w
         assert s.finished == (w[-1] == TOK.eos_id) and s.n_tokens <= N
-        assert s.denoise_forwards == s.n_tokens and s.commit_forwards == 0 and s.tpf == 1.0
+        assert s.step_forwards == s.n_tokens and s.commit_forwards == 0 and s.tpf == 1.0
         assert s.text == TOK.decode(w) and s.total_s >= s.prefill_s > 0
     assert dec.generate("a", cfg)[0].prefill_forwards == 0  # a one-token prompt needs no prefill
 

@@ -47,7 +47,7 @@ def test_generate_prints_text_and_summary(ckpt):
     # the same decode in process gives the same text and counts
     engine = Engine.from_checkpoint(ckpt)
     g = engine.generate("hello", DecodeConfig(block_len=4, max_new_tokens=10, threshold=0.5, residual="rcd"))[0]
-    assert (n, fw, den, com) == (g.n_tokens, g.forwards, g.denoise_forwards, g.commit_forwards)
+    assert (n, fw, den, com) == (g.n_tokens, g.forwards, g.step_forwards, g.commit_forwards)
     assert com == 2 and fw == den + com and tpf == pytest.approx(n / fw, abs=0.01)
     assert p.stdout[: m.start()] == g.text + "\n"
 

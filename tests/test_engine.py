@@ -64,8 +64,8 @@ def assert_same_as_reference(engine, prompt: str, cfg: DecodeConfig, seed: int |
     r = reference_generate(engine.model, TOK.encode(prompt), cfg, seed=seed, **IDS)
     where = f"{prompt!r} {cfg}"
     assert g.token_ids == r.token_ids, where
-    assert (g.finished, g.block_steps, g.denoise_forwards, g.commit_forwards) == \
-           (r.finished, r.block_steps, r.denoise_forwards, r.commit_forwards), where
+    assert (g.finished, g.block_steps, g.step_forwards, g.commit_forwards) == \
+           (r.finished, r.block_steps, r.step_forwards, r.commit_forwards), where
     t = engine.generate(prompt, cfg, trace=True, seeds=None if seed is None else [seed])[0]
     assert t.token_ids == g.token_ids
     assert len(t.trace) == len(r.steps), where
@@ -180,7 +180,7 @@ def test_adapter_mode_needs_adapter_weights():
 # ---------------------------------------------------------------- batching
 
 def fields(g):
-    return g.token_ids, g.finished, g.block_steps, g.denoise_forwards, g.commit_forwards
+    return g.token_ids, g.finished, g.block_steps, g.step_forwards, g.commit_forwards
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
@@ -199,7 +199,7 @@ def test_batch_equals_each_prompt_alone(eos_engine, temperature):
     traced = eos_engine.generate(prompts, dataclasses.replace(cfg, chunk_steps=3), seeds=seeds, trace=True)
     for b, a in zip(traced, alone):
         assert fields(b) == fields(a)
-        assert len(b.trace) == b.denoise_forwards
+        assert len(b.trace) == b.step_forwards
 
 
 def test_batch_default_seeds_are_per_row(engine):
@@ -222,7 +222,7 @@ def test_trace_on_equals_off_and_replays(eos_engine, rule, residual):
         assert off.trace is None
         assert fields(on) == fields(off)
         tr = on.trace
-        assert len(tr) == on.denoise_forwards
+        assert len(tr) == on.step_forwards
         blocks = sorted({s.block for s in tr})
         assert blocks == list(range(len(on.block_steps)))
         canvas_end = []
@@ -276,7 +276,7 @@ def test_trace_to_dict_and_stream_events(engine):
     gen = events[-1]["generations"][0]
     steps = [e for e in events if e["type"] == "step"]
     blocks = [e for e in events if e["type"] == "block"]
-    assert len(steps) == gen.denoise_forwards and len(blocks) == len(gen.block_steps) == 2
+    assert len(steps) == gen.step_forwards and len(blocks) == len(gen.block_steps) == 2
     assert blocks[-1]["token_ids"][0] == gen.token_ids and blocks[-1]["text"][0] == gen.text
     d = steps[0]["record"].to_dict(TOK)
     assert set(d) >= {"block", "step", "canvas", "unresolved", "tokens", "confidence", "entropy", "committed",
@@ -314,7 +314,7 @@ def test_eos_stops_the_answer_and_the_blocks(eos_engine, eos_fill):
     assert 1 < n_blocks < 5, "EOS must fall in a middle block for this test"
     assert len(g.block_steps) == n_blocks                      # no block after the EOS block runs
     assert g.commit_forwards == n_blocks - 1                   # no commit forward for the EOS block
-    assert counter.n == 1 + g.denoise_forwards + g.commit_forwards
+    assert counter.n == 1 + g.step_forwards + g.commit_forwards
     assert g.text == TOK.decode(g.token_ids[:-1])
 
 
@@ -326,7 +326,7 @@ def test_forced_eos_first_token():
         assert len(g.block_steps) == 1 and g.commit_forwards == 0
         if rule != "topk":  # every position is a confident EOS: one step (with or without EOS fill)
             assert g.block_steps == [1]
-        assert g.tpf == 1 / g.denoise_forwards
+        assert g.tpf == 1 / g.step_forwards
 
 
 @pytest.mark.parametrize("max_new,block_len", [(1, 8), (5, 8), (8, 8), (17, 8), (13, 4)])
@@ -340,11 +340,11 @@ def test_max_new_tokens_respected(no_eos_engine, max_new, block_len):
     n_blocks = -(-max_new // block_len)
     assert g.n_tokens == max_new and not g.finished and TOK.eos_id not in g.token_ids
     assert len(g.block_steps) == n_blocks
-    assert g.denoise_forwards == sum(g.block_steps)
+    assert g.step_forwards == sum(g.block_steps)
     assert g.commit_forwards == n_blocks - 1                   # the final block is not committed
-    assert counter.n == 1 + g.denoise_forwards + g.commit_forwards
-    assert g.forwards == g.denoise_forwards + g.commit_forwards
-    assert g.tpf == pytest.approx(max_new / (g.denoise_forwards + g.commit_forwards))
+    assert counter.n == 1 + g.step_forwards + g.commit_forwards
+    assert g.forwards == g.step_forwards + g.commit_forwards
+    assert g.tpf == pytest.approx(max_new / (g.step_forwards + g.commit_forwards))
     assert g.tokens_per_s > 0 and g.total_s >= g.prefill_s > 0
 
 
@@ -459,7 +459,7 @@ def test_compile_matches_eager():
     eager = Engine(model, TOK).generate("hello", cfg)[0]
     compiled = Engine(model, TOK).generate("hello", dataclasses.replace(cfg, compile=True))[0]
     assert fields(compiled) == fields(eager)
-    assert eager.denoise_forwards > len(eager.block_steps)  # multi-step blocks ran through the compiled step
+    assert eager.step_forwards > len(eager.block_steps)  # multi-step blocks ran through the compiled step
 
 
 def test_state_buffers_are_bounded():

@@ -37,7 +37,7 @@ def spec(ckpt, out, **kw) -> EvalSpec:
 
 def outcome(r: dict) -> tuple:
     """What must not depend on interruptions (timings may)."""
-    return record_key(r), tuple(r["output_ids"]), r["verdict"], r["forwards"]["denoise"], r["forwards"]["commit"]
+    return record_key(r), tuple(r["output_ids"]), r["verdict"], r["forwards"]["step"], r["forwards"]["commit"]
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +57,8 @@ def test_one_record_per_sample_and_threshold_with_its_provenance(full, ckpt):
         assert (r["prompt"], r["answer"], split) == (s.prompt, s.answer, "heldout")
         assert r["verdict"] == get_task(task).verify(r["prompt"], r["output_text"])
         assert r["n_tokens"] == len(r["output_ids"]) <= 8
-        assert r["tpf"] == metrics.tpf(r["n_tokens"], r["forwards"]["denoise"], r["forwards"]["commit"])
-        assert sum(r["block_steps"]) == r["forwards"]["denoise"] and r["forwards"]["prefill"] == 1
+        assert r["tpf"] == metrics.tpf(r["n_tokens"], r["forwards"]["step"], r["forwards"]["commit"])
+        assert sum(r["block_steps"]) == r["forwards"]["step"] and r["forwards"]["prefill"] == 1
         assert r["timing"]["total_s"] > 0 and r["timing"]["tokens_per_s"] > 0
         assert r["batch_size"] == 2 and r["decode"]["block_len"] == 4
         assert r["model"]["path"] == str(ckpt) and len(r["model"]["id"]) == 16

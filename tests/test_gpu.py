@@ -38,7 +38,7 @@ def cfg_of(rule="threshold", residual="off", **kw) -> DecodeConfig:
 
 
 def fields(g):
-    return g.token_ids, g.finished, g.block_steps, g.denoise_forwards, g.commit_forwards
+    return g.token_ids, g.finished, g.block_steps, g.step_forwards, g.commit_forwards
 
 
 def first_mismatch(a, b) -> str:
@@ -62,7 +62,7 @@ def test_cuda_graph_matches_eager(model, rule, residual, chunk):
     graph_engine = Engine(model, TOK)
     graphed = graph_engine.generate(PROMPTS, dataclasses.replace(cfg, cuda_graph=True))
     assert not first_mismatch(eager, graphed), first_mismatch(eager, graphed)
-    assert max(g.denoise_forwards for g in eager) > len(eager[0].block_steps)  # multi-step blocks
+    assert max(g.step_forwards for g in eager) > len(eager[0].block_steps)  # multi-step blocks
     # a chunk of k steps replays k steps: extra ones on a resolved block are no-ops, so eager with
     # chunk 1 gives the same result too
     if chunk != 1:
@@ -100,7 +100,7 @@ def test_compile_on_gpu_matches_eager():
     eager = Engine(m, TOK).generate(PROMPTS, cfg)
     compiled = Engine(m, TOK).generate(PROMPTS, dataclasses.replace(cfg, compile=True))
     assert not first_mismatch(eager, compiled), first_mismatch(eager, compiled)
-    assert max(g.denoise_forwards for g in eager) > len(eager[0].block_steps)
+    assert max(g.step_forwards for g in eager) > len(eager[0].block_steps)
 
 
 @pytest.mark.parametrize("residual", ["off", "rcd", "adapter"])

@@ -11,12 +11,11 @@ peer that dlmrt is measured against, on the same model code, cache and timing di
   generator state, no multinomial, no host sync; a row's samples depend only on its seed.
 - EOS is checked on the host once per chunk of `chunk_steps` steps; rows that finished inside a
   chunk keep emitting EOS, and those extra tokens are discarded. Their cost stays in the wall time.
-- Batches are left padded: pad keys are invisible and RoPE positions start at each row's first real
-  token, as in orl.train.batches.ar_batch and transformers' generate with an attention mask.
+- Batches are left padded (orl.model.padding): pad keys are invisible and RoPE positions start at
+  each row's first real token, as in training rows and transformers' generate with an attention mask.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass
 
 import torch
@@ -24,10 +23,12 @@ from torch import Tensor
 
 from orl.engine.sampling import hash_uniform
 from orl.engine.engine import Generation
+from orl.engine.loaded import LoadedModel
+from orl.engine.request import Clock, check_request, encode_prompts
 from orl.model.kv_cache import KVCache
 from orl.model.masks import see_self_if_blind
-from orl.engine.loaded import LoadedModel
 from orl.model.model import Transformer
+from orl.model.padding import left_pad
 
 
 @dataclass
@@ -112,34 +113,17 @@ class ARDecoder(LoadedModel):
                 banned=torch.arange(V, device=dev) >= self.tokenizer.vocab_size)
         return self._states[batch]
 
-    def _clock(self) -> float:
-        # CUDA runs asynchronously: a timer must wait for the queued work (between chunks only)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        return time.perf_counter()
-
     @torch.no_grad()
     def setup(self, prompt_ids: list[list[int]], cfg: ARConfig, seeds: list[int] | None = None) -> ARState:
-        """Validate, fill the buffers of this batch size and prefill prompt[:-1] (left padded)."""
-        if not prompt_ids:
-            raise ValueError("no prompts given")
-        lens = [len(p) for p in prompt_ids]
-        if min(lens) == 0:
-            raise ValueError(f"prompt {lens.index(0)} is empty; give at least one token")
-        B, P = len(prompt_ids), max(lens)
-        if P + cfg.max_new_tokens > self.max_len:
-            raise ValueError(f"prompt ({P} tokens) + max_new_tokens ({cfg.max_new_tokens}) exceeds the context "
-                             f"of {self.max_len} tokens; shorten the prompt or lower max_new_tokens")
-        seeds = seeds if seeds is not None else [cfg.seed + b for b in range(B)]
-        if len(seeds) != B:
-            raise ValueError(f"got {len(seeds)} seeds for {B} prompts")
+        """Check the request (cfg already validated), fill the buffers of this batch size and prefill
+        prompt[:-1] (left padded)."""
+        n = cfg.max_new_tokens
+        P, seeds = check_request(prompt_ids, n, f"max_new_tokens ({n})", self.max_len, seeds, cfg.seed)
         dev = self.device
-        st = self.state(B)
-        tokens = torch.full((B, P), self.pad_id, dtype=torch.long)
-        for b, p in enumerate(prompt_ids):
-            tokens[b, P - len(p):] = torch.tensor(p, dtype=torch.long)
+        st = self.state(len(prompt_ids))
+        tokens, pad = left_pad(prompt_ids, self.pad_id)
         tokens = tokens.to(dev)
-        st.pad.copy_(torch.tensor([P - n for n in lens]))
+        st.pad.copy_(pad)
         st.seed.copy_(torch.tensor(seeds, dtype=torch.long))
         st.done.zero_()
         st.step.zero_()
@@ -162,16 +146,15 @@ class ARDecoder(LoadedModel):
 
     def generate(self, prompts: str | list[str], cfg: ARConfig | None = None, *,
                  seeds: list[int] | None = None) -> list[Generation]:
-        prompts = [prompts] if isinstance(prompts, str) else prompts
-        return self.generate_ids([self.tokenizer.encode(p) for p in prompts], cfg, seeds=seeds)
+        return self.generate_ids(encode_prompts(self.tokenizer, prompts), cfg, seeds=seeds)
 
     @torch.no_grad()
     def generate_ids(self, prompt_ids: list[list[int]], cfg: ARConfig | None = None, *,
                      seeds: list[int] | None = None) -> list[Generation]:
         cfg = (cfg or ARConfig()).validate()
-        t0 = self._clock()
+        clock = Clock(self.device)
         st = self.setup(prompt_ids, cfg, seeds)
-        prefill_s = self._clock() - t0
+        prefill_s = clock()
         step = self._step_fn(cfg)
         B, P = len(prompt_ids), max(len(p) for p in prompt_ids)
         done_at: list[float | None] = [None] * B
@@ -182,12 +165,12 @@ class ARDecoder(LoadedModel):
                 step(self.model, st, cfg.temperature, self.eos_id)
             n_steps += k
             done = st.done.tolist()  # the one host sync per chunk
-            now = self._clock() - t0
+            now = clock()
             done_at = [t if t is not None or not d else now for t, d in zip(done_at, done)]
             if all(done):
                 break
         out = st.out[:, :n_steps].tolist()
-        end = self._clock() - t0
+        end = clock()
         gens = []
         for b in range(B):
             ids = out[b]
@@ -196,6 +179,6 @@ class ARDecoder(LoadedModel):
                 ids = ids[: ids.index(self.eos_id) + 1]
             gens.append(Generation(
                 prompt_ids=list(prompt_ids[b]), token_ids=ids, text=self.tokenizer.decode(ids), finished=finished,
-                prefill_forwards=int(P > 1), denoise_forwards=len(ids), commit_forwards=0,
+                prefill_forwards=int(P > 1), step_forwards=len(ids), commit_forwards=0,
                 prefill_s=prefill_s, total_s=done_at[b] if done_at[b] is not None else end))
         return gens

@@ -2,7 +2,6 @@
 per chunk of steps; every denoising step runs in orl.engine.decode on static buffers."""
 from __future__ import annotations
 
-import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -13,8 +12,10 @@ from orl.engine.config import DecodeConfig
 from orl.engine.decode import DecodeState, denoise_step, prefill, prepare_block
 from orl.engine.graph import ChunkRunner
 from orl.engine.loaded import LoadedModel
+from orl.engine.request import Clock, check_request, encode_prompts
 from orl.engine.trace import StepRecord, TraceRecorder
 from orl.model.model import Transformer
+from orl.model.padding import left_pad
 from orl.model.vocab import special_ids
 
 MAX_STATES = 4
@@ -27,8 +28,8 @@ class Generation:
     text: str                     # decoded, without EOS
     finished: bool                # stopped at EOS (False: max_new_tokens reached)
     prefill_forwards: int
-    denoise_forwards: int
-    commit_forwards: int
+    step_forwards: int            # one per denoising step (dLLM) or decode step (AR)
+    commit_forwards: int          # one per finished block before the last (dLLM); 0 for AR
     prefill_s: float
     total_s: float                # request start -> this row's last token
     block_steps: list[int] = field(default_factory=list)
@@ -40,7 +41,7 @@ class Generation:
 
     @property
     def forwards(self) -> int:
-        return self.denoise_forwards + self.commit_forwards
+        return self.step_forwards + self.commit_forwards
 
     @property
     def tpf(self) -> float:
@@ -86,11 +87,7 @@ class Engine(LoadedModel):
 
     def generate(self, prompts: str | list[str], cfg: DecodeConfig | None = None, *, trace: bool = False,
                  seeds: list[int] | None = None) -> list[Generation]:
-        prompts = [prompts] if isinstance(prompts, str) else prompts
-        for i, p in enumerate(prompts):
-            if not isinstance(p, str) or not p:
-                raise ValueError(f"prompt {i} is empty; give at least one character")
-        return self.generate_ids([self.encode(p) for p in prompts], cfg, trace=trace, seeds=seeds)
+        return self.generate_ids(encode_prompts(self.tokenizer, prompts), cfg, trace=trace, seeds=seeds)
 
     def generate_ids(self, prompt_ids: list[list[int]], cfg: DecodeConfig | None = None, *, trace: bool = False,
                      seeds: list[int] | None = None) -> list[Generation]:
@@ -110,37 +107,22 @@ class Engine(LoadedModel):
     @torch.no_grad()
     def setup(self, prompt_ids: list[list[int]], cfg: DecodeConfig,
               seeds: list[int] | None = None) -> tuple[DecodeState, int]:
-        """Validate a request, fill the static buffers of its batch shape and prefill the prompts
-        (left padded to the longest). Returns the state and the padded prompt length P (the answer
-        starts at slot P). Raises ValueError naming the problem before any forward runs."""
-        cfg.validate()
-        if not prompt_ids:
-            raise ValueError("no prompts given")
-        B, L = len(prompt_ids), cfg.block_len
-        lens = [len(p) for p in prompt_ids]
-        if min(lens) == 0:
-            raise ValueError(f"prompt {lens.index(0)} is empty; give at least one token")
-        P = max(lens)
+        """Check a request (cfg already validated), fill the static buffers of its batch shape and
+        prefill the prompts (left padded to the longest). Returns the state and the padded prompt
+        length P (the answer starts at slot P). Raises ValueError naming the problem before any
+        forward runs."""
+        L = cfg.block_len
         n_blocks = -(-cfg.max_new_tokens // L)
-        if P + n_blocks * L > self.max_len:
-            raise ValueError(f"prompt ({P} tokens) + {n_blocks} blocks of {L} exceeds the context of "
-                             f"{self.max_len} tokens; shorten the prompt or lower max_new_tokens")
-        seeds = seeds if seeds is not None else [cfg.seed + b for b in range(B)]
-        if len(seeds) != B:
-            raise ValueError(f"got {len(seeds)} seeds for {B} prompts")
-        dev = self.device
-        st = self.state(B, L)
-        tokens = torch.full((B, P), self.pad_id, dtype=torch.long)
-        for b, p in enumerate(prompt_ids):
-            tokens[b, P - len(p):] = torch.tensor(p, dtype=torch.long)
-        pad = torch.tensor([P - n for n in lens], dtype=torch.long)
+        P, seeds = check_request(prompt_ids, n_blocks * L, f"{n_blocks} blocks of {L}", self.max_len, seeds, cfg.seed)
+        st = self.state(len(prompt_ids), L)
+        tokens, pad = left_pad(prompt_ids, self.pad_id)
         slot = torch.arange(self.max_len)
         st.valid.copy_((slot[None] >= pad[:, None]) & (slot[None] < P + cfg.max_new_tokens))
         st.pad.copy_(pad)
         st.prompt_end.fill_(P)
         st.global_step.zero_()
         st.seed.copy_(torch.tensor(seeds, dtype=torch.long))
-        prefill(self.model, st, tokens.to(dev))
+        prefill(self.model, st, tokens.to(self.device))
         return st, P
 
     def begin_block(self, st: DecodeState, cfg: DecodeConfig, P: int, j: int, live: list[bool]) -> int:
@@ -161,23 +143,15 @@ class Engine(LoadedModel):
         prepare_block(st)
         return n_valid
 
-    def _clock(self) -> float:
-        """perf_counter once the device has finished its queued work: CUDA kernels run asynchronously,
-        so without the sync a timing would end when the work is launched, not when it is done.
-        Timing only, between blocks: never inside the step loop."""
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        return time.perf_counter()
-
     @torch.no_grad()
     def run(self, prompt_ids: list[list[int]], cfg: DecodeConfig | None = None, *, trace: bool = False,
             seeds: list[int] | None = None, step_events: bool = False) -> Iterator[dict]:
         cfg = (cfg or DecodeConfig()).validate()
-        t0 = self._clock()
+        clock = Clock(self.device)
         st, P = self.setup(prompt_ids, cfg, seeds)
         B, L = len(prompt_ids), cfg.block_len
         n_blocks = -(-cfg.max_new_tokens // L)
-        prefill_s = self._clock() - t0
+        prefill_s = clock()
 
         out_ids: list[list[int]] = [[] for _ in range(B)]
         finished, done_at = [False] * B, [0.0] * B
@@ -201,7 +175,7 @@ class Engine(LoadedModel):
                     break
             block = st.canvas[:, :n_valid].cpu().tolist()
             steps = st.steps.cpu().tolist()
-            now = self._clock() - t0
+            now = clock()
             for b in range(B):
                 if not active_rows[b]:
                     continue
@@ -229,7 +203,7 @@ class Engine(LoadedModel):
             ids = out_ids[b]
             gens.append(Generation(
                 prompt_ids=list(prompt_ids[b]), token_ids=ids, text=self.tokenizer.decode(ids),
-                finished=finished[b], prefill_forwards=1, denoise_forwards=denoise[b], commit_forwards=commits[b],
+                finished=finished[b], prefill_forwards=1, step_forwards=denoise[b], commit_forwards=commits[b],
                 prefill_s=prefill_s, total_s=done_at[b], block_steps=block_steps[b],
                 trace=recorder.rows[b] if recorder else None))
         yield {"type": "done", "generations": gens}

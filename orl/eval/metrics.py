@@ -2,7 +2,7 @@
 computed by these functions; tables, plots and the CLI summary aggregate them with `summarize`.
 
 Formulas
-- TPF = n_tokens / (denoise_forwards + commit_forwards), n_tokens counting generated tokens up to and
+- TPF = n_tokens / (step_forwards + commit_forwards), n_tokens counting generated tokens up to and
   including the first EOS; prefill is not a forward here.
 - tokens/s = n_tokens / wall seconds from request start to the row's last token (warm-up excluded by
   the runner).
@@ -26,8 +26,9 @@ LATENCY_QUANTILES = (50, 90, 99)
 PASS_KS = (1, 2, 5, 10, 100)
 
 
-def tpf(n_tokens: int, denoise_forwards: int, commit_forwards: int) -> float:
-    forwards = denoise_forwards + commit_forwards
+def tpf(n_tokens: int, step_forwards: int, commit_forwards: int) -> float:
+    """step_forwards: denoising steps (dLLM) or decode steps (AR)."""
+    forwards = step_forwards + commit_forwards
     if forwards <= 0:
         raise ValueError(f"TPF needs at least one denoising or commit forward, got {forwards}")
     return n_tokens / forwards

@@ -2,9 +2,9 @@
 
 A record is the unit every table and plot is built from, so it carries everything needed to
 interpret it: the prompt id (task/split/index) and sample number, prompt, output ids and text,
-reference answer, verdict, forwards by kind, n_tokens, TPF, timings, block steps, the batch size the
-timings were taken at, the decode config, the model (path, name, identity hash) and the code (git
-commit). Resumption keys on (model id, config id, prompt id, sample): rerunning a command skips
+reference answer, verdict, forwards by kind (prefill, step, commit; older records name step
+"denoise", which no table reads), n_tokens, TPF, timings, block steps, the batch size the timings
+were taken at, the decode config, the model (path, name, identity hash) and the code (git commit). Resumption keys on (model id, config id, prompt id, sample): rerunning a command skips
 what the file already holds.
 
 Model identity hashes orl.json and config.json contents plus each weight file's name, size and

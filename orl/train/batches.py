@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from orl.model.masks import causal, see_self_if_blind, staircase
+from orl.model.padding import left_pad
 
 TAIL_WEIGHT = 0.25  # EOS padding after the first EOS is easy and plentiful; keep it from dominating
 
@@ -30,17 +31,9 @@ class Batch:
         return self.tokens.numel()
 
 
-def _left_pad(prompts: list[list[int]], pad_id: int) -> tuple[Tensor, Tensor]:
-    P = max(len(p) for p in prompts)
-    out = torch.full((len(prompts), P), pad_id, dtype=torch.long)
-    for b, p in enumerate(prompts):
-        out[b, P - len(p):] = torch.tensor(p)
-    return out, torch.tensor([P - len(p) for p in prompts])
-
-
 def ar_batch(pairs: list[tuple[list[int], list[int]]], pad_id: int, eos_id: int) -> Batch:
     """Causal rows prompt + answer + EOS; next-token loss on the answer and its EOS only."""
-    prompts, pad = _left_pad([p for p, _ in pairs], pad_id)
+    prompts, pad = left_pad([p for p, _ in pairs], pad_id)
     A = max(len(a) for _, a in pairs) + 1
     ans = torch.full((len(pairs), A), eos_id, dtype=torch.long)
     w_ans = torch.zeros(len(pairs), A)
@@ -74,7 +67,7 @@ def diffusion_batch(pairs: list[tuple[list[int], list[int]]], block_len: int, id
     Each noisy state masks each position with probability t ~ U(0, 1) (at least one position), and
     the loss is cross-entropy at the masked positions (plain mean: it beat 1/t weighting here).
     """
-    prompts, pad = _left_pad([p for p, _ in pairs], ids.pad)
+    prompts, pad = left_pad([p for p, _ in pairs], ids.pad)
     B, P = prompts.shape
     A = -(-(max(len(a) for _, a in pairs) + 1) // block_len) * block_len
     n_blocks = A // block_len

@@ -1,0 +1,54 @@
+"""What every decoder (Engine, ARDecoder) does with a request before its first forward: encode and
+check the prompts, check that prompt + answer fit the context and that the seeds match the rows, and
+time the request on a clock that waits for the device."""
+from __future__ import annotations
+
+import time
+
+import torch
+
+
+def encode_prompts(tokenizer, prompts: str | list[str]) -> list[list[int]]:
+    prompts = [prompts] if isinstance(prompts, str) else prompts
+    for i, p in enumerate(prompts):
+        if not isinstance(p, str) or not p:
+            raise ValueError(f"prompt {i} is empty; give at least one character")
+    return [tokenizer.encode(p) for p in prompts]
+
+
+def check_request(prompt_ids: list[list[int]], answer_len: int, answer: str, max_len: int,
+                  seeds: list[int] | None, seed: int) -> tuple[int, list[int]]:
+    """-> (padded prompt length P, one sampling seed per row: `seeds`, else seed, seed + 1, ...).
+    answer_len: the slots the answer takes (described by `answer` in the error). Raises ValueError
+    naming the problem."""
+    if not prompt_ids:
+        raise ValueError("no prompts given")
+    lens = [len(p) for p in prompt_ids]
+    if min(lens) == 0:
+        raise ValueError(f"prompt {lens.index(0)} is empty; give at least one token")
+    B, P = len(prompt_ids), max(lens)
+    if P + answer_len > max_len:
+        raise ValueError(f"prompt ({P} tokens) + {answer} exceeds the context of {max_len} tokens; "
+                         "shorten the prompt or lower max_new_tokens")
+    seeds = seeds if seeds is not None else [seed + b for b in range(B)]
+    if len(seeds) != B:
+        raise ValueError(f"got {len(seeds)} seeds for {B} prompts")
+    return P, list(seeds)
+
+
+class Clock:
+    """Seconds since the request started, read once the device has finished its queued work: CUDA
+    kernels run asynchronously, so without the sync a timing would end when the work is launched, not
+    when it is done. Timing only, between blocks or chunks: never inside the step loop."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.start = self._now()
+
+    def _now(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+    def __call__(self) -> float:
+        return self._now() - self.start
