@@ -53,7 +53,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             gen = event["generations"][0]
     print(gen.text)
     stop = "EOS" if gen.finished else "max_new_tokens"
-    print(f"tokens: {gen.n_tokens}  forwards: {gen.forwards} ({gen.denoise_forwards} denoise + "
+    print(f"tokens: {gen.n_tokens}  forwards: {gen.forwards} ({gen.step_forwards} denoise + "
           f"{gen.commit_forwards} commit)  TPF: {gen.tpf:.2f}  tokens/s: {gen.tokens_per_s:.1f}  "
           f"stop: {stop}  [{cfg.rule}, block {cfg.block_len}, residual {cfg.residual}]")
     return 0
