@@ -111,6 +111,8 @@ class HFTokenizer:
 
         self.eos_id = special("eos_token")
         self.pad_id = special("pad_token")
+        # Gemma-style vocabularies expect BOS first (tokenizer_config add_bos_token, as transformers reads it)
+        self.bos_id = special("bos_token") if self.config.get("add_bos_token") else None
         self.mask_id = special("mask_token", mask_token)
         if self.pad_id is None:
             self.pad_id = self.eos_id
@@ -120,7 +122,8 @@ class HFTokenizer:
         return self.tok.get_vocab_size()
 
     def encode(self, text: str) -> list[int]:
-        return self.tok.encode(text, add_special_tokens=False).ids
+        ids = self.tok.encode(text, add_special_tokens=False).ids
+        return [self.bos_id] + ids if self.bos_id is not None else ids
 
     def decode(self, ids, skip_special: bool = True) -> str:
         return self.tok.decode([int(i) for i in ids], skip_special_tokens=skip_special)
