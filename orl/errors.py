@@ -13,7 +13,7 @@ def error_message(e: BaseException) -> str:
         return f"{kind}{_where(e)}: choose an output directory you can write"
     if isinstance(e, OSError) and e.strerror:
         return f"{e.strerror}{_where(e)}"
-    if isinstance(e, (ValueError, KeyError, TypeError)) and str(e):
+    if isinstance(e, (ValueError, KeyError, TypeError, OSError)) and str(e):
         return str(e).strip("'\"") if isinstance(e, KeyError) else str(e)
     return f"{type(e).__name__}: {e} (rerun with --debug for the traceback)"
 

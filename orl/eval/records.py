@@ -120,7 +120,8 @@ def read_records(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list
 
 class RecordWriter:
     """Appends records, flushing after each batch so that a kill loses at most the batch in flight.
-    Opening drops an unterminated last line left by an earlier kill, so appends start on a fresh line."""
+    Opening drops an unterminated last line left by an earlier kill, so appends start on a fresh line.
+    The file is created by the first write: a run that fails before any record leaves nothing behind."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
@@ -130,19 +131,22 @@ class RecordWriter:
             if data and not data.endswith(b"\n"):
                 with open(self.path, "r+b") as f:
                     f.truncate(data.rfind(b"\n") + 1)
-        self._f = open(self.path, "a", encoding="utf-8")
+        self._f = None
 
     def keys(self) -> set[Key]:
-        return {record_key(r) for r in read_records(self.path)}
+        return {record_key(r) for r in read_records(self.path)} if self.path.exists() else set()
 
     def write(self, records: list[dict]) -> None:
+        if self._f is None:
+            self._f = open(self.path, "a", encoding="utf-8")
         for r in records:
             self._f.write(json.dumps({"schema": SCHEMA, **r}, ensure_ascii=False) + "\n")
             self._f.flush()
         os.fsync(self._f.fileno())
 
     def close(self) -> None:
-        self._f.close()
+        if self._f is not None:
+            self._f.close()
 
     def __enter__(self) -> "RecordWriter":
         return self
