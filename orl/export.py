@@ -36,7 +36,6 @@ def export_hf(model: Transformer, tokenizer, directory: str | os.PathLike) -> Pa
     reason = not_exportable(model.args)
     if reason:
         raise ExportError(f"cannot export to a transformers Qwen3 directory: {reason}")
-    out = save_checkpoint(model, tokenizer, directory)
     gen = {"eos_token_id": tokenizer.eos_id, "pad_token_id": tokenizer.pad_id, "do_sample": False}
-    (out / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
-    return out
+    return save_checkpoint(model, tokenizer, directory,
+                           extra_files={"generation_config.json": (json.dumps(gen, indent=2) + "\n").encode()})

@@ -11,7 +11,8 @@ from safetensors.torch import load_file, save_file
 
 import orl.checkpoint as ckpt
 from orl import cli
-from orl.checkpoint import CheckpointError, describe, load_checkpoint, save_checkpoint
+from orl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from orl.info import describe
 from orl.model import ModelArgs, Transformer, masks
 from orl.tokenizer import CharTokenizer, load_tokenizer
 

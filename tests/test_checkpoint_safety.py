@@ -87,6 +87,14 @@ def test_export_refuses_a_foreign_directory(tmp_path):
     assert (tmp_path / "out" / "keep.txt").exists()
 
 
+def test_export_twice_into_the_same_directory(tmp_path):
+    from orl.export import export_hf
+
+    export_hf(model(qk_norm=True), TOK, tmp_path / "hf")
+    out = export_hf(model(1, qk_norm=True), TOK, tmp_path / "hf")  # its own earlier export may be replaced
+    assert "generation_config.json" in json.loads((out / "orl.json").read_text())["files"]
+
+
 # ---------------------------------------------------------------- crash windows
 
 KILL_AT_RENAME = textwrap.dedent("""
