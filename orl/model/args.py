@@ -7,7 +7,7 @@ HIDDEN_ACTS = ("silu", "gelu_tanh")
 LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelArgs:
     vocab_size: int = 64
     dim: int = 128

@@ -12,7 +12,7 @@ from orl.train.losses import aec_loss, gated_ce, kl_anchor, normalized_entropy, 
 from orl.train.replay import ReplayBatch
 
 
-@dataclass
+@dataclass(frozen=True)
 class LossWeights:
     lambda_aec: float = 1.0
     rho: float = 0.25
