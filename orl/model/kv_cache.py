@@ -4,8 +4,23 @@ The RoPE position of every written slot is kept too: sliding-window layers mask 
 distance (orl.model.masks.sliding_window), whatever slot layout the engine uses."""
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import Tensor, nn
+
+# A forged or careless max_seq_len must not ask for terabytes: caches above this fail with a named error.
+BUDGET_ENV = "ORL_KV_CACHE_GIB"
+DEFAULT_BUDGET_GIB = 32.0
+
+
+def check_cache_budget(shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    n_bytes = 2 * torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()  # K and V
+    budget = float(os.environ.get(BUDGET_ENV, DEFAULT_BUDGET_GIB))
+    if n_bytes > budget * 2**30:
+        raise ValueError(f"KV cache of {shape[3]} positions x batch {shape[1]} needs {n_bytes / 2**30:.1f} GiB, over "
+                         f"the {budget:g} GiB budget ({BUDGET_ENV}); decode with a smaller max_len or lower the "
+                         "model's max_seq_len")
 
 
 class KVCache(nn.Module):
@@ -13,6 +28,7 @@ class KVCache(nn.Module):
                  dtype: torch.dtype = torch.float32, device=None):
         super().__init__()
         shape = (n_layers, batch, n_kv_heads, max_len, head_dim)
+        check_cache_budget(shape, dtype)
         self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("pos", torch.zeros(batch, max_len, dtype=torch.long, device=device), persistent=False)
