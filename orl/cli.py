@@ -7,40 +7,26 @@ from pathlib import Path
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from orl.checkpoint import describe
+    from orl.info import describe
 
     print(describe(args.dir))
     return 0
 
 
-def _manifest_default(directory: str, key: str):
-    """A decode default recorded in the checkpoint's orl.json (block_len, residual_mode), if any."""
-    import json
-    from pathlib import Path
-
-    path = Path(directory, "orl.json")
-    try:
-        return json.loads(path.read_text()).get(key) if path.exists() else None
-    except (OSError, ValueError):
-        return None
-
-
 def cmd_generate(args: argparse.Namespace) -> int:
     import torch
 
-    from orl.engine import DecodeConfig, Engine
     from orl.cli_format import format_step
+    from orl.engine import DecodeConfig, Engine
 
-    cfg = DecodeConfig(
-        block_len=args.block_len or _manifest_default(args.model, "block_len") or 16,
-        max_new_tokens=args.max_new_tokens, rule=args.rule, threshold=args.threshold,
-        steps_per_block=args.steps_per_block, factor=args.factor, entropy_bound=args.entropy_bound,
-        residual=args.residual or _manifest_default(args.model, "residual_mode") or "off",
-        temperature=args.temperature, seed=args.seed, chunk_steps=args.chunk_steps, compile=args.compile,
-        cuda_graph=args.cuda_graph,
-    ).validate()  # bad flags fail before the checkpoint is read
+    flags = dict(block_len=args.block_len, max_new_tokens=args.max_new_tokens, rule=args.rule,
+                 threshold=args.threshold, steps_per_block=args.steps_per_block, factor=args.factor,
+                 entropy_bound=args.entropy_bound, residual=args.residual, temperature=args.temperature,
+                 seed=args.seed, chunk_steps=args.chunk_steps, compile=args.compile, cuda_graph=args.cuda_graph)
+    DecodeConfig.from_manifest({}, **flags).validate()  # bad flags fail before the weights load
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    engine = Engine.from_checkpoint(args.model, device=device)
+    engine = Engine.from_checkpoint(args.model, device=device)  # reads orl.json, once
+    cfg = DecodeConfig.from_manifest(engine.manifest, **flags)  # validated by the engine with the request
     color = sys.stdout.isatty()
     gen = None
     for event in engine.stream(args.prompt, cfg, steps=args.show_steps):

@@ -8,13 +8,9 @@ from pathlib import Path
 
 import torch
 
-from orl.engine import DecodeConfig, Engine
 from orl.cli_format import format_step
+from orl.engine import DecodeConfig, Engine
 from orl.eval.tasks import get_task, task_names
-
-def _decoder(manifest: dict, threshold: float) -> DecodeConfig:
-    return DecodeConfig(block_len=manifest.get("block_len") or 16, max_new_tokens=64, threshold=threshold,
-                        residual=manifest.get("residual_mode") or "off")
 
 
 def _score(engine: Engine, cfg: DecodeConfig, samples) -> dict:
@@ -30,8 +26,6 @@ def _score(engine: Engine, cfg: DecodeConfig, samples) -> dict:
 
 def run_demo(base: str | Path, orl: str | Path, per_task: int = 6,
              threshold: float = 0.9, example: str | None = None, out=sys.stdout) -> dict:
-    from orl.checkpoint import load_checkpoint
-
     models = {"base": Path(base)}
     if Path(orl).exists():
         models["orl"] = Path(orl)
@@ -42,8 +36,8 @@ def run_demo(base: str | Path, orl: str | Path, per_task: int = 6,
     example = example or get_task("split").sample("heldout", 0).prompt
     rows, engines = {}, {}
     for name, path in models.items():
-        model, tok, manifest = load_checkpoint(path)
-        engines[name] = (Engine(model, tok), _decoder(manifest, threshold))
+        engine = Engine.from_checkpoint(path)
+        engines[name] = (engine, DecodeConfig.from_manifest(engine.manifest, max_new_tokens=64, threshold=threshold))
         with torch.no_grad():
             rows[name] = _score(*engines[name], samples)
     print(f"\n{len(samples)} held-out prompts ({per_task} per task), batch 1, threshold {threshold}, "

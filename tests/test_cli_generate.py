@@ -118,3 +118,20 @@ def test_generate_defaults_come_from_the_manifest(tmp_path, capsys, one_thread):
     assert main(["generate", "--model", str(d), "hi", "--max-new-tokens", "6", "--block-len", "8",
                  "--residual", "off"]) == 0
     assert "[threshold, block 8, residual off]" in capsys.readouterr().out
+
+
+def test_generate_reads_the_manifest_once(tmp_path, capsys, monkeypatch, one_thread):
+    import builtins
+
+    tok = CharTokenizer()
+    d = tmp_path / "once"
+    save_checkpoint(random_model(vocab_size=tok.vocab_size), tok, d, manifest={"block_len": 4, "residual_mode": "rcd"})
+    reads = []
+    for name in ("read_text", "read_bytes"):
+        real = getattr(Path, name)
+        monkeypatch.setattr(Path, name, lambda self, *a, _real=real, **k: (reads.append(self.name), _real(self, *a, **k))[1])
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda f, *a, **k: (reads.append(Path(str(f)).name), real_open(f, *a, **k))[1])
+    assert main(["generate", "--model", str(d), "hi", "--max-new-tokens", "6"]) == 0
+    assert "[threshold, block 4, residual rcd]" in capsys.readouterr().out
+    assert reads.count("orl.json") == 1, reads

@@ -89,14 +89,12 @@ def ar_step(model: Transformer, st: ARState, temperature: float, eos_id: int) ->
 class ARDecoder(LoadedModel):
     objective = "autoregressive"
 
-    def __init__(self, model: Transformer, tokenizer, max_len: int | None = None):
+    def __init__(self, model: Transformer, tokenizer, max_len: int | None = None, manifest: dict | None = None):
         if tokenizer.eos_id is None:
             raise ValueError("the tokenizer has no EOS token; AR decoding needs one to stop")
-        self.model = model.eval()
-        self.tokenizer = tokenizer
+        super().__init__(model, tokenizer, max_len, manifest)
         self.eos_id = tokenizer.eos_id
         self.pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else tokenizer.eos_id
-        self.max_len = max_len or model.args.max_seq_len
         self._states: dict[int, ARState] = {}
         self._compiled = None
 

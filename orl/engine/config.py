@@ -1,7 +1,7 @@
 """DecodeConfig: every knob of a decode, validated up front so bad input never reaches the loop."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 from orl.model.residual import RESIDUAL_MODES
 
@@ -25,6 +25,17 @@ class DecodeConfig:
     eos_fill: bool = True          # a committed EOS resolves every later position of its block as EOS
     compile: bool = False          # torch.compile the step function (CPU/GPU)
     cuda_graph: bool = False       # capture chunks of steps as CUDA graphs (GPU only)
+
+    @classmethod
+    def from_manifest(cls, manifest: dict, **overrides) -> "DecodeConfig":
+        """The decode defaults a checkpoint was trained for (orl.json: block_len, residual_mode; else
+        the class defaults) under explicit settings. An override of None keeps the default, so CLI flags
+        that were not given pass straight through. Not validated here: the engine validates each request."""
+        if unknown := set(overrides) - {f.name for f in fields(cls)}:
+            raise ValueError(f"unknown decode settings {sorted(unknown)}")
+        base = {"block_len": manifest.get("block_len") or cls.block_len,
+                "residual": manifest.get("residual_mode") or cls.residual}
+        return cls(**{**base, **{k: v for k, v in overrides.items() if v is not None}})
 
     def validate(self) -> "DecodeConfig":
         problems = []
@@ -53,6 +64,11 @@ class DecodeConfig:
         if problems:
             raise ValueError("invalid DecodeConfig: " + "; ".join(problems))
         return self
+
+    @property
+    def n_blocks(self) -> int:
+        """Blocks of an answer of max_new_tokens (the last one is partly beyond it when L does not divide it)."""
+        return -(-self.max_new_tokens // self.block_len)
 
     @property
     def n_steps(self) -> int:

@@ -56,14 +56,12 @@ class Generation:
 class Engine(LoadedModel):
     objective = "block_diffusion"
 
-    def __init__(self, model: Transformer, tokenizer, max_len: int | None = None):
+    def __init__(self, model: Transformer, tokenizer, max_len: int | None = None, manifest: dict | None = None):
         for name in ("mask_id", "eos_id", "pad_id"):
             if getattr(tokenizer, name, None) is None:
                 raise ValueError(f"the tokenizer has no {name.replace('_id', '')} token; a dLLM engine needs mask, eos and pad ids")
-        self.model = model.eval()
-        self.tokenizer = tokenizer
+        super().__init__(model, tokenizer, max_len, manifest)
         self.mask_id, self.eos_id, self.pad_id = tokenizer.mask_id, tokenizer.eos_id, tokenizer.pad_id
-        self.max_len = max_len or model.args.max_seq_len
         self.ids = special_ids(tokenizer, model.args.vocab_size)
         self.runner = ChunkRunner(model, self.ids)
         self._states: OrderedDict[tuple[int, int], DecodeState] = OrderedDict()
@@ -111,8 +109,7 @@ class Engine(LoadedModel):
         prefill the prompts (left padded to the longest). Returns the state and the padded prompt
         length P (the answer starts at slot P). Raises ValueError naming the problem before any
         forward runs."""
-        L = cfg.block_len
-        n_blocks = -(-cfg.max_new_tokens // L)
+        L, n_blocks = cfg.block_len, cfg.n_blocks
         P, seeds = check_request(prompt_ids, n_blocks * L, f"{n_blocks} blocks of {L}", self.max_len, seeds, cfg.seed)
         st = self.state(len(prompt_ids), L)
         tokens, pad = left_pad(prompt_ids, self.pad_id)
@@ -149,8 +146,7 @@ class Engine(LoadedModel):
         cfg = (cfg or DecodeConfig()).validate()
         clock = Clock(self.device)
         st, P = self.setup(prompt_ids, cfg, seeds)
-        B, L = len(prompt_ids), cfg.block_len
-        n_blocks = -(-cfg.max_new_tokens // L)
+        B, n_blocks = len(prompt_ids), cfg.n_blocks
         prefill_s = clock()
 
         out_ids: list[list[int]] = [[] for _ in range(B)]

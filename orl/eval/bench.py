@@ -24,7 +24,6 @@ from typing import Callable
 
 import torch
 
-from orl.checkpoint import load_checkpoint, require_objective
 from orl.engine import DecodeConfig, Engine
 from orl.engine.ar import ARConfig, ARDecoder
 from orl.eval import metrics
@@ -83,13 +82,9 @@ System = Callable[[str], Output]
 
 
 def _dlmrt(directory: str, spec: BenchSpec, residual: str | None) -> tuple[System, Engine, DecodeConfig]:
-    model, tok, manifest = load_checkpoint(directory, device=spec.device)
-    require_objective(manifest, Engine.objective, directory)
-    engine = Engine(model, tok)
-    cfg = DecodeConfig(block_len=manifest.get("block_len") or DecodeConfig.block_len,
-                       max_new_tokens=spec.max_new_tokens, threshold=spec.threshold,
-                       residual=residual or manifest.get("residual_mode") or "off", chunk_steps=spec.chunk_steps,
-                       compile=spec.compile).validate()
+    engine = Engine.from_checkpoint(directory, device=spec.device)
+    cfg = DecodeConfig.from_manifest(engine.manifest, max_new_tokens=spec.max_new_tokens, threshold=spec.threshold,
+                                     residual=residual, chunk_steps=spec.chunk_steps, compile=spec.compile).validate()
 
     def run(prompt: str) -> Output:
         g = engine.generate(prompt, cfg)[0]
@@ -98,7 +93,7 @@ def _dlmrt(directory: str, spec: BenchSpec, residual: str | None) -> tuple[Syste
 
 
 def _loops(engine: Engine, cfg: DecodeConfig, spec: BenchSpec) -> tuple[System, System]:
-    n_blocks = -(-cfg.max_new_tokens // cfg.block_len)
+    n_blocks = cfg.n_blocks
     steps = spec.ref_steps or n_blocks * cfg.block_len
     if steps % n_blocks:
         raise ValueError(f"ref_steps ({steps}) must be a multiple of the number of blocks ({n_blocks})")

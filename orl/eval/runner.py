@@ -38,7 +38,7 @@ class EvalSpec:
     split: str = "heldout"
     limit: int = 100                     # samples per task
     thresholds: list[float] = field(default_factory=lambda: [0.9])
-    decode: dict = field(default_factory=dict)   # DecodeConfig overrides; block_len, residual default to the manifest's
+    decode: dict = field(default_factory=dict)   # DecodeConfig.from_manifest overrides (block_len, residual: the manifest's)
     batch_size: int = 16
     n_samples: int = 1                   # draws per prompt (pass@k; use temperature > 0)
     seed: int = 0                        # sample selection and decode seed
@@ -111,15 +111,15 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
     model, tokenizer, manifest = load_checkpoint(spec.model, device=spec.device)
     if manifest.get("objective") == ARDecoder.objective:
         # An AR peer is judged by its own decoder: greedy (or sampled) next-token decoding, no threshold.
-        engine = ARDecoder(model, tokenizer)
+        engine = ARDecoder(model, tokenizer, manifest=manifest)
         configs = [ARConfig(max_new_tokens=spec.decode.get("max_new_tokens", DecodeConfig.max_new_tokens),
                             temperature=spec.decode.get("temperature", 0.0), seed=spec.seed).validate()]
     else:
         require_objective(manifest, Engine.objective, spec.model)
-        engine = Engine(model, tokenizer)
-        base = {"block_len": manifest.get("block_len") or DecodeConfig.block_len,
-                "residual": manifest.get("residual_mode") or "off", "seed": spec.seed, **spec.decode}
-        configs = [DecodeConfig(**{**base, "threshold": t}).validate() for t in spec.thresholds]
+        engine = Engine(model, tokenizer, manifest=manifest)
+        settings = {"seed": spec.seed, **spec.decode}
+        configs = [DecodeConfig.from_manifest(manifest, **{**settings, "threshold": t}).validate()
+                   for t in spec.thresholds]
     tasks = _tasks(spec, tokenizer)
     samples = [s for name, task in tasks.items() for s in _samples(name, task, spec)]
     model_id = model_identity(spec.model)

@@ -1,0 +1,47 @@
+"""DecodeConfig: the checkpoint's decode defaults (from_manifest), derived sizes, and the loaded
+model keeping its manifest."""
+import pytest
+
+from orl.checkpoint import save_checkpoint
+from orl.engine import DecodeConfig, Engine
+from orl.engine.ar import ARDecoder
+from orl.tokenizer import CharTokenizer
+from reference_decoder import random_model
+
+
+def test_from_manifest_defaults_and_overrides():
+    m = {"block_len": 4, "residual_mode": "rcd"}
+    cfg = DecodeConfig.from_manifest(m)
+    assert (cfg.block_len, cfg.residual) == (4, "rcd")
+    assert cfg.threshold == DecodeConfig.threshold and cfg.rule == "threshold"
+    cfg = DecodeConfig.from_manifest(m, block_len=8, residual="off", threshold=0.7)
+    assert (cfg.block_len, cfg.residual, cfg.threshold) == (8, "off", 0.7)
+    # None keeps the default (flags not given on the command line)
+    assert DecodeConfig.from_manifest(m, block_len=None, residual=None).block_len == 4
+
+
+@pytest.mark.parametrize("manifest", [{}, {"block_len": None, "residual_mode": None}, {"source": "config.json"}])
+def test_from_manifest_without_decode_fields_uses_the_class_defaults(manifest):
+    cfg = DecodeConfig.from_manifest(manifest)
+    assert (cfg.block_len, cfg.residual) == (DecodeConfig.block_len, DecodeConfig.residual)
+
+
+def test_from_manifest_names_unknown_settings():
+    with pytest.raises(ValueError, match="residual_mode"):
+        DecodeConfig.from_manifest({}, residual_mode="rcd")  # the manifest's key, not the config's
+
+
+@pytest.mark.parametrize("max_new,block_len,n_blocks", [(1, 8, 1), (8, 8, 1), (9, 8, 2), (64, 16, 4), (13, 4, 4)])
+def test_n_blocks(max_new, block_len, n_blocks):
+    assert DecodeConfig(block_len=block_len, max_new_tokens=max_new).n_blocks == n_blocks
+
+
+def test_loaded_decoders_keep_their_manifest(tmp_path):
+    tok = CharTokenizer()
+    save_checkpoint(random_model(vocab_size=tok.vocab_size), tok, tmp_path / "ck",
+                    manifest={"block_len": 4, "residual_mode": "adapter"})
+    engine = Engine.from_checkpoint(tmp_path / "ck")
+    assert (engine.manifest["block_len"], engine.manifest["residual_mode"]) == (4, "adapter")
+    assert DecodeConfig.from_manifest(engine.manifest).residual == "adapter"
+    assert Engine(engine.model, tok).manifest == {}                 # a bare model has none
+    assert ARDecoder(engine.model, tok, manifest={"block_len": 4}).manifest == {"block_len": 4}
