@@ -82,9 +82,11 @@ def lr_at(cfg: PretrainConfig, step: int) -> float:
     stage_start, stage_len = (0, cfg.ar_steps) if step < cfg.ar_steps else (cfg.ar_steps, cfg.diffusion_steps)
     peak = cfg.stage2_lr if step >= cfg.ar_steps and cfg.stage2_lr > 0 else cfg.lr
     s = step - stage_start
-    if s < cfg.warmup:
-        return peak * (s + 1) / cfg.warmup
-    frac = (s - cfg.warmup) / max(1, stage_len - cfg.warmup)
+    # a shortened run (--set ar_steps=50) keeps a warm-up of at most a tenth of its stage
+    warmup = max(1, min(cfg.warmup, stage_len // 10)) if cfg.warmup else 0
+    if s < warmup:
+        return peak * (s + 1) / warmup
+    frac = (s - warmup) / max(1, stage_len - warmup)
     return peak * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
 
 

@@ -1,0 +1,57 @@
+"""Discoverable training settings (issue 23 item 4): --help lists recipes and presets, --show-config
+prints every field with type and value, a TOML file sets what --set sets, warm-up fits a short run."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orl import cli
+from orl.overrides import apply_file, describe_config, field_names
+from orl.presets import PRESETS, get_preset
+from orl.train.pretrain import lr_at
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_train_help_lists_every_preset():
+    out = subprocess.run([sys.executable, "-m", "orl.cli", "train", "--help"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120).stdout
+    for recipe, presets in PRESETS.items():
+        assert recipe in out and all(name in out for name in presets)
+
+
+def test_show_config_prints_every_field_with_type_and_value(capsys):
+    assert cli.main(["train", "--recipe", "orl", "--preset", "smoke", "--show-config",
+                     "--set", "rollout.threshold=0.75"]) == 0
+    out = capsys.readouterr().out
+    cfg = get_preset("orl", "smoke")
+    for key in field_names(cfg):
+        assert key in out
+    assert "rollout.threshold" in out and "float" in out and "0.75" in out
+    assert describe_config(cfg).count("\n") == len(field_names(cfg)) - 1
+
+
+def test_config_file_sets_nested_fields_and_names_bad_ones(tmp_path):
+    f = tmp_path / "run.toml"
+    f.write_text('lr = 1e-3\nmix = [1, 2, 3, 4, 5]\n[model]\ndim = 48\n')
+    cfg = apply_file(get_preset("pretrain", "smoke"), f)
+    assert (cfg.lr, cfg.mix, cfg.model.dim) == (1e-3, (1, 2, 3, 4, 5), 48)
+    f.write_text('batch_size = "eight"\n')
+    with pytest.raises(ValueError, match="run.toml: batch_size: expected int, got 'eight'"):
+        apply_file(get_preset("pretrain", "smoke"), f)
+    f.write_text('[model]\ndimm = 4\n')
+    with pytest.raises(ValueError, match="has no field 'dimm'; valid: dim"):
+        apply_file(get_preset("pretrain", "smoke"), f)
+    f.write_text('lr = [')
+    with pytest.raises(ValueError, match="cannot read config file"):
+        apply_file(get_preset("pretrain", "smoke"), f)
+
+
+def test_warmup_is_at_most_a_tenth_of_a_short_stage():
+    import dataclasses
+
+    cfg = dataclasses.replace(get_preset("pretrain", "tiny_base"), ar_steps=50, diffusion_steps=0)
+    assert lr_at(cfg, 4) == pytest.approx(cfg.lr)  # warm-up of 5 steps, not 100
+    full = get_preset("pretrain", "tiny_base")
+    assert lr_at(full, 49) == pytest.approx(full.lr * 50 / 100)  # the shipped recipe is unchanged
