@@ -87,10 +87,16 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from orl.serve import serve
+    from orl.serve import ServerConfig, serve
 
-    serve(args.model, host=args.host, port=args.port, queue_size=args.queue_size, timeout_s=args.timeout,
-          device=args.device)
+    def names(text: str | None) -> tuple[str, ...]:
+        return tuple(n.strip() for n in (text or "").split(",") if n.strip())
+
+    config = ServerConfig.with_env_key(
+        host=args.host, port=args.port, queue_size=args.queue_size, timeout_s=args.timeout,
+        read_timeout_s=args.read_timeout, api_key=args.api_key, allowed_hosts=names(args.allowed_hosts),
+        cors_origins=names(args.cors_origins), docs=args.docs)
+    serve(args.model, config, device=args.device)
     return 0
 
 
@@ -205,7 +211,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     s.add_argument("--queue-size", type=int, default=64, help="requests that may wait for the engine (default 64)")
     s.add_argument("--timeout", type=float, default=600.0, help="seconds per request, queue wait included (default 600)")
+    s.add_argument("--read-timeout", type=float, default=10.0,
+                   help="seconds to send a request's headers, and then its body (default 10)")
     s.add_argument("--device", default=None, help="cpu | cuda (default: cuda when available)")
+    s.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1/ (or set ORL_API_KEY)")
+    s.add_argument("--allowed-hosts", help="comma-separated Host names to serve under, besides IP addresses, "
+                                           "localhost and --host ('.example.com': its subdomains too; '*': any)")
+    s.add_argument("--cors-origins", help="comma-separated origins whose pages may call the API, e.g. "
+                                          "https://app.example.com ('*': any); default none")
+    s.add_argument("--docs", action="store_true", help="serve /docs and /openapi.json (off by default)")
     s.set_defaults(func=cmd_serve)
     s = sub.add_parser("eval", help="evaluate a checkpoint on tasks; one JSONL record per sample (resumable)")
     s.add_argument("--model", required=True, help="checkpoint directory")

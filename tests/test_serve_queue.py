@@ -15,8 +15,8 @@ import torch
 
 from orl.checkpoint import load_checkpoint
 from orl.engine import DecodeConfig, Engine
-from orl.serve import create_app
-from test_serve import SETTINGS, ThreadedServer, get, post, tiny_checkpoint
+from orl.serve import ServerConfig, create_app
+from test_serve import SETTINGS, ThreadedServer, get, post, request, tiny_checkpoint
 
 MODEL = "tiny"
 
@@ -50,8 +50,16 @@ def engine(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(engine):
-    app = create_app(engine, MODEL, queue_size=1, timeout_s=1.0, max_body_bytes=4096)
+    app = create_app(engine, MODEL, config=ServerConfig(queue_size=1, timeout_s=1.0, max_body_bytes=4096))
     with ThreadedServer(app) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def patient_server(engine):
+    """No timeout in sight: whatever cancels a job here is the client hanging up. (Shares the engine
+    with `server`; the tests use one at a time.)"""
+    with ThreadedServer(create_app(engine, MODEL, config=ServerConfig(timeout_s=60.0))) as url:
         yield url
 
 
@@ -81,8 +89,10 @@ def test_queue_full_503_and_timeout_504(server, engine):
     wait_health(server, busy=True)
     b, b_out = in_thread(post, server, "/v1/completions", BODY)
     wait_health(server, queued=1)
-    status, body = post(server, "/v1/completions", BODY)
+    status, headers, data = request(server, "POST", "/v1/completions", BODY, {"Content-Type": "application/json"})
+    body = json.loads(data)
     assert status == 503 and body["error"]["code"] == "queue_full" and "queue is full" in body["error"]["message"]
+    assert int(headers["retry-after"]) >= 1
     a.join(10)
     b.join(10)
     for status, body in (a_out[0], b_out[0]):  # running and waiting request both past their 1 s deadline
@@ -119,3 +129,47 @@ def test_dropped_stream_stops_generation(server, engine):
 def test_body_too_large_413(server):
     status, body = post(server, "/v1/completions", {**BODY, "prompt": "x" * 5000})
     assert status == 413 and "exceeds the limit of 4096" in body["error"]["message"]
+
+
+def send_and_hang_up_later(url: str, body: dict) -> socket.socket:
+    u = urlparse(url)
+    s = socket.create_connection((u.hostname, u.port), timeout=10)
+    data = json.dumps(body).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n%s" % (len(data), data))
+    return s
+
+
+def test_hung_up_non_streaming_request_stops_generation(patient_server, engine):
+    """Like a dropped stream: a plain request whose client left is cancelled, not run on for nobody."""
+    url, n_blocks = patient_server, 20
+    engine.delay = 0.03
+    before = get(url, "/health")["cancelled"]
+    try:
+        s = send_and_hang_up_later(url, {**BODY, "max_tokens": 4 * n_blocks})
+        wait_health(url, busy=True)
+        engine.events = 0
+        s.close()
+        h = wait_health(url, busy=False)
+    finally:
+        engine.delay = 0.0
+    assert h["cancelled"] == before + 1
+    assert engine.events < n_blocks // 2, "the generation ran on after the client left"
+
+
+def test_hung_up_request_leaves_the_queue(patient_server, engine):
+    url = patient_server
+    engine.gate.clear()  # the first request holds the engine
+    try:
+        first = send_and_hang_up_later(url, BODY)
+        wait_health(url, busy=True)
+        second = send_and_hang_up_later(url, BODY)
+        wait_health(url, queued=1)
+        before = get(url, "/health")["cancelled"]
+        second.close()
+        h = wait_health(url, queued=0)
+        assert h["busy"] and h["cancelled"] == before + 1
+    finally:
+        engine.gate.set()
+    assert first.recv(4096).startswith(b"HTTP/1.1 200")
+    first.close()

@@ -9,7 +9,7 @@ import torch
 
 from orl.checkpoint import load_checkpoint
 from orl.engine import DecodeConfig, Engine
-from orl.serve import create_app
+from orl.serve import ServerConfig, create_app
 from test_serve import ThreadedServer, post, tiny_checkpoint
 
 CHROMIUM = "/usr/bin/chromium"
@@ -65,3 +65,28 @@ def test_page_shows_denoising_and_final_text(served, tmp_path):
     assert status == 200 and final == body["choices"][0]["text"]
     cfg = DecodeConfig(max_new_tokens=params["max_tokens"], threshold=params["threshold"], block_len=params["block_len"])
     assert final == engine.generate(prompt, cfg)[0].text and len(final) == 16
+
+
+def test_page_with_an_api_key(served, tmp_path):
+    """A server started with --api-key: the page takes the key from its URL fragment (/#key=...), and
+    without it says so instead of failing obscurely."""
+    _, engine = served
+    app = create_app(engine, "tiny", config=ServerConfig(api_key="k3y"))
+    with ThreadedServer(app) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(url + "/")
+            page.wait_for_selector("#error:not([hidden])")
+            assert "needs an API key" in page.text_content("#error")
+            page.goto(url + "/#key=k3y")
+            page.reload()
+            page.wait_for_function("document.querySelector('#model').textContent.includes('tiny')")
+            page.fill("#prompt", "hi")
+            page.fill("#max-tokens", "4")
+            page.fill("#delay", "0")
+            page.click("#run")
+            page.wait_for_selector('#final-text[data-state="done"]', timeout=60_000)
+            assert page.is_hidden("#error")
+        finally:
+            browser.close()

@@ -1,40 +1,63 @@
 """OpenAI-compatible HTTP API over one dlmrt Engine, plus the live denoising page at `/`.
 
-Every request is validated, tokenized and checked against the context before it is queued, so the
-worker only ever sees runnable jobs. See docs/SERVING.md for the API, the extra fields and the
-queueing model.
+Every request is validated, tokenized and checked against the context and the model before it is
+queued, so the worker only ever sees runnable jobs and a request cannot produce a 500. See
+docs/SERVING.md for the API, the extra fields, the queueing model and the security defaults.
 """
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import math
+import secrets
 import time
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 
 from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response as PlainResponse
 
 from orl.engine import DecodeConfig, Engine, Generation
 from orl.engine.config import RULES
 from orl.model.residual import RESIDUAL_MODES
+from orl.serve.chat import render_chat
+from orl.serve.config import ServerConfig
 from orl.serve.protocol import (APIError, ChatChoice, ChatCompletionRequest, ChatMessage, CompletionChoice,
-                                CompletionRequest, DlmStreamRequest, OpenAIParams, Response, Usage,
+                                CompletionRequest, DlmParams, DlmStreamRequest, OpenAIParams, Response, Usage,
                                 finish_reason, new_id, parse_body)
+from orl.serve.security import Guard
 from orl.serve.streams import JobStreamingResponse, dlm_stream, next_event, openai_stream
 from orl.serve.worker import EngineWorker, Job, QueueFull
 
 WEB_DIR = Path(__file__).parent / "web"
+CLIENT_GONE = 499  # nginx's status for "the client closed the connection first"; nobody reads it
 
 
-def create_app(engine: Engine, model_name: str, *, defaults: DecodeConfig | None = None, queue_size: int = 64,
-               timeout_s: float = 600.0, max_body_bytes: int = 1 << 20) -> FastAPI:
-    """timeout_s bounds a request from arrival to its last token, queue wait included."""
+class ClientGone(Exception):
+    pass
+
+
+async def until_disconnected(request: Request) -> None:
+    """Returns once the client has hung up. Only for after the body was read: the server's receive() then
+    blocks until the connection closes (or the response is complete)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def create_app(engine: Engine, model_name: str, *, defaults: DecodeConfig | None = None,
+               config: ServerConfig | None = None) -> FastAPI:
     defaults = (defaults or DecodeConfig()).validate()
-    worker = EngineWorker(engine, queue_size)
+    config = (config or ServerConfig()).validate()
+    worker = EngineWorker(engine, config.queue_size)
     created = int(time.time())
+    has_adapter = getattr(engine.model, "residual_adapter", None) is not None
+    residual_modes = [m for m in RESIDUAL_MODES if m != "adapter" or has_adapter]
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -42,12 +65,21 @@ def create_app(engine: Engine, model_name: str, *, defaults: DecodeConfig | None
         yield
         worker.stop()
 
-    app = FastAPI(title="orl dlmrt server", lifespan=lifespan)
+    docs = {} if config.docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
+    app = FastAPI(title="orl dlmrt server", lifespan=lifespan, **docs)
     app.state.worker = worker
+    app.add_middleware(Guard, cfg=config)
+    if config.cors_origins:  # outermost, so that its headers are on the guard's refusals too
+        app.add_middleware(CORSMiddleware, allow_origins=list(config.cors_origins), allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "Content-Type"])
 
     @app.exception_handler(APIError)
     async def _api_error(_: Request, e: APIError) -> JSONResponse:
-        return JSONResponse(e.body(), status_code=e.status)
+        return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
+
+    @app.exception_handler(ClientGone)
+    async def _client_gone(_: Request, e: ClientGone) -> PlainResponse:
+        return PlainResponse(status_code=CLIENT_GONE, headers={"Connection": "close"})
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
@@ -56,20 +88,48 @@ def create_app(engine: Engine, model_name: str, *, defaults: DecodeConfig | None
 
     @app.exception_handler(Exception)
     async def _crash(_: Request, e: Exception) -> JSONResponse:
+        # a bug, never the request's fault; uvicorn logs the traceback and drops the connection, which
+        # `Connection: close` announces, so a client's pooled connection is not reused
         err = APIError(500, f"internal error: {type(e).__name__}: {e}", type="server_error")
-        return JSONResponse(err.body(), status_code=500)
+        return JSONResponse(err.body(), status_code=500, headers=err.headers)
 
     async def read(request: Request, model: type):
+        limit = config.max_body_bytes
         declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > max_body_bytes:
-            raise APIError(413, f"request body of {declared} bytes exceeds the limit of {max_body_bytes}",
-                           code="body_too_large")
+        if declared.isdigit() and int(declared) > limit:
+            raise APIError(413, f"request body of {declared} bytes exceeds the limit of {limit}",
+                           code="body_too_large", headers={"Connection": "close"})
         raw = bytearray()
-        async for chunk in request.stream():
-            raw += chunk
-            if len(raw) > max_body_bytes:
-                raise APIError(413, f"request body exceeds the limit of {max_body_bytes} bytes", code="body_too_large")
+        try:
+            async with asyncio.timeout(config.read_timeout_s):
+                async for chunk in request.stream():
+                    raw += chunk
+                    if len(raw) > limit:
+                        raise APIError(413, f"request body exceeds the limit of {limit} bytes",
+                                       code="body_too_large", headers={"Connection": "close"})
+        except TimeoutError:
+            raise APIError(408, f"the request body did not arrive within {config.read_timeout_s:g} s",
+                           code="request_timeout") from None
+        except ClientDisconnect:  # hung up mid-body: nothing to answer, nothing to log
+            raise ClientGone from None
         return parse_body(bytes(raw), model)
+
+    async def unless_disconnected(request: Request, job: Job, awaitable):
+        """awaitable's result; if the client hangs up first, the job is cancelled (it may still be
+        waiting in the queue) and the request ends with ClientGone."""
+        task, watcher = asyncio.ensure_future(awaitable), asyncio.ensure_future(until_disconnected(request))
+        gone = False
+        try:
+            done, _ = await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+            gone = task not in done
+        finally:  # also when this handler itself is cancelled
+            watcher.cancel()
+            if not task.done():
+                task.cancel()
+                worker.cancel(job)
+        if gone:
+            raise ClientGone
+        return task.result()
 
     def check_model(name: str | None) -> None:
         if name is not None and name != model_name:
@@ -92,14 +152,30 @@ def create_app(engine: Engine, model_name: str, *, defaults: DecodeConfig | None
                            code="context_length_exceeded")
         return ids
 
+    def decode_config(req: DlmParams) -> DecodeConfig:
+        """The request's decode settings, checked against this model; sampling without a seed gets a
+        fresh one (returned with the answer, so the sample can be reproduced)."""
+        cfg = req.decode_config(defaults)
+        if cfg.residual == "adapter" and not has_adapter:
+            raise APIError(400, f"residual mode 'adapter' needs a model with adapter weights, and {model_name!r} has "
+                                f"none; use one of {residual_modes}", param="residual", code="unsupported_value")
+        if cfg.steps_per_block > cfg.block_len:  # also keeps huge ints out of the engine's tensor arithmetic
+            raise APIError(400, f"steps_per_block ({cfg.steps_per_block}) must be <= block_len ({cfg.block_len}): "
+                                "a block never takes more steps than it has positions",
+                           param="steps_per_block", code="less_than_equal")
+        if cfg.temperature > 0 and req.seed is None:
+            cfg = dataclasses.replace(cfg, seed=secrets.randbits(63))
+        return cfg
+
     def submit(ids: list[int], cfg: DecodeConfig, steps: bool) -> tuple[Job, partial]:
         loop = asyncio.get_running_loop()
         job = Job(ids, cfg, steps, loop)
         try:
             worker.submit(job)
-        except QueueFull as e:
-            raise APIError(503, str(e), type="server_error", code="queue_full") from e
-        return job, partial(next_event, worker, job, loop.time() + timeout_s, timeout_s)
+        except QueueFull as e:  # one slot frees when the running job ends: about one mean job time
+            retry = str(max(1, math.ceil(worker.stats.mean_job_s())))
+            raise APIError(503, str(e), type="server_error", code="queue_full", headers={"Retry-After": retry}) from e
+        return job, partial(next_event, worker, job, loop.time() + config.timeout_s, config.timeout_s)
 
     async def finish(job: Job, events: partial) -> Generation:
         try:
@@ -109,34 +185,35 @@ def create_app(engine: Engine, model_name: str, *, defaults: DecodeConfig | None
         finally:  # also when this handler is cancelled: the worker must not run on for nobody
             worker.cancel(job)
 
+    async def first_event(request: Request, job: Job, events: partial):
+        try:  # streams wait for the first block so that queue timeouts and engine errors keep their status code
+            return await unless_disconnected(request, job, events())
+        except BaseException:
+            worker.cancel(job)
+            raise
+
     async def openai_request(request: Request, chat: bool):
         req: OpenAIParams = await read(request, ChatCompletionRequest if chat else CompletionRequest)
         check_model(req.model)
-        cfg = req.decode_config(defaults)
-        if chat:
-            try:
-                prompt = engine.tokenizer.apply_chat_template([m.as_template_input() for m in req.messages])
-            except ValueError as e:
-                raise APIError(400, f"cannot apply the chat template: {e}", param="messages") from e
-        else:
-            prompt = req.prompt
+        cfg = decode_config(req)
+        prompt = render_chat(engine.tokenizer, req.messages) if chat else req.prompt
         ids = prepare(prompt, cfg, "messages" if chat else "prompt")
         job, events = submit(ids, cfg, steps=False)
         rid = new_id("chatcmpl" if chat else "cmpl")
+        seed = cfg.seed if cfg.temperature > 0 else None
         if req.stream:
-            try:  # wait for the first block so that queue timeouts and engine errors keep their status code
-                first = await events()
-            except BaseException:
-                worker.cancel(job)
-                raise
+            first = await first_event(request, job, events)
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return JobStreamingResponse(openai_stream(events, first, rid, model_name, chat, include_usage), worker, job)
-        gen = await finish(job, events)
+            stream = openai_stream(events, first, rid, model_name, chat, include_usage, seed=seed)
+            return JobStreamingResponse(stream, worker, job)
+        gen = await unless_disconnected(request, job, finish(job, events))
         if chat:
             choice = ChatChoice(message=ChatMessage(content=gen.text), finish_reason=finish_reason(gen))
-            return Response(id=rid, object="chat.completion", model=model_name, choices=[choice], usage=Usage.of(gen))
+            return Response(id=rid, object="chat.completion", model=model_name, choices=[choice], usage=Usage.of(gen),
+                            seed=seed)
         choice = CompletionChoice(text=gen.text, finish_reason=finish_reason(gen))
-        return Response(id=rid, object="text_completion", model=model_name, choices=[choice], usage=Usage.of(gen))
+        return Response(id=rid, object="text_completion", model=model_name, choices=[choice], usage=Usage.of(gen),
+                        seed=seed)
 
     @app.post("/v1/completions")
     async def completions(request: Request):
@@ -150,16 +227,12 @@ def create_app(engine: Engine, model_name: str, *, defaults: DecodeConfig | None
     async def dlm(request: Request):
         req: DlmStreamRequest = await read(request, DlmStreamRequest)
         check_model(req.model)
-        cfg = req.decode_config(defaults)
+        cfg = decode_config(req)
         ids = prepare(req.prompt, cfg, "prompt")
         job, events = submit(ids, cfg, steps=True)
-        try:
-            first = await events()
-        except BaseException:
-            worker.cancel(job)
-            raise
+        first = await first_event(request, job, events)
         info = {"model": model_name, "prompt_tokens": len(ids), "block_len": cfg.block_len,
-                "max_tokens": cfg.max_new_tokens}
+                "max_tokens": cfg.max_new_tokens, "seed": cfg.seed if cfg.temperature > 0 else None}
         return JobStreamingResponse(dlm_stream(events, first, job, engine.tokenizer, info), worker, job)
 
     def model_card() -> dict:
@@ -178,7 +251,7 @@ def create_app(engine: Engine, model_name: str, *, defaults: DecodeConfig | None
     @app.get("/v1/dlm/info")
     async def info():
         return {"model": model_name, "max_context": engine.max_len, "defaults": defaults.to_dict(),
-                "rules": list(RULES), "residual_modes": list(RESIDUAL_MODES)}
+                "rules": list(RULES), "residual_modes": residual_modes}
 
     @app.get("/health")
     async def health():

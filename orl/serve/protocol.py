@@ -1,7 +1,8 @@
 """Wire format of the OpenAI-compatible API: request models, validation, response bodies, errors.
 
-Requests are validated strictly (no type coercion, unknown fields rejected) so a client learns about
-a typo or an unsupported option instead of silently getting default behaviour.
+Requests are validated strictly (no type coercion, unknown fields rejected, no NaN or infinity) so a
+client learns about a typo or an unsupported option instead of silently getting default behaviour.
+Every way a body can be wrong is a 400 that names the problem, never a 500 (docs/SERVING.md).
 """
 from __future__ import annotations
 
@@ -21,23 +22,30 @@ class APIError(Exception):
     """An error answered as OpenAI's {"error": {message, type, param, code}} with an HTTP status."""
 
     def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None):
+                 param: str | None = None, code: str | None = None, headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+        self.headers = dict(headers or {})
+        if status in (408, 500):  # the connection may be in any state (unread body, failed handler): no reuse
+            self.headers.setdefault("Connection", "close")
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+MAX_JSON_DEPTH = 32  # objects and arrays nested deeper than this are refused before validation
+SEED_MIN, SEED_MAX = -(1 << 63), (1 << 63) - 1  # the engine keeps seeds in int64 and hashes all 64 bits
 
 
 class DlmParams(BaseModel):
     """Knobs shared by every generation endpoint. The dLLM ones are extra body fields for OpenAI clients
     (`extra_body=` in the Python client); None means the server's default (from the checkpoint)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     max_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0.0, le=2.0)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=SEED_MIN, le=SEED_MAX)
     threshold: float | None = Field(None, gt=0.0, le=1.0)
     rule: Literal[RULES] | None = None
     block_len: int | None = Field(None, ge=1)
@@ -151,9 +159,6 @@ class Message(BaseModel):
             return "".join(p["text"] for p in v)
         return v
 
-    def as_template_input(self) -> dict:
-        return {"role": self.role, "content": self.content}
-
 
 class ChatCompletionRequest(OpenAIParams):
     messages: list[Message] = Field(min_length=1)
@@ -173,7 +178,9 @@ class ChatCompletionRequest(OpenAIParams):
             if self.max_tokens is not None and self.max_tokens != self.max_completion_tokens:
                 raise APIError(400, "max_tokens and max_completion_tokens disagree; give one of them",
                                param="max_completion_tokens")
-            return self.model_copy(update={"max_tokens": self.max_completion_tokens}).decode_config(defaults)
+            # the copy must not carry max_completion_tokens again, or this method calls itself for ever
+            copy = self.model_copy(update={"max_tokens": self.max_completion_tokens, "max_completion_tokens": None})
+            return copy.decode_config(defaults)
         return super().decode_config(defaults)
 
 
@@ -191,9 +198,16 @@ def parse_body(raw: bytes, model: type[BaseModel]) -> BaseModel:
     except UnicodeDecodeError as e:
         raise APIError(400, f"request body is not valid UTF-8: {e}", code="invalid_encoding") from e
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
         raise APIError(400, f"malformed JSON in request body: {e}", code="invalid_json") from e
+    except RecursionError:  # the C decoder's own guard, long before MAX_JSON_DEPTH could be checked
+        raise APIError(400, f"JSON in request body is nested deeper than {MAX_JSON_DEPTH} levels",
+                       code="invalid_json") from None
+    except ValueError as e:  # an integer literal over Python's 4300 digits, or NaN / Infinity
+        raise APIError(400, f"invalid number in request body: {e}", code="invalid_json") from None
+    if json_depth(data) > MAX_JSON_DEPTH:
+        raise APIError(400, f"JSON in request body is nested deeper than {MAX_JSON_DEPTH} levels", code="invalid_json")
     if not isinstance(data, dict):
         raise APIError(400, f"request body must be a JSON object, got {type(data).__name__}", code="invalid_json")
     try:
@@ -210,6 +224,24 @@ def parse_body(raw: bytes, model: type[BaseModel]) -> BaseModel:
         more = len(e.errors()) - 1
         raise APIError(400, msg + (f" (and {more} more problem{'s' * (more > 1)})" if more else ""),
                        param=param, code=first["type"]) from e
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON (JSON numbers are finite)")
+
+
+def json_depth(data: object) -> int:
+    """Nesting depth of parsed JSON (a scalar is 0), without recursion."""
+    depth, todo = 0, [(data, 1)]
+    while todo:
+        node, d = todo.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is not None:
+            depth = max(depth, d)
+            if d > MAX_JSON_DEPTH:
+                break
+            todo.extend((c, d + 1) for c in children)
+    return depth
 
 
 class Usage(BaseModel):
@@ -260,6 +292,7 @@ class Response(BaseModel):
     model: str
     choices: list[CompletionChoice] | list[ChatChoice] | list[ChatDeltaChoice]
     usage: Usage | None = None
+    seed: int | None = None  # dLLM field: the sampling seed used (drawn fresh when none was given); None when greedy
 
 
 def new_id(prefix: str) -> str:

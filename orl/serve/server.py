@@ -1,12 +1,17 @@
-"""`orl serve`: load a checkpoint, warm the engine up, run the HTTP server."""
+"""`orl serve`: check the settings, bind the port, load a checkpoint, warm the engine up, run the HTTP
+server. Everything a user can get wrong on the command line (port, timeouts, device, a port in use)
+is refused with a ValueError naming it before the model is loaded; the CLI prints it in one line."""
 from __future__ import annotations
 
-from pathlib import Path
+import logging
+import socket
 
 import torch
 
 from orl.engine import DecodeConfig, Engine
 from orl.serve.app import create_app
+from orl.serve.config import ServerConfig
+from orl.serve.connection import timed_protocol
 
 
 def defaults_from_manifest(manifest: dict) -> DecodeConfig:
@@ -23,18 +28,67 @@ def warm_up(engine: Engine, cfg: DecodeConfig) -> None:
     engine.generate_ids([[engine.eos_id]], DecodeConfig(**{**cfg.to_dict(), "max_new_tokens": n_blocks * cfg.block_len}))
 
 
-def serve(model_dir: str, *, host: str = "127.0.0.1", port: int = 8000, queue_size: int = 64,
-          timeout_s: float = 600.0, device: str | None = None) -> None:
+def resolve_device(device: str | None) -> torch.device:
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        d = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"unknown device {device!r}; expected cpu, cuda or cuda:N") from None
+    if d.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r}: CUDA is not available on this machine (use --device cpu)")
+        if d.index is not None and d.index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    elif d.type != "cpu":
+        raise ValueError(f"device {device!r} is not supported; expected cpu, cuda or cuda:N")
+    return d
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before the (possibly long) model load so a port in use fails at once."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as e:
+        raise ValueError(f"cannot listen on {host!r}: {e.strerror or e}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise ValueError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    return sock
+
+
+def uvicorn_server(app, config: ServerConfig, log_level: str = "info"):
+    """uvicorn with the header read timeout of orl.serve.connection."""
     import uvicorn
+
+    return uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level=log_level,
+                                         http=timed_protocol(config.read_timeout_s)))
+
+
+def serve(model_dir: str, config: ServerConfig | None = None, *, device: str | None = None) -> None:
+    from pathlib import Path
 
     from orl.checkpoint import load_checkpoint, require_objective
 
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model, tokenizer, manifest = load_checkpoint(model_dir, device=device)
-    require_objective(manifest, "block_diffusion", model_dir)
-    engine = Engine(model, tokenizer)
-    defaults = defaults_from_manifest(manifest)
-    warm_up(engine, defaults)
-    app = create_app(engine, Path(model_dir).resolve().name, defaults=defaults, queue_size=queue_size,
-                     timeout_s=timeout_s)
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    config = (config or ServerConfig()).validate()
+    dev = resolve_device(device)
+    sock = bind(config.host, config.port)
+    try:
+        model, tokenizer, manifest = load_checkpoint(model_dir, device=dev)
+        require_objective(manifest, "block_diffusion", model_dir)
+        engine = Engine(model, tokenizer)
+        defaults = defaults_from_manifest(manifest)
+        warm_up(engine, defaults)
+        name = Path(model_dir).resolve().name
+        server = uvicorn_server(create_app(engine, name, defaults=defaults, config=config), config)
+        host, port = sock.getsockname()[:2]
+        # uvicorn announces the address only for sockets it bound itself
+        logging.getLogger("uvicorn.error").info("orl serve: model %r on http://%s:%d (docs/SERVING.md)", name,
+                                                f"[{host}]" if ":" in host else host, port)
+        server.run(sockets=[sock])
+    finally:
+        sock.close()

@@ -63,7 +63,7 @@ def text_delta(sent: str, text: str) -> str:
 
 
 async def openai_stream(events: Callable[[], Awaitable[dict]], first: dict, rid: str, model: str,
-                        chat: bool, include_usage: bool) -> AsyncIterator[str]:
+                        chat: bool, include_usage: bool, seed: int | None = None) -> AsyncIterator[str]:
     obj = "chat.completion.chunk" if chat else "text_completion"
 
     def chunk(text: str, finish=None, role: bool = False) -> str:
@@ -73,7 +73,7 @@ async def openai_stream(events: Callable[[], Awaitable[dict]], first: dict, rid:
             choice = ChatDeltaChoice(delta=delta, finish_reason=finish)
         else:
             choice = CompletionChoice(text=text, finish_reason=finish)
-        return sse(Response(id=rid, object=obj, model=model, choices=[choice]).model_dump())
+        return sse(Response(id=rid, object=obj, model=model, choices=[choice], seed=seed).model_dump())
 
     if chat:
         yield chunk("", role=True)
@@ -92,7 +92,7 @@ async def openai_stream(events: Callable[[], Awaitable[dict]], first: dict, rid:
     gen = event["generations"][0]
     yield chunk(gen.text[len(sent):], finish_reason(gen))
     if include_usage:
-        yield sse(Response(id=rid, object=obj, model=model, choices=[], usage=Usage.of(gen)).model_dump())
+        yield sse(Response(id=rid, object=obj, model=model, choices=[], usage=Usage.of(gen), seed=seed).model_dump())
     yield sse("[DONE]")
 
 

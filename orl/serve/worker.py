@@ -44,11 +44,11 @@ class Stats:
     completed: int = 0
     cancelled: int = 0
     failed: int = 0
-    engine_s: float = 0.0  # wall time of every run, for the mean job time
+    runs: int = 0          # jobs the engine ran (a job cancelled while waiting did not run)
+    engine_s: float = 0.0  # their wall time
 
     def mean_job_s(self) -> float:
-        runs = self.completed + self.cancelled + self.failed
-        return self.engine_s / runs if runs else 0.0
+        return self.engine_s / self.runs if self.runs else 0.0
 
 
 class EngineWorker:
@@ -129,4 +129,5 @@ class EngineWorker:
             events.close()
             with self._cv:  # cancel() counts from the event loop's thread
                 setattr(self.stats, outcome, getattr(self.stats, outcome) + 1)
+                self.stats.runs += 1
                 self.stats.engine_s += time.perf_counter() - job.started_at

@@ -10,6 +10,10 @@ const SPECIAL = /^<[^>]+>$/;
 let controller = null;    // AbortController of the running request; aborting it cancels the generation
 let valid = [];           // positions of the current block inside max_tokens (unresolved at its first step)
 const counters = { steps: 0, masked: 0 };
+// A server started with --api-key needs it on every /v1/ call: open the page as /#key=<key> (a URL
+// fragment never leaves the browser, so the key is not sent in the page request or any Referer).
+const API_KEY = new URLSearchParams(location.hash.slice(1)).get("key");
+const AUTH = API_KEY ? { Authorization: `Bearer ${API_KEY}` } : {};
 
 function shown(tok) {
   if (tok === "<eos>" || tok === "</s>" || tok === "<|endoftext|>") return "EOS";
@@ -163,7 +167,7 @@ async function run(e) {
   controller = new AbortController();
   try {
     const resp = await fetch("/v1/dlm/stream", {
-      method: "POST", headers: { "Content-Type": "application/json" },
+      method: "POST", headers: { "Content-Type": "application/json", ...AUTH },
       body: JSON.stringify(request()), signal: controller.signal,
     });
     if (!resp.ok) {
@@ -192,7 +196,12 @@ async function run(e) {
 async function init() {
   $("form").addEventListener("submit", run);
   $("stop").addEventListener("click", () => controller?.abort());
-  const info = await (await fetch("/v1/dlm/info")).json();
+  const resp = await fetch("/v1/dlm/info", { headers: AUTH });
+  if (resp.status === 401) {
+    fail("this server needs an API key: open the page as /#key=<your key>");
+    return;
+  }
+  const info = await resp.json();
   $("model").textContent = `${info.model} · context ${info.max_context}`;
   const d = info.defaults;
   for (const [id, options, value] of [["rule", info.rules, d.rule], ["residual", info.residual_modes, d.residual]]) {
