@@ -14,12 +14,6 @@ from orl.serve.config import ServerConfig
 from orl.serve.connection import timed_protocol
 
 
-def defaults_from_manifest(manifest: dict) -> DecodeConfig:
-    """The block length and residual mode a checkpoint was trained for are the server's defaults."""
-    return DecodeConfig(block_len=manifest.get("block_len") or DecodeConfig.block_len,
-                        residual=manifest.get("residual_mode") or "off")
-
-
 def warm_up(engine: Engine, cfg: DecodeConfig) -> None:
     """One short decode before the first request: allocates the static buffers of the default shape and
     runs every kernel once. Two blocks where the context allows, so the commit forward runs too. The
@@ -80,8 +74,8 @@ def serve(model_dir: str, config: ServerConfig | None = None, *, device: str | N
     try:
         model, tokenizer, manifest = load_checkpoint(model_dir, device=dev)
         require_objective(manifest, "block_diffusion", model_dir)
-        engine = Engine(model, tokenizer)
-        defaults = defaults_from_manifest(manifest)
+        engine = Engine(model, tokenizer, manifest=manifest)
+        defaults = DecodeConfig.from_manifest(manifest)  # the block length and residual mode it was trained for
         warm_up(engine, defaults)
         name = Path(model_dir).resolve().name
         server = uvicorn_server(create_app(engine, name, defaults=defaults, config=config), config)
