@@ -14,10 +14,14 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    from orl.cli_models import generate_autoregressive, is_autoregressive
+
+    if is_autoregressive(args.model):  # e.g. an imported Gemma 3: orl's AR decoder, not dlmrt
+        return generate_autoregressive(args)
     import torch
 
     from orl.cli_format import format_step
-    from orl.engine import DecodeConfig, Engine
+    from orl.engine import DecodeConfig, DoneEvent, Engine, StepEvent
 
     flags = dict(block_len=args.block_len, max_new_tokens=args.max_new_tokens, rule=args.rule,
                  threshold=args.threshold, steps_per_block=args.steps_per_block, factor=args.factor,
@@ -30,13 +34,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
     color = sys.stdout.isatty()
     gen = None
     for event in engine.stream(args.prompt, cfg, steps=args.show_steps):
-        if event["type"] == "step":
-            r = event["record"]
-            n_valid = min(cfg.block_len, cfg.max_new_tokens - r.block * cfg.block_len)
-            line = format_step(engine.tokenizer, r, n_valid, cfg.eos_fill, color)
+        if isinstance(event, StepEvent):
+            r = event.record
+            line = format_step(engine.tokenizer, r, event.n_valid, cfg.eos_fill, color)
             print(f"block {r.block} step {r.step + 1}: {line}  (+{int(r.committed.sum())})", flush=True)
-        elif event["type"] == "done":
-            gen = event["generations"][0]
+        elif isinstance(event, DoneEvent):
+            gen = event.generations[0]
     print(gen.text)
     stop = "EOS" if gen.finished else "max_new_tokens"
     print(f"tokens: {gen.n_tokens}  forwards: {gen.forwards} ({gen.step_forwards} denoise + "
@@ -276,6 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--model", required=True, help="checkpoint directory")
     s.add_argument("--out", required=True, help="output directory (refused if it exists and is not a checkpoint)")
     s.set_defaults(func=cmd_export)
+    from orl.cli_models import add_commands  # import-gguf, fetch (real models)
+
+    add_commands(sub)
     return p
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from orl.cli_format import format_step
-from orl.engine import DecodeConfig, Engine
+from orl.engine import DecodeConfig, DoneEvent, Engine, StepEvent
 from orl.eval.tasks import get_task, task_names
 
 
@@ -52,12 +52,11 @@ def run_demo(base: str | Path, orl: str | Path, per_task: int = 6,
         print(f"\n{name}: {example!r} step by step ('_' masked, [x] committed at that step)", file=out)
         gen = None
         for event in engine.stream(example, cfg, steps=True):
-            if event["type"] == "step":
-                r = event["record"]
-                n_valid = min(cfg.block_len, cfg.max_new_tokens - r.block * cfg.block_len)
-                print(f"  block {r.block} step {r.step + 1}: {format_step(engine.tokenizer, r, n_valid, cfg.eos_fill)}",
-                      file=out)
-            elif event["type"] == "done":
-                gen = event["generations"][0]
+            if isinstance(event, StepEvent):
+                r = event.record
+                print(f"  block {r.block} step {r.step + 1}: "
+                      f"{format_step(engine.tokenizer, r, event.n_valid, cfg.eos_fill)}", file=out)
+            elif isinstance(event, DoneEvent):
+                gen = event.generations[0]
         print(f"  -> {gen.text!r}  ({gen.n_tokens} tokens, {gen.forwards} forwards, TPF {gen.tpf:.2f})", file=out)
     return rows

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from orl.engine import DecodeConfig, Engine
+from orl.engine import BlockEvent, DecodeConfig, DoneEvent, Engine, StepEvent
 from orl.model import ModelArgs, Transformer
 from orl.tokenizer import CharTokenizer
 from reference_decoder import random_model, reference_generate
@@ -273,12 +273,21 @@ def test_trace_on_equals_off_and_replays(eos_engine, rule, residual):
 def test_trace_to_dict_and_stream_events(engine):
     cfg = cfg_of("threshold", "rcd", 8, 12)
     events = list(engine.stream("hi", cfg, steps=True))
-    gen = events[-1]["generations"][0]
-    steps = [e for e in events if e["type"] == "step"]
-    blocks = [e for e in events if e["type"] == "block"]
+    assert isinstance(events[-1], DoneEvent) and sum(isinstance(e, DoneEvent) for e in events) == 1
+    gen = events[-1].generations[0]
+    steps = [e for e in events if isinstance(e, StepEvent)]
+    blocks = [e for e in events if isinstance(e, BlockEvent)]
     assert len(steps) == gen.step_forwards and len(blocks) == len(gen.block_steps) == 2
-    assert blocks[-1]["token_ids"][0] == gen.token_ids and blocks[-1]["text"][0] == gen.text
-    d = steps[0]["record"].to_dict(TOK)
+    assert blocks[-1].token_ids[0] == gen.token_ids and blocks[-1].text[0] == gen.text
+    # n_valid: the block's positions within max_new_tokens (12 = 8 + 4)
+    assert [e.n_valid for e in blocks] == [8, 4] and {(e.block, e.n_valid) for e in steps} == {(0, 8), (1, 4)}
+    # resolved: the block's valid positions fixed once the step has committed; all of them at its last step
+    for j, n in ((0, 8), (1, 4)):
+        block = [e for e in steps if e.block == j]
+        assert [e.resolved for e in block] == sorted(e.resolved for e in block) and block[-1].resolved == n
+        assert block[0].resolved == int(block[0].record.committed.sum())
+    assert all(a.at <= b.at for a, b in zip(events, events[1:]))
+    d = steps[0].record.to_dict(TOK)
     assert set(d) >= {"block", "step", "canvas", "unresolved", "tokens", "confidence", "entropy", "committed",
                       "canvas_text", "tokens_text"}
     assert d["canvas_text"] == ["<mask>"] * 8

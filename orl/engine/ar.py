@@ -22,9 +22,9 @@ import torch
 from torch import Tensor
 
 from orl.engine.sampling import hash_uniform
-from orl.engine.engine import Generation
 from orl.engine.loaded import LoadedModel
 from orl.engine.request import Clock, check_request, encode_prompts
+from orl.engine.sequence import Generation
 from orl.model.kv_cache import KVCache
 from orl.model.masks import see_self_if_blind
 from orl.model.model import Transformer

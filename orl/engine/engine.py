@@ -3,54 +3,23 @@ per chunk of steps; every denoising step runs in orl.engine.decode on static buf
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Iterator
 
 import torch
 
 from orl.engine.config import DecodeConfig
 from orl.engine.decode import DecodeState, denoise_step, prefill, prepare_block
+from orl.engine.events import BlockEvent, DoneEvent, Event, StepEvent
 from orl.engine.graph import ChunkRunner
 from orl.engine.loaded import LoadedModel
 from orl.engine.request import Clock, check_request, encode_prompts
-from orl.engine.trace import StepRecord, TraceRecorder
+from orl.engine.sequence import Generation, Row
+from orl.engine.trace import TraceRecorder
 from orl.model.model import Transformer
 from orl.model.padding import left_pad
 from orl.model.vocab import special_ids
 
 MAX_STATES = 4
-
-
-@dataclass
-class Generation:
-    prompt_ids: list[int]
-    token_ids: list[int]          # generated tokens up to and including the first EOS
-    text: str                     # decoded, without EOS
-    finished: bool                # stopped at EOS (False: max_new_tokens reached)
-    prefill_forwards: int
-    step_forwards: int            # one per denoising step (dLLM) or decode step (AR)
-    commit_forwards: int          # one per finished block before the last (dLLM); 0 for AR
-    prefill_s: float
-    total_s: float                # request start -> this row's last token
-    block_steps: list[int] = field(default_factory=list)
-    trace: list[StepRecord] | None = None
-
-    @property
-    def n_tokens(self) -> int:
-        return len(self.token_ids)
-
-    @property
-    def forwards(self) -> int:
-        return self.step_forwards + self.commit_forwards
-
-    @property
-    def tpf(self) -> float:
-        """DESIGN section 5: tokens up to and including EOS / (denoising + commit forwards)."""
-        return self.n_tokens / max(self.forwards, 1)
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.n_tokens / self.total_s if self.total_s > 0 else 0.0
 
 
 class Engine(LoadedModel):
@@ -89,15 +58,14 @@ class Engine(LoadedModel):
 
     def generate_ids(self, prompt_ids: list[list[int]], cfg: DecodeConfig | None = None, *, trace: bool = False,
                      seeds: list[int] | None = None) -> list[Generation]:
-        result = None
         for event in self.run(prompt_ids, cfg, trace=trace, seeds=seeds):
-            if event["type"] == "done":
-                result = event["generations"]
-        return result
+            if isinstance(event, DoneEvent):
+                return event.generations
+        raise AssertionError("Engine.run ended without a DoneEvent")
 
-    def stream(self, prompt: str, cfg: DecodeConfig | None = None, *, steps: bool = False) -> Iterator[dict]:
-        """Events of one request: {"type": "step"} per denoising step (when steps=True), {"type": "block"}
-        per committed block, then {"type": "done", "generations": [...]}."""
+    def stream(self, prompt: str, cfg: DecodeConfig | None = None, *, steps: bool = False) -> Iterator[Event]:
+        """Events of one request (orl.engine.events): a StepEvent per denoising step (when steps=True),
+        a BlockEvent per committed block, then a DoneEvent."""
         if not prompt:
             raise ValueError("prompt is empty; give at least one character")
         yield from self.run([self.encode(prompt)], cfg, trace=steps, step_events=steps)
@@ -142,21 +110,17 @@ class Engine(LoadedModel):
 
     @torch.no_grad()
     def run(self, prompt_ids: list[list[int]], cfg: DecodeConfig | None = None, *, trace: bool = False,
-            seeds: list[int] | None = None, step_events: bool = False) -> Iterator[dict]:
+            seeds: list[int] | None = None, step_events: bool = False) -> Iterator[Event]:
         cfg = (cfg or DecodeConfig()).validate()
         clock = Clock(self.device)
         st, P = self.setup(prompt_ids, cfg, seeds)
-        B, n_blocks = len(prompt_ids), cfg.n_blocks
         prefill_s = clock()
-
-        out_ids: list[list[int]] = [[] for _ in range(B)]
-        finished, done_at = [False] * B, [0.0] * B
-        denoise, commits = [0] * B, [0] * B
-        block_steps: list[list[int]] = [[] for _ in range(B)]
-        recorder = TraceRecorder(B, cfg.residual != "off") if trace else None
-        for j in range(n_blocks):
-            active_rows = [not f for f in finished]
-            n_valid = self.begin_block(st, cfg, P, j, active_rows)
+        rows = [Row(list(p)) for p in prompt_ids]
+        recorder = TraceRecorder(len(rows), cfg.residual != "off") if trace else None
+        last = cfg.n_blocks - 1
+        for j in range(cfg.n_blocks):
+            live = [not r.finished for r in rows]
+            n_valid = self.begin_block(st, cfg, P, j, live)
             while True:
                 if recorder is not None:  # traces need every step's state, so one step per host check
                     recorder.before(st)
@@ -164,7 +128,7 @@ class Engine(LoadedModel):
                     recorder.after(st, j)
                     done = not bool(st.unresolved.any())
                     if step_events:
-                        yield {"type": "step", "block": j, "record": recorder.rows[0][-1]}
+                        yield StepEvent(j, recorder.rows[0][-1], n_valid)
                 else:
                     done = bool(self.runner(st, cfg))  # the one host sync per chunk
                 if done:
@@ -172,34 +136,18 @@ class Engine(LoadedModel):
             block = st.canvas[:, :n_valid].cpu().tolist()
             steps = st.steps.cpu().tolist()
             now = clock()
-            for b in range(B):
-                if not active_rows[b]:
-                    continue
-                denoise[b] += steps[b]
-                block_steps[b].append(steps[b])
-                toks = block[b]
-                if self.eos_id in toks:
-                    toks = toks[: toks.index(self.eos_id) + 1]
-                    finished[b] = True
-                out_ids[b].extend(toks)
-                if finished[b] or j == n_blocks - 1:
-                    done_at[b] = now
-            yield {"type": "block", "block": j, "token_ids": [list(o) for o in out_ids],
-                   "text": [self.tokenizer.decode(o) for o in out_ids]}
-            if all(finished) or j == n_blocks - 1:
+            for row, tokens, n, was_live in zip(rows, block, steps, live):
+                if was_live:
+                    row.add_block(tokens, n, self.eos_id, now, last=j == last)
+            yield BlockEvent(j, n_valid, [list(r.token_ids) for r in rows],
+                             [self.tokenizer.decode(r.token_ids) for r in rows])
+            if all(r.finished for r in rows) or j == last:
                 break
             # commit forward: the resolved canvas writes the block's clean K/V (an all-resolved step),
             # compiled / captured like the steps
             self.runner.commit(st, cfg)
-            for b in range(B):
-                if not finished[b]:
-                    commits[b] += 1
-        gens = []
-        for b in range(B):
-            ids = out_ids[b]
-            gens.append(Generation(
-                prompt_ids=list(prompt_ids[b]), token_ids=ids, text=self.tokenizer.decode(ids),
-                finished=finished[b], prefill_forwards=1, step_forwards=denoise[b], commit_forwards=commits[b],
-                prefill_s=prefill_s, total_s=done_at[b], block_steps=block_steps[b],
-                trace=recorder.rows[b] if recorder else None))
-        yield {"type": "done", "generations": gens}
+            for r in rows:
+                if not r.finished:
+                    r.commit_forwards += 1
+        yield DoneEvent([r.generation(self.tokenizer, prefill_s, recorder.rows[b] if recorder else None)
+                         for b, r in enumerate(rows)])

@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response as PlainResponse
 
-from orl.engine import DecodeConfig, Engine, Generation
+from orl.engine import DecodeConfig, DoneEvent, Engine, Generation
 from orl.engine.config import RULES
 from orl.model.residual import RESIDUAL_MODES
 from orl.serve.chat import render_chat
@@ -179,9 +179,9 @@ def create_app(engine: Engine, model_name: str, *, defaults: DecodeConfig | None
 
     async def finish(job: Job, events: partial) -> Generation:
         try:
-            while (event := await events())["type"] != "done":
+            while not isinstance(event := await events(), DoneEvent):
                 pass
-            return event["generations"][0]
+            return event.generations[0]
         finally:  # also when this handler is cancelled: the worker must not run on for nobody
             worker.cancel(job)
 

@@ -9,8 +9,9 @@ from typing import AsyncIterator, Awaitable, Callable
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from orl.engine import BlockEvent, DoneEvent, Event, StepEvent
 from orl.serve.protocol import (APIError, ChatDeltaChoice, CompletionChoice, Response, Usage, finish_reason)
-from orl.serve.worker import EngineWorker, Job
+from orl.serve.worker import EngineWorker, ErrorEvent, Job
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -26,7 +27,7 @@ def engine_error(e: Exception) -> APIError:
     return APIError(500, f"generation failed: {type(e).__name__}: {e}", type="server_error")
 
 
-async def next_event(worker: EngineWorker, job: Job, deadline: float, timeout_s: float) -> dict:
+async def next_event(worker: EngineWorker, job: Job, deadline: float, timeout_s: float) -> Event:
     """The job's next engine event; past the deadline the job is cancelled and the request gets a 504."""
     try:
         async with asyncio.timeout_at(deadline):
@@ -35,8 +36,8 @@ async def next_event(worker: EngineWorker, job: Job, deadline: float, timeout_s:
         worker.cancel(job)
         raise APIError(504, f"the request did not finish within the server's timeout of {timeout_s:g} s "
                             "(time waiting in the queue included)", type="server_error", code="timeout") from None
-    if event["type"] == "error":
-        raise engine_error(event["error"])
+    if isinstance(event, ErrorEvent):
+        raise engine_error(event.error)
     return event
 
 
@@ -62,7 +63,7 @@ def text_delta(sent: str, text: str) -> str:
     return stable[len(sent):] if stable.startswith(sent) else ""
 
 
-async def openai_stream(events: Callable[[], Awaitable[dict]], first: dict, rid: str, model: str,
+async def openai_stream(events: Callable[[], Awaitable[Event]], first: Event, rid: str, model: str,
                         chat: bool, include_usage: bool, seed: int | None = None) -> AsyncIterator[str]:
     obj = "chat.completion.chunk" if chat else "text_completion"
 
@@ -79,9 +80,9 @@ async def openai_stream(events: Callable[[], Awaitable[dict]], first: dict, rid:
         yield chunk("", role=True)
     sent, event = "", first
     try:
-        while event["type"] != "done":
-            if event["type"] == "block":
-                delta = text_delta(sent, event["text"][0])
+        while not isinstance(event, DoneEvent):
+            if isinstance(event, BlockEvent):
+                delta = text_delta(sent, event.text[0])
                 sent += delta
                 yield chunk(delta)
             event = await events()
@@ -89,14 +90,14 @@ async def openai_stream(events: Callable[[], Awaitable[dict]], first: dict, rid:
         yield sse(e.body())
         yield sse("[DONE]")
         return
-    gen = event["generations"][0]
+    gen = event.generations[0]
     yield chunk(gen.text[len(sent):], finish_reason(gen))
     if include_usage:
         yield sse(Response(id=rid, object=obj, model=model, choices=[], usage=Usage.of(gen), seed=seed).model_dump())
     yield sse("[DONE]")
 
 
-async def dlm_stream(events: Callable[[], Awaitable[dict]], first: dict, job: Job, tokenizer,
+async def dlm_stream(events: Callable[[], Awaitable[Event]], first: Event, job: Job, tokenizer,
                      info: dict) -> AsyncIterator[str]:
     """Web page events: start, step (canvas of the current block and what the step committed), block
     (committed text so far), done (final text and usage). Live forwards count denoising steps plus one
@@ -104,22 +105,17 @@ async def dlm_stream(events: Callable[[], Awaitable[dict]], first: dict, job: Jo
     when the event was produced, so a slow reader does not distort them."""
     yield sse({"type": "start", **info})
     steps, done_tokens, event = 0, 0, first
-    valid: list[bool] = []  # positions of the current block within max_tokens: all unresolved at step 0
     try:
-        while event["type"] != "done":
-            elapsed = event["at"] - job.started_at
-            if event["type"] == "step":
+        while not isinstance(event, DoneEvent):
+            elapsed = event.at - job.started_at
+            if isinstance(event, StepEvent):
                 steps += 1
-                rec = event["record"].to_dict(tokenizer)
-                if rec["step"] == 0:
-                    valid = rec["unresolved"]
-                in_block = sum(v and (c or not u) for v, u, c in zip(valid, rec["unresolved"], rec["committed"]))
-                tokens, extra = done_tokens + in_block, rec
+                kind, tokens, extra = "step", done_tokens + event.resolved, event.record.to_dict(tokenizer)
             else:
-                done_tokens = tokens = len(event["token_ids"][0])
-                extra = {"text": event["text"][0]}
-            forwards = steps + event["block"]
-            yield sse({**extra, "type": event["type"], "block": event["block"], "generated": tokens,
+                done_tokens = tokens = len(event.token_ids[0])
+                kind, extra = "block", {"text": event.text[0]}
+            forwards = steps + event.block
+            yield sse({**extra, "type": kind, "block": event.block, "generated": tokens,
                        "forwards": forwards, "tpf": round(tokens / max(forwards, 1), 4),
                        "tokens_per_s": round(tokens / elapsed, 2) if elapsed > 0 else 0.0,
                        "elapsed_s": round(elapsed, 4)})
@@ -127,7 +123,7 @@ async def dlm_stream(events: Callable[[], Awaitable[dict]], first: dict, job: Jo
     except APIError as e:
         yield sse({"type": "error", **e.body()})
         return
-    gen = event["generations"][0]
+    gen = event.generations[0]
     yield sse({"type": "done", "text": gen.text, "finish_reason": finish_reason(gen),
                "usage": Usage.of(gen).model_dump(), "tokens_per_s": round(gen.tokens_per_s, 2),
                "elapsed_s": round(gen.total_s, 4), "block_steps": gen.block_steps})

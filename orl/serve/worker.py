@@ -15,11 +15,17 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from orl.engine import DecodeConfig, Engine
+from orl.engine import DecodeConfig, Engine, Event
 
 
 class QueueFull(Exception):
     pass
+
+
+@dataclass(frozen=True)
+class ErrorEvent:
+    """The engine raised: passed to the waiting request in place of further engine events."""
+    error: Exception
 
 
 @dataclass
@@ -32,7 +38,7 @@ class Job:
     cancelled: threading.Event = field(default_factory=threading.Event)
     started_at: float | None = None      # perf_counter when the worker picked it up
 
-    def emit(self, event: dict) -> None:
+    def emit(self, event: Event | ErrorEvent) -> None:
         try:
             self.loop.call_soon_threadsafe(self.events.put_nowait, event)
         except RuntimeError:  # the request's event loop is closed (server shutting down): nobody listens
@@ -121,10 +127,10 @@ class EngineWorker:
                 if job.cancelled.is_set():
                     outcome = "cancelled"
                     break
-                job.emit({**event, "at": time.perf_counter()})  # engine time, whatever the client's pace
+                job.emit(event)  # stamped with engine time (event.at), whatever the client's pace
         except Exception as e:  # reported to the waiting request; the worker lives on
             outcome = "failed"
-            job.emit({"type": "error", "error": e})
+            job.emit(ErrorEvent(e))
         finally:
             events.close()
             with self._cv:  # cancel() counts from the event loop's thread

@@ -1,0 +1,44 @@
+"""What Engine.run yields while a request decodes: one StepEvent per denoising step (streams with
+steps on), one BlockEvent per committed block, then one DoneEvent. Each carries what its consumers
+(the CLI, the demo, the server's streams) need, so none of them recomputes the block layout."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from orl.engine.sequence import Generation
+from orl.engine.trace import StepRecord
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    """A denoising step of the request's first row (step streams carry one prompt)."""
+    block: int
+    record: StepRecord
+    n_valid: int                  # positions of the block within max_new_tokens; the rest are padding
+    at: float = field(default_factory=time.perf_counter)  # when the engine produced it
+
+    @property
+    def resolved(self) -> int:
+        """Valid positions of the block resolved once this step has committed (EOS fill aside)."""
+        r = self.record
+        return int((r.committed | ~r.unresolved)[: self.n_valid].sum())
+
+
+@dataclass(frozen=True)
+class BlockEvent:
+    """A committed block: every row's tokens and text so far."""
+    block: int
+    n_valid: int
+    token_ids: list[list[int]]
+    text: list[str]
+    at: float = field(default_factory=time.perf_counter)
+
+
+@dataclass(frozen=True)
+class DoneEvent:
+    generations: list[Generation]
+    at: float = field(default_factory=time.perf_counter)
+
+
+Event = StepEvent | BlockEvent | DoneEvent
