@@ -21,7 +21,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     import torch
 
     from orl.cli_format import format_step
-    from orl.engine import DecodeConfig, DoneEvent, Engine, StepEvent
+    from orl.engine import DecodeConfig, Engine
 
     flags = dict(block_len=args.block_len, max_new_tokens=args.max_new_tokens, rule=args.rule,
                  threshold=args.threshold, steps_per_block=args.steps_per_block, factor=args.factor,
@@ -34,12 +34,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
     color = sys.stdout.isatty()
     gen = None
     for event in engine.stream(args.prompt, cfg, steps=args.show_steps):
-        if isinstance(event, StepEvent):
-            r = event.record
-            line = format_step(engine.tokenizer, r, event.n_valid, cfg.eos_fill, color)
+        if event["type"] == "step":
+            r = event["record"]
+            n_valid = min(cfg.block_len, cfg.max_new_tokens - r.block * cfg.block_len)
+            line = format_step(engine.tokenizer, r, n_valid, cfg.eos_fill, color)
             print(f"block {r.block} step {r.step + 1}: {line}  (+{int(r.committed.sum())})", flush=True)
-        elif isinstance(event, DoneEvent):
-            gen = event.generations[0]
+        elif event["type"] == "done":
+            gen = event["generations"][0]
     print(gen.text)
     stop = "EOS" if gen.finished else "max_new_tokens"
     print(f"tokens: {gen.n_tokens}  forwards: {gen.forwards} ({gen.step_forwards} denoise + "
