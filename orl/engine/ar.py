@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from orl.engine.sampling import hash_uniform
+from orl.engine.config import checked, decoding_problems
 from orl.engine.loaded import LoadedModel
 from orl.engine.request import Clock, check_request, encode_prompts
 from orl.engine.sequence import Generation
@@ -40,16 +41,7 @@ class ARConfig:
     compile: bool = False      # torch.compile the decode step
 
     def validate(self) -> "ARConfig":
-        problems = []
-        if self.max_new_tokens <= 0:
-            problems.append(f"max_new_tokens must be > 0, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            problems.append(f"temperature must be >= 0, got {self.temperature}")
-        if self.chunk_steps <= 0:
-            problems.append(f"chunk_steps must be > 0, got {self.chunk_steps}")
-        if problems:
-            raise ValueError("invalid ARConfig: " + "; ".join(problems))
-        return self
+        return checked(self, decoding_problems(self.max_new_tokens, self.temperature, self.chunk_steps))
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -8,6 +8,25 @@ from orl.model.residual import RESIDUAL_MODES
 RULES = ("threshold", "topk", "factor", "entropy")
 
 
+def decoding_problems(max_new_tokens: int, temperature: float, chunk_steps: int) -> list[str]:
+    """Checks of the settings every decoder's config has (DecodeConfig, orl.engine.ar.ARConfig)."""
+    problems = []
+    if max_new_tokens <= 0:
+        problems.append(f"max_new_tokens must be > 0, got {max_new_tokens}")
+    if temperature < 0:
+        problems.append(f"temperature must be >= 0, got {temperature}")
+    if chunk_steps <= 0:
+        problems.append(f"chunk_steps must be > 0, got {chunk_steps}")
+    return problems
+
+
+def checked(cfg, problems: list[str]):
+    """cfg, or one ValueError naming every problem."""
+    if problems:
+        raise ValueError(f"invalid {type(cfg).__name__}: " + "; ".join(problems))
+    return cfg
+
+
 @dataclass
 class DecodeConfig:
     block_len: int = 16
@@ -38,11 +57,9 @@ class DecodeConfig:
         return cls(**{**base, **{k: v for k, v in overrides.items() if v is not None}})
 
     def validate(self) -> "DecodeConfig":
-        problems = []
+        problems = decoding_problems(self.max_new_tokens, self.temperature, self.chunk_steps)
         if self.block_len <= 0:
             problems.append(f"block_len must be > 0, got {self.block_len}")
-        if self.max_new_tokens <= 0:
-            problems.append(f"max_new_tokens must be > 0, got {self.max_new_tokens}")
         if self.rule not in RULES:
             problems.append(f"unknown commit rule {self.rule!r}; expected one of {RULES}")
         if not 0.0 < self.threshold <= 1.0:
@@ -57,13 +74,7 @@ class DecodeConfig:
             problems.append(f"unknown residual mode {self.residual!r}; expected one of {RESIDUAL_MODES}")
         if self.residual_temperature <= 0:
             problems.append(f"residual_temperature must be > 0, got {self.residual_temperature}")
-        if self.temperature < 0:
-            problems.append(f"temperature must be >= 0, got {self.temperature}")
-        if self.chunk_steps <= 0:
-            problems.append(f"chunk_steps must be > 0, got {self.chunk_steps}")
-        if problems:
-            raise ValueError("invalid DecodeConfig: " + "; ".join(problems))
-        return self
+        return checked(self, problems)
 
     @property
     def n_blocks(self) -> int:
