@@ -41,10 +41,12 @@ class CheckpointError(ValueError):
 # ---------------------------------------------------------------- save
 
 def save_checkpoint(model: Transformer, tokenizer: Tokenizer, directory: str | os.PathLike, manifest: dict | None = None,
-                    max_shard_bytes: int = 2**31, extra_files: dict[str, bytes] | None = None) -> Path:
+                    max_shard_bytes: int = 2**31, extra_files: dict[str, bytes] | None = None,
+                    config: dict | None = None) -> Path:
     """Write the checkpoint atomically (orl.atomic_dir): a crash leaves the old directory or the new one,
     and a directory orl did not write is never replaced. extra_files: name -> bytes written inside the
-    same atomic write (trainer state). The manifest records a checksum of every file."""
+    same atomic write (trainer state); config: a config.json to write instead of the family's (exports).
+    The manifest records a checksum of every file."""
     args = model.args
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     if args.tie_embeddings:
@@ -61,8 +63,9 @@ def save_checkpoint(model: Transformer, tokenizer: Tokenizer, directory: str | o
         if key in DERIVED and value != full[key]:
             raise ValueError(f"manifest key {key!r} is derived from the model ({full[key]!r}), got {value!r}")
     full.update(manifest or {})
-    config = family_for(args).config_from_args(args, dtype)
-    config.update(eos_token_id=tokenizer.eos_id, pad_token_id=tokenizer.pad_id)
+    if config is None:
+        config = family_for(args).config_from_args(args, dtype)
+        config.update(eos_token_id=tokenizer.eos_id, pad_token_id=tokenizer.pad_id)
 
     def fill(tmp: Path) -> None:
         _write_weights(state, tmp, max_shard_bytes)
@@ -185,10 +188,13 @@ def read_manifest(directory: str | os.PathLike) -> dict:
 
 def _check_config_agrees(cfg_path: Path, family: ModuleType, args: ModelArgs, dtype: torch.dtype) -> None:
     """config.json is what transformers reads, orl.json what orl reads: they must describe one model."""
-    if not hasattr(family, "config_from_args"):
-        return
     cfg = _read_json(cfg_path)
-    want = family.config_from_args(args, dtype)
+    if "orl_args" in cfg:  # an export read through its own modeling file (orl.hf_wrapper)
+        want = {"orl_args": args.to_dict()}
+    elif hasattr(family, "config_from_args"):
+        want = family.config_from_args(args, dtype)
+    else:
+        return
     diff = [f"{k}: config.json {cfg[k]!r}, {MANIFEST} {v!r}" for k, v in want.items()
             if k in cfg and cfg[k] != v and k not in ("eos_token_id", "pad_token_id", "bos_token_id")]
     if diff:

@@ -1,11 +1,13 @@
-"""Export a native model as a directory that transformers' `Qwen3ForCausalLM.from_pretrained` (or
-Qwen3MoeForCausalLM) loads, for running it through `generate` as a peer of orl's own decoders.
+"""Export an orl checkpoint as a Hugging Face repo that transformers loads with equal logits.
 
-The weights and config.json are what save_checkpoint writes (parameter names are already Qwen3's);
-the directory also keeps orl.json, so orl loads it back unchanged. Models with features Qwen3 cannot
-express (a learned position table, the residual adapter, no q/k norm, a shared expert) are refused:
-transformers would load them silently as a different model. generation_config.json carries EOS and
-pad, which `generate` reads from there (a char tokenizer is not a transformers tokenizer).
+- A model Qwen3 can express (no learned positions, no shifted read-out, no adapter, q/k norm on) is
+  written as a plain Qwen3 / Qwen3-MoE directory: `AutoModelForCausalLM.from_pretrained(dir)`.
+- Any other orl model (the tiny dLLMs, ORL models with their adapter) ships orl's own model code as
+  modeling_orl.py (orl/export_bundle.py): `AutoModelForCausalLM.from_pretrained(dir,
+  trust_remote_code=True)`; its forward is orl's, so logits are equal by construction.
+Either way the directory holds a tokenizer that `AutoTokenizer` loads with orl's ids (the character
+tokenizer is written as a tokenizers WordLevel model over single characters), generation_config.json
+with EOS and pad, and orl.json, so orl loads the export back unchanged.
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from pathlib import Path
 
 from orl.checkpoint import save_checkpoint
 from orl.model import ModelArgs, Transformer
-from orl.model.families import qwen3
+from orl.model.families import family_for
+from orl.tokenizer import SPECIALS, CharTokenizer
 
 
 class ExportError(ValueError):
@@ -23,19 +26,52 @@ class ExportError(ValueError):
 
 
 def not_exportable(args: ModelArgs) -> str | None:
-    """Why the model has no transformers Qwen3 equivalent, or None when it has one."""
+    """Why the model has no plain transformers equivalent (Qwen3 / Gemma 3), or None when it has one."""
     import torch
 
-    extras = qwen3.config_from_args(args, torch.float32).get("orl_extensions")
+    extras = family_for(args).config_from_args(args, torch.float32).get("orl_extensions")
     if not extras:
         return None
     return "Qwen3 cannot express " + ", ".join(f"{k}={v}" for k, v in extras.items())
 
 
-def export_hf(model: Transformer, tokenizer, directory: str | os.PathLike) -> Path:
+def export_hf(model: Transformer, tokenizer, directory: str | os.PathLike, manifest: dict | None = None,
+              remote_code: bool | None = None) -> Path:
+    """remote_code None: a plain transformers directory where the model fits one, else modeling_orl.py."""
+    from orl.export_bundle import MODELING_FILE, modeling_source, remote_code_config
+    from orl.model.families.common import dtype_name
+
     reason = not_exportable(model.args)
-    if reason:
-        raise ExportError(f"cannot export to a transformers Qwen3 directory: {reason}")
-    gen = {"eos_token_id": tokenizer.eos_id, "pad_token_id": tokenizer.pad_id, "do_sample": False}
-    return save_checkpoint(model, tokenizer, directory,
-                           extra_files={"generation_config.json": (json.dumps(gen, indent=2) + "\n").encode()})
+    if remote_code is False and reason:
+        raise ExportError(f"cannot export to a plain transformers directory: {reason}")
+    use_remote = bool(reason) if remote_code is None else remote_code
+    files = {"generation_config.json": _json({"eos_token_id": tokenizer.eos_id, "pad_token_id": tokenizer.pad_id,
+                                              "do_sample": False})}
+    if isinstance(tokenizer, CharTokenizer):
+        files.update(char_tokenizer_files(tokenizer))
+    keep = {k: v for k, v in (manifest or {}).items() if k in ("block_len", "residual_mode", "objective", "recipe")}
+    config = None
+    if use_remote:
+        files[MODELING_FILE] = modeling_source().encode()
+        dtype = dtype_name(next(model.parameters()).dtype)
+        config = remote_code_config(model.args.to_dict(), dtype, tokenizer, keep.get("block_len"))
+    return save_checkpoint(model, tokenizer, directory, keep, extra_files=files, config=config)
+
+
+def char_tokenizer_files(tok: CharTokenizer) -> dict[str, bytes]:
+    """tokenizer.json + tokenizer_config.json that AutoTokenizer turns into orl's character ids."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {s: i for i, s in enumerate(tok.itos)}
+    hf = Tokenizer(models.WordLevel(vocab, unk_token=None))
+    hf.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # one token per character
+    hf.decoder = decoders.Fuse()  # join without spaces
+    hf.add_special_tokens(list(SPECIALS))
+    names = dict(zip(("pad_token", "eos_token", "mask_token"), SPECIALS))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 1 << 30, **names,
+              "clean_up_tokenization_spaces": False}
+    return {"tokenizer.json": hf.to_str(pretty=True).encode(), "tokenizer_config.json": _json(config)}
+
+
+def _json(data: dict) -> bytes:
+    return (json.dumps(data, indent=2) + "\n").encode()

@@ -1,0 +1,85 @@
+"""orl export (issue 23 item 3): every orl model becomes a Hugging Face repo that transformers loads
+with equal logits (plain Qwen3 where it fits, orl's own code as modeling_orl.py otherwise) and a
+tokenizer AutoTokenizer loads with equal ids; orl loads the export back unchanged."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from orl import cli  # noqa: E402
+from orl.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
+from orl.export import ExportError, export_hf  # noqa: E402
+from orl.model import ModelArgs, Transformer, masks  # noqa: E402
+from orl.tokenizer import CharTokenizer  # noqa: E402
+
+TOK = CharTokenizer()
+ROOT = Path(__file__).resolve().parents[1]
+TEXT = "cumsum:3141=3,4,8,9\n?+?=42 sort:a1,b2= ~!{}"
+
+
+def dllm(**kw) -> Transformer:
+    torch.manual_seed(0)
+    args = dict(vocab_size=128, dim=32, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=16, ffn_dim=48, max_seq_len=64,
+                learned_pos=True, shift_logits=True, adapter_dim=8)
+    m = Transformer(ModelArgs(**{**args, **kw})).eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.normal_(0, 0.2)  # the adapter's zero-initialised projection must carry signal too
+    return m
+
+
+def hf_load(d: Path, **kw):
+    return transformers.AutoModelForCausalLM.from_pretrained(d, **kw).eval()
+
+
+def test_a_dllm_exports_with_its_own_code_and_equal_logits(tmp_path):
+    ours = dllm()
+    out = export_hf(ours, TOK, tmp_path / "hf", {"block_len": 4, "residual_mode": "adapter"})
+    assert (out / "modeling_orl.py").exists()
+    with pytest.raises(ValueError):  # without trust_remote_code transformers must not guess a class
+        hf_load(out)
+    theirs = hf_load(out, trust_remote_code=True)
+    ids = torch.tensor([TOK.encode("cumsum:314=3,4")])
+    T = ids.shape[1]
+    pos = torch.arange(T)[None]
+    with torch.no_grad():
+        causal = ours(ids, pos, masks.causal(T)[None])
+        assert torch.equal(theirs(ids).logits, causal)
+        block = masks.block_causal(7, T - 7, 4)[None]
+        want = ours(ids, pos, block, read_from=(torch.arange(T) - 1).clamp(min=0))
+        assert torch.equal(theirs(ids, orl_mask=block).logits, want)
+    back, _, manifest = load_checkpoint(out)
+    assert back.args == ours.args and manifest["block_len"] == 4 and manifest["residual_mode"] == "adapter"
+
+
+def test_plain_qwen3_export_loads_without_remote_code(tmp_path):
+    ours = dllm(learned_pos=False, shift_logits=False, adapter_dim=0)
+    out = export_hf(ours, TOK, tmp_path / "hf")
+    assert not (out / "modeling_orl.py").exists()
+    theirs = hf_load(out)
+    assert type(theirs).__name__ == "Qwen3ForCausalLM"
+    ids = torch.tensor([TOK.encode("?+?=42")])
+    with torch.no_grad():
+        assert torch.allclose(theirs(ids).logits, ours(ids, torch.arange(6)[None], masks.causal(6)[None]), atol=1e-5)
+
+
+def test_auto_tokenizer_gives_orl_ids(tmp_path):
+    out = export_hf(dllm(), TOK, tmp_path / "hf")
+    hf_tok = transformers.AutoTokenizer.from_pretrained(out)
+    ids = hf_tok(TEXT, add_special_tokens=False).input_ids
+    assert ids == TOK.encode(TEXT)
+    assert hf_tok.decode(ids) == TEXT
+    assert (hf_tok.eos_token_id, hf_tok.pad_token_id, hf_tok.mask_token_id) == (TOK.eos_id, TOK.pad_id, TOK.mask_id)
+
+
+def test_plain_is_refused_for_a_dllm_and_the_cli_exports_the_shipped_orl_model(tmp_path, capsys):
+    with pytest.raises(ExportError, match="learned_pos"):
+        export_hf(dllm(), TOK, tmp_path / "x", remote_code=False)
+    assert cli.main(["export", "--model", str(ROOT / "checkpoints" / "orl-tiny-orl"), "--out", str(tmp_path / "o")]) == 0
+    assert "trust_remote_code=True" in capsys.readouterr().out
+    cfg = json.loads((tmp_path / "o" / "config.json").read_text())
+    assert cfg["auto_map"]["AutoModelForCausalLM"] == "modeling_orl.OrlForCausalLM" and cfg["block_len"] == 16
+    hf_load(tmp_path / "o", trust_remote_code=True)
