@@ -198,10 +198,10 @@ def test_step_compiles_fullgraph_and_matches_eager():
 
 # ---------------------------------------------------------------- export
 
-def test_export_refuses_what_qwen3_cannot_express(tmp_path):
+def test_plain_export_refuses_what_qwen3_cannot_express(tmp_path):
     for kw, name in ((dict(learned_pos=True), "learned_pos"), (dict(adapter_dim=8), "adapter_dim")):
         with pytest.raises(ExportError, match=name):
-            export_hf(tiny_ar(False, **kw), TOK, tmp_path / name)
+            export_hf(tiny_ar(False, **kw), TOK, tmp_path / name, remote_code=False)
         assert not (tmp_path / name).exists()
     out = export_hf(tiny_ar(False), TOK, tmp_path / "ok")
     assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == TOK.eos_id
