@@ -87,6 +87,9 @@ def test_cross_site_requests_are_refused(default_server):
     assert status >= 400 and "access-control-allow-origin" not in headers  # no CORS preflight passes
     status, _, _ = request(default_server, "POST", "/v1/completions", BODY, {**JSON, "Origin": f"http://{host}"})
     assert status == 200  # the page at / calls its own origin
+    for origin in ("http://[::1", "null", ""):  # malformed, sandboxed or empty: refused, not a 500
+        status, _, data = request(default_server, "GET", "/health", None, {"Origin": origin})
+        assert status == 403 and error(data)["code"] == "origin_not_allowed"
 
 
 def test_no_docs_by_default(default_server):

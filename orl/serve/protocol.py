@@ -208,6 +208,9 @@ def parse_body(raw: bytes, model: type[BaseModel]) -> BaseModel:
         raise APIError(400, f"invalid number in request body: {e}", code="invalid_json") from None
     if json_depth(data) > MAX_JSON_DEPTH:
         raise APIError(400, f"JSON in request body is nested deeper than {MAX_JSON_DEPTH} levels", code="invalid_json")
+    if bad := lone_surrogate(data):
+        raise APIError(400, f"request body has a lone UTF-16 surrogate ({bad!r}), which is not a character",
+                       code="invalid_json")
     if not isinstance(data, dict):
         raise APIError(400, f"request body must be a JSON object, got {type(data).__name__}", code="invalid_json")
     try:
@@ -219,6 +222,8 @@ def parse_body(raw: bytes, model: type[BaseModel]) -> BaseModel:
             msg = f"unsupported field {param!r}"
         elif first["type"] == "missing":
             msg = f"missing required field {param!r}"
+        elif param is None:
+            msg = f"invalid request body: {first['msg']}"
         else:
             msg = f"invalid value for {param!r}: {first['msg'].removeprefix('Value error, ')}"
         more = len(e.errors()) - 1
@@ -242,6 +247,25 @@ def json_depth(data: object) -> int:
                 break
             todo.extend((c, d + 1) for c in children)
     return depth
+
+
+def lone_surrogate(data: object) -> str | None:
+    """A string (or key) of parsed JSON holding a lone "\\udXXX" escape: Python keeps it, but it cannot be
+    encoded as UTF-8 again (not in a prompt, not in an error message naming it)."""
+    todo = [data]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, dict):
+            todo.extend(node.keys())
+            todo.extend(node.values())
+        elif isinstance(node, list):
+            todo.extend(node)
+        elif isinstance(node, str):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError as e:
+                return node[e.start:e.end]
+    return None
 
 
 class Usage(BaseModel):

@@ -37,6 +37,15 @@ def host_name(host: str) -> str | None:
         return None
 
 
+def same_origin(origin: str, host: str | None) -> bool:
+    """Whether an Origin header names the server itself (the page at `/`); a malformed one does not."""
+    try:
+        netloc = urlsplit(origin).netloc
+    except ValueError:
+        return False
+    return bool(netloc) and netloc.lower() == (host or "").lower()
+
+
 def is_ip(name: str) -> bool:
     try:
         ipaddress.ip_address(name)
@@ -71,7 +80,7 @@ class Guard:
             return APIError(403, f"Host {host!r} is not allowed: start the server with --allowed-hosts "
                                  f"{host_name(host) or host} to serve it under that name", code="host_not_allowed")
         origin = headers.get("origin")
-        if origin is not None and urlsplit(origin).netloc.lower() != (host or "").lower() and not (
+        if origin is not None and not same_origin(origin, host) and not (
                 origin in self.cfg.cors_origins or "*" in self.cfg.cors_origins):
             return APIError(403, f"requests from pages of origin {origin!r} are not allowed: start the server with "
                                  f"--cors-origins {origin} to allow them", code="origin_not_allowed")
