@@ -1,7 +1,8 @@
 """orl serve end to end: the real `orl serve` process on a tiny random checkpoint, driven by the official
 openai client and raw HTTP. Answers must equal Engine.generate with the same settings; bad input gets
 OpenAI-shaped 4xx errors; concurrent clients and dropped streams leave the server healthy.
-Helpers here (tiny_checkpoint, ThreadedServer, post) are shared with test_serve_queue.py and test_web.py."""
+Helpers here (tiny_checkpoint, ThreadedServer, request, post, get, counts, raw_socket) are shared with the
+other test_serve_*.py files and test_web.py."""
 from __future__ import annotations
 
 import http.client
@@ -67,6 +68,20 @@ def get(url: str, path: str) -> dict:
     body = json.loads(conn.getresponse().read())
     conn.close()
     return body
+
+
+def raw_socket(url: str) -> socket.socket:
+    u = urlparse(url)
+    return socket.create_connection((u.hostname, u.port), timeout=10)
+
+
+def counts(url: str) -> tuple[int, int, int]:
+    """/health's (completed, cancelled, failed) once the worker is idle (it counts after the answer is out)."""
+    deadline = time.monotonic() + 20
+    while (h := get(url, "/health"))["busy"] or h["queued"]:
+        assert time.monotonic() < deadline, h
+        time.sleep(0.02)
+    return h["completed"], h["cancelled"], h["failed"]
 
 
 class ThreadedServer:

@@ -1,13 +1,12 @@
-"""orl serve against hostile or unusual clients (issue 16, items 9-18), over real HTTP: no request can
-produce a 500 (and one that still does closes its connection cleanly), parameters are validated before
-queueing, /health counts right, half-sent requests time out, bad flags are one-line errors, sampling
-draws a fresh seed, and chat renders every message."""
+"""orl serve against hostile or unusual requests (issue 16, items 9-13, 17, 18; connection-level items
+in test_serve_connections.py), over real HTTP: no request can produce a 500 (and one that still does
+closes its connection cleanly), parameters are validated before queueing, /health counts right,
+sampling draws a fresh seed, and chat renders every message."""
 from __future__ import annotations
 
 import http.client
 import json
 import logging
-import socket
 import time
 from urllib.parse import urlparse
 
@@ -15,13 +14,12 @@ import pytest
 import torch
 
 from orl.checkpoint import load_checkpoint
-from orl.cli import main
 from orl.engine import DecodeConfig, Engine
 from orl.model import ModelArgs, Transformer
 from orl.serve import ServerConfig, create_app
 from orl.serve.chat import plain_chat
 from orl.serve.worker import Job
-from test_serve import SETTINGS, ThreadedServer, get, post, tiny_checkpoint
+from test_serve import SETTINGS, ThreadedServer, counts, post, tiny_checkpoint
 
 MODEL = "tiny"
 READ_TIMEOUT = 1.0
@@ -52,20 +50,6 @@ def server(engine):
 def connect(url: str) -> http.client.HTTPConnection:
     u = urlparse(url)
     return http.client.HTTPConnection(u.hostname, u.port, timeout=30)
-
-
-def raw_socket(url: str) -> socket.socket:
-    u = urlparse(url)
-    return socket.create_connection((u.hostname, u.port), timeout=10)
-
-
-def counts(url: str) -> tuple[int, int, int]:
-    """/health's (completed, cancelled, failed) once the worker is idle (it counts after the answer is out)."""
-    deadline = time.monotonic() + 20
-    while (h := get(url, "/health"))["busy"] or h["queued"]:
-        assert time.monotonic() < deadline, h
-        time.sleep(0.02)
-    return h["completed"], h["cancelled"], h["failed"]
 
 
 # ---------------------------------------------------------------- 9: max_completion_tokens
@@ -184,132 +168,6 @@ def streamed_status(url: str) -> int:
     conn.close()
     assert text.rstrip().endswith("data: [DONE]")
     return resp.status
-
-
-# ---------------------------------------------------------------- 14: half-sent requests
-
-
-class Records(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record):
-        self.records.append(record)
-
-
-def test_client_leaving_mid_body_logs_nothing(server):
-    records = Records()
-    logger = logging.getLogger("uvicorn.error")
-    logger.addHandler(records)
-    try:
-        before = counts(server)
-        s = raw_socket(server)
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: 100\r\n\r\n{\"model\": ")
-        time.sleep(0.2)
-        s.close()
-        time.sleep(0.3)
-        assert get(server, "/health")["status"] == "ok" and counts(server) == before
-    finally:
-        logger.removeHandler(records)
-    assert [r.getMessage() for r in records.records] == []
-
-
-def closed_within(s: socket.socket, seconds: float) -> tuple[bool, bytes]:
-    """(closed by the server within `seconds`, what it sent first)."""
-    s.settimeout(seconds)
-    got = b""
-    try:
-        while chunk := s.recv(4096):
-            got += chunk
-    except (TimeoutError, socket.timeout):
-        return False, got
-    except ConnectionResetError:
-        pass
-    return True, got
-
-
-def test_partial_header_is_closed_after_the_read_timeout(server):
-    s = raw_socket(server)
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n")
-    t0 = time.monotonic()
-    closed, _ = closed_within(s, READ_TIMEOUT + 4)
-    s.close()
-    assert closed and time.monotonic() - t0 >= READ_TIMEOUT * 0.8
-
-
-def test_trickled_header_after_a_response_is_closed(server):
-    """uvicorn's keep-alive timer restarts on every byte: a header sent one byte at a time must not hold
-    the connection past the read timeout."""
-    s = raw_socket(server)
-    s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-    assert s.recv(4096).startswith(b"HTTP/1.1 200")
-    s.settimeout(0.3)
-    t0 = time.monotonic()
-    closed = False
-    for byte in b"GET /health HTTP/1.1\r\nX-Slow: " + b"a" * 40:
-        try:
-            s.sendall(bytes([byte]))
-            if s.recv(4096) == b"":
-                closed = True
-                break
-        except (TimeoutError, socket.timeout):
-            continue
-        except OSError:
-            closed = True
-            break
-    s.close()
-    assert closed and time.monotonic() - t0 < READ_TIMEOUT + 4
-
-
-def test_partial_body_gets_408_and_close(server):
-    before = counts(server)
-    s = raw_socket(server)
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-              b"Content-Length: 100\r\n\r\n{\"model\": ")
-    closed, got = closed_within(s, READ_TIMEOUT + 4)
-    s.close()
-    assert closed and got.startswith(b"HTTP/1.1 408"), got
-    assert b"connection: close" in got.lower() and b"request_timeout" in got
-    assert counts(server) == before
-
-
-# ---------------------------------------------------------------- 16: bad flags
-
-
-@pytest.mark.parametrize("flags,words", [
-    (["--timeout", "-1"], "timeout must be a positive number of seconds, got -1.0"),
-    (["--timeout", "nan"], "timeout must be a positive number"),
-    (["--read-timeout", "0"], "read timeout must be a positive number"),
-    (["--port", "70000"], "port must be in 0..65535, got 70000"),
-    (["--queue-size", "0"], "queue size must be >= 1"),
-    (["--device", "tpu"], "unknown device 'tpu'"),
-    (["--cors-origins", "evil.com"], "CORS origin 'evil.com' is not of the form"),
-])
-def test_bad_serve_flags_are_one_line_errors(ckpt, capsys, flags, words):
-    t0 = time.monotonic()
-    assert main(["serve", "--model", str(ckpt), *flags]) == 2
-    err = capsys.readouterr().err
-    assert words in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    assert time.monotonic() - t0 < 5  # refused before the model is loaded
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
-def test_cuda_without_cuda_is_a_one_line_error(ckpt, capsys):
-    assert main(["serve", "--model", str(ckpt), "--device", "cuda"]) == 2
-    err = capsys.readouterr().err
-    assert "CUDA is not available" in err and len(err.strip().splitlines()) == 1
-
-
-def test_port_in_use_is_a_one_line_error(ckpt, capsys):
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        assert main(["serve", "--model", str(ckpt), "--port", str(port)]) == 2
-    err = capsys.readouterr().err
-    assert f"cannot listen on 127.0.0.1:{port}" in err and len(err.strip().splitlines()) == 1, err
 
 
 # ---------------------------------------------------------------- 17: fresh seeds
