@@ -5,6 +5,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from orl.errors import error_message
+
 
 def cmd_info(args: argparse.Namespace) -> int:
     from orl.info import describe
@@ -14,33 +16,34 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from orl.cli_models import generate_autoregressive, is_autoregressive
-
-    if is_autoregressive(args.model):  # e.g. an imported Gemma 3: orl's AR decoder, not dlmrt
-        return generate_autoregressive(args)
-    import torch
-
+    from orl.checkpoint import load_checkpoint
     from orl.cli_format import format_step
-    from orl.engine import DecodeConfig, Engine
+    from orl.cli_models import generate_autoregressive
+    from orl.device import resolve_device
+    from orl.engine import DecodeConfig, DoneEvent, Engine, StepEvent
 
     flags = dict(block_len=args.block_len, max_new_tokens=args.max_new_tokens, rule=args.rule,
                  threshold=args.threshold, steps_per_block=args.steps_per_block, factor=args.factor,
                  entropy_bound=args.entropy_bound, residual=args.residual, temperature=args.temperature,
                  seed=args.seed, chunk_steps=args.chunk_steps, compile=args.compile, cuda_graph=args.cuda_graph)
     DecodeConfig.from_manifest({}, **flags).validate()  # bad flags fail before the weights load
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    engine = Engine.from_checkpoint(args.model, device=device)  # reads orl.json, once
+    model, tok, manifest = load_checkpoint(args.model, device=resolve_device(args.device))  # orl.json, once
+    if manifest.get("objective") == "autoregressive" or manifest.get("source") == "config.json":
+        if manifest.get("source") == "config.json":
+            print(f"note: {args.model} has no orl.json: a plain causal LM, not a diffusion model; "
+                  "decoding it with the autoregressive decoder", file=sys.stderr)
+        return generate_autoregressive(args, model, tok)
+    engine = Engine(model, tok, manifest=manifest)
     cfg = DecodeConfig.from_manifest(engine.manifest, **flags)  # validated by the engine with the request
     color = sys.stdout.isatty()
     gen = None
     for event in engine.stream(args.prompt, cfg, steps=args.show_steps):
-        if event["type"] == "step":
-            r = event["record"]
-            n_valid = min(cfg.block_len, cfg.max_new_tokens - r.block * cfg.block_len)
-            line = format_step(engine.tokenizer, r, n_valid, cfg.eos_fill, color)
+        if isinstance(event, StepEvent):
+            r = event.record
+            line = format_step(engine.tokenizer, r, event.n_valid, cfg.eos_fill, color)
             print(f"block {r.block} step {r.step + 1}: {line}  (+{int(r.committed.sum())})", flush=True)
-        elif event["type"] == "done":
-            gen = event["generations"][0]
+        elif isinstance(event, DoneEvent):
+            gen = event.generations[0]
     print(gen.text)
     stop = "EOS" if gen.finished else "max_new_tokens"
     print(f"tokens: {gen.n_tokens}  forwards: {gen.forwards} ({gen.step_forwards} denoise + "
@@ -49,44 +52,39 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _set_field(cfg, path: str, value: str) -> None:
-    """--set a.b=value on nested dataclass configs, cast to the field's current type."""
-    *parents, key = path.split(".")
-    for p in parents:
-        cfg = getattr(cfg, p)
-    if not hasattr(cfg, key):
-        raise ValueError(f"--set {path}: no such config field")
-    kind = type(getattr(cfg, key))
-    if kind is bool:
-        parsed = value.lower() in ("1", "true", "yes")
-    elif kind is tuple:
-        parsed = tuple(value.split(","))
-    else:
-        parsed = kind(value)
-    setattr(cfg, key, parsed)
-
-
 def cmd_train(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from orl.overrides import apply_file, apply_overrides, describe_config
     from orl.presets import get_preset
 
     cfg = get_preset(args.recipe, args.preset)
     if args.base:
-        cfg.base = args.base
-    for override in args.set or []:
-        key, _, value = override.partition("=")
-        _set_field(cfg, key, value)
+        if not hasattr(cfg, "base"):
+            raise ValueError(f"--base: the {args.recipe} recipe starts from scratch and takes no base checkpoint")
+        cfg = dataclasses.replace(cfg, base=args.base)
+    if args.config:
+        cfg = apply_file(cfg, args.config)
+    cfg = apply_overrides(cfg, args.set or [])
+    if args.show_config:
+        print(f"# orl train --recipe {args.recipe} --preset {args.preset}: {type(cfg).__name__}")
+        print(describe_config(cfg))
+        return 0
+    if not args.out:
+        raise ValueError("--out is required (the run's checkpoint directory)")
+    run = dict(resume=not args.fresh, allow_config_change=args.allow_config_change)
     if args.recipe == "pretrain":
         from orl.train.pretrain import pretrain
 
-        pretrain(cfg, args.out, resume=not args.fresh)
+        pretrain(cfg, args.out, **run)
     elif args.recipe == "orl":
-        from orl.train.trainer import train_orl
+        from orl.train.orl import train_orl
 
-        train_orl(cfg, args.out, resume=not args.fresh)
+        train_orl(cfg, args.out, **run)
     else:
         from orl.train.rcd import train_rcd
 
-        train_rcd(cfg, args.out, resume=not args.fresh)
+        train_rcd(cfg, args.out, **run)
     return 0
 
 
@@ -151,8 +149,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     from orl.checkpoint import load_checkpoint
     from orl.export import export_hf
 
-    model, tokenizer, _ = load_checkpoint(args.model)
-    print(f"wrote {export_hf(model, tokenizer, args.out)}")
+    model, tokenizer, manifest = load_checkpoint(args.model)
+    out = export_hf(model, tokenizer, args.out, manifest, remote_code=False if args.plain else None)
+    how = "trust_remote_code=True" if (out / "modeling_orl.py").exists() else "plain transformers"
+    print(f"wrote {out} (AutoModelForCausalLM.from_pretrained, {how})")
     return 0
 
 
@@ -165,6 +165,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="orl", description="ORL post-training and the dlmrt inference engine")
+    p.add_argument("--debug", action="store_true", help="show Python tracebacks instead of one-line errors")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     s = sub.add_parser("info", help="print a checkpoint's manifest and parameter count")
@@ -200,13 +201,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--threshold", type=float, default=0.9, help="commit threshold for both models")
     s.set_defaults(func=cmd_demo)
 
-    s = sub.add_parser("train", help="train with a recipe and preset (resumes from --out if it holds a run)")
-    s.add_argument("--recipe", default="pretrain", choices=["pretrain", "orl", "rcd"])
-    s.add_argument("--base", help="base checkpoint (orl / rcd recipes)")
-    s.add_argument("--preset", required=True, help="preset name (orl/presets)")
-    s.add_argument("--out", required=True, help="checkpoint directory (written atomically, resumable)")
-    s.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scalar config field")
+    s = sub.add_parser("train", help="train with a recipe and preset (resumes from --out if it holds a run)",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    _lazy_epilog(s, _presets_epilog)
+    s.add_argument("--recipe", default="pretrain", choices=["pretrain", "orl", "rcd"],
+                   help="pretrain: a base model from scratch; orl: ORL post-training; rcd: the off-policy baseline")
+    s.add_argument("--base", help="base checkpoint (orl / rcd recipes; default: the shipped tiny base)")
+    s.add_argument("--preset", required=True, help="preset name (listed below)")
+    s.add_argument("--out", help="checkpoint directory (written atomically, resumable)")
+    s.add_argument("--config", metavar="FILE.toml", help="settings from a TOML file (applied before --set)")
+    s.add_argument("--show-config", action="store_true", help="print every setting with its type and value, then exit")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a config field, nested with dots (model.dim=64, rollout.threshold=0.8, mix=1,2,3)")
     s.add_argument("--fresh", action="store_true", help="ignore an existing run in --out")
+    s.add_argument("--allow-config-change", action="store_true",
+                   help="resume a run in --out although its config differs (the change is logged)")
     s.set_defaults(func=cmd_train)
 
     s = sub.add_parser("serve", help="OpenAI-compatible HTTP server + live denoising page (docs/SERVING.md)")
@@ -276,9 +285,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", help="markdown file the table is appended to")
     s.set_defaults(func=cmd_bench)
 
-    s = sub.add_parser("export", help="write a checkpoint as a transformers Qwen3 directory (for generate)")
+    s = sub.add_parser("export", help="write a checkpoint as a Hugging Face repo transformers loads (equal logits)")
     s.add_argument("--model", required=True, help="checkpoint directory")
-    s.add_argument("--out", required=True, help="output directory (refused if it exists and is not a checkpoint)")
+    s.add_argument("--out", required=True, help="output directory (refused if it holds files orl did not write)")
+    s.add_argument("--plain", action="store_true",
+                   help="only a plain Qwen3 directory (no modeling_orl.py); refused if the model needs orl's code")
     s.set_defaults(func=cmd_export)
     from orl.cli_models import add_commands  # import-gguf, fetch (real models)
 
@@ -286,12 +297,46 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _presets_epilog() -> str:
+    from orl.presets import PRESETS
+
+    lines = ["presets (--recipe: --preset ...; `--show-config` prints one's settings):"]
+    for recipe, presets in PRESETS.items():
+        lines.append(f"  {recipe:<9} " + ", ".join(presets))
+    return "\n".join(lines)
+
+
+def _lazy_epilog(parser: argparse.ArgumentParser, make) -> None:
+    """Build the epilog only when help is printed: listing presets imports the training code."""
+    plain = parser.format_help
+
+    def format_help() -> str:
+        parser.epilog = make()
+        return plain()
+
+    parser.format_help = format_help
+
+
+def _debug_flag_everywhere(p: argparse.ArgumentParser) -> None:
+    """`orl CMD ... --debug` as well as `orl --debug CMD ...`."""
+    for action in p._subparsers._group_actions:
+        for sub in action.choices.values():
+            sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    _debug_flag_everywhere(parser)
+    args = parser.parse_args(argv)
+    if args.debug:
+        return args.func(args)
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"orl {args.cmd}: error: {e}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"orl {args.cmd}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # one line naming the problem; --debug shows the traceback
+        print(f"orl {args.cmd}: error: {error_message(e)}", file=sys.stderr)
         return 2
 
 

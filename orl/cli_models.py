@@ -38,22 +38,10 @@ def add_commands(sub) -> None:
     s.set_defaults(func=cmd_fetch)
 
 
-def is_autoregressive(directory) -> bool:
-    from orl.checkpoint import read_manifest
-
-    return read_manifest(directory).get("objective") == "autoregressive"
-
-
-def generate_autoregressive(args: argparse.Namespace) -> int:
+def generate_autoregressive(args: argparse.Namespace, model, tok) -> int:
     """`orl generate` on an autoregressive checkpoint: orl's AR decoder (greedy unless --temperature)."""
-    import torch
-
-    from orl.checkpoint import load_checkpoint, require_objective
     from orl.engine.ar import ARConfig, ARDecoder
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model, tok, manifest = load_checkpoint(args.model, device=device)
-    require_objective(manifest, ARDecoder.objective, args.model)
     cfg = ARConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
     prompt = tok.encode(args.prompt)
     # a cache as long as this request, not the model's whole context (32k for Gemma 3)

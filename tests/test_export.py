@@ -83,3 +83,18 @@ def test_plain_is_refused_for_a_dllm_and_the_cli_exports_the_shipped_orl_model(t
     cfg = json.loads((tmp_path / "o" / "config.json").read_text())
     assert cfg["auto_map"]["AutoModelForCausalLM"] == "modeling_orl.OrlForCausalLM" and cfg["block_len"] == 16
     hf_load(tmp_path / "o", trust_remote_code=True)
+
+
+def test_generate_decodes_a_plain_causal_checkpoint_autoregressively(tmp_path, capsys):
+    """issue 23 item 5: a transformers directory without orl.json is a causal LM, said and decoded as one."""
+    out = export_hf(dllm(learned_pos=False, shift_logits=False, adapter_dim=0), TOK, tmp_path / "hf")
+    (out / "orl.json").unlink()
+    assert cli.main(["generate", "--model", str(out), "ab", "--max-new-tokens", "4"]) == 0
+    captured = capsys.readouterr()
+    assert "not a diffusion model" in captured.err and "[autoregressive]" in captured.out
+
+
+def test_generate_runs_the_shipped_ar_peer(capsys):
+    assert cli.main(["generate", "--model", str(ROOT / "checkpoints" / "orl-tiny-ar"), "cumsum:123=",
+                     "--max-new-tokens", "8"]) == 0
+    assert "[autoregressive]" in capsys.readouterr().out
