@@ -28,9 +28,10 @@ from orl.engine.config import RULES
 from orl.model.residual import RESIDUAL_MODES
 from orl.serve.chat import render_chat
 from orl.serve.config import ServerConfig
+from orl.serve.parse import parse_body
 from orl.serve.protocol import (APIError, ChatChoice, ChatCompletionRequest, ChatMessage, CompletionChoice,
                                 CompletionRequest, DlmParams, DlmStreamRequest, OpenAIParams, Response, Usage,
-                                finish_reason, new_id, parse_body)
+                                finish_reason, new_id)
 from orl.serve.security import Guard
 from orl.serve.streams import JobStreamingResponse, dlm_stream, next_event, openai_stream
 from orl.serve.worker import EngineWorker, Job, QueueFull
