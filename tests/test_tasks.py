@@ -9,7 +9,8 @@ from functools import lru_cache
 
 import pytest
 
-from orl.eval.tasks import SPLITS, SUITE_V5, TASKS, Sample, get_task, make_samples, run_program, task_names
+from orl.eval.tasks import (BEYOND, SPLITS, SUITE, SUITE_V5, SUITE_V7, TASKS, Sample, get_task, make_samples,
+                            run_program, task_names)
 from orl.eval.tasks.arithmetic import Add
 from orl.eval.tasks.constraints import Constr
 from orl.eval.tasks.keysort import KeySort
@@ -42,7 +43,7 @@ def change_char(text: str, i: int, rng: random.Random) -> str:
 
 def test_registry_names_and_unknown_task():
     assert task_names() == NAMES  # what "all" means: the suite the shipped base was trained on
-    assert sorted(TASKS) == sorted(ALL) and set(SUITE_V5) <= set(TASKS)
+    assert sorted(TASKS) == sorted(ALL + list(SUITE_V7)) and set(SUITE_V5) <= set(TASKS)
     assert all(TASKS[n].name == n and get_task(n) is TASKS[n] for n in ALL)
     with pytest.raises(ValueError) as e:
         get_task("nope")
@@ -359,3 +360,105 @@ def test_add_operands_are_zero_padded_and_prog_default_has_no_products():
         assert len(prompt) == 8 and prompt[3] in "+-" and Add().verify(prompt, answer)
         assert "*" not in Prog().generate(rng)[0]
     assert Add().verify("085-347=", "262-") and Add().verify("85-347=", "262-")
+
+
+# ---- tasks v7: length-varied families and the `beyond` split ----
+
+def size(name: str, prompt: str) -> int:
+    """What "size" counts per v7 family (orl/eval/tasks/__init__.py), read back from the prompt."""
+    if name == "long7":
+        return len(re.fullmatch(r"cumsum:([1-9]+)=", prompt)[1])
+    if name == "keysort7":
+        return prompt.count(",") + 1
+    if name == "prog7":
+        return prompt.count("=")
+    if name == "constr7":
+        return int(prompt.split()[0])
+    return len(re.fullmatch(r"\?\+\?=([1-9][0-9]*)", prompt)[1])  # split7: N is not zero-padded
+
+
+def test_shipped_suite_prompts_unchanged():
+    """The shipped checkpoints were trained and are tested on these exact prompts: the new knobs'
+    defaults must draw the same ones (values pinned from the code before the knobs existed)."""
+    got = {n: get_task(n).sample("heldout", 7) for n in SUITE}
+    assert got["split"].prompt == "?+?=627" and got["split"].answer == "200+427"
+    assert got["keysort"].prompt == "sort:b4,i4,e2,a3,h2,j2,f2,g2=" and got["keysort"].answer == "jehfgabi"
+    assert got["long"].prompt == "cumsum:134352338854159="
+    assert got["constr"].prompt == "6 of bde, b to e, no equal neighbours:"
+
+
+@pytest.mark.parametrize("name", SUITE_V7)
+def test_v7_sizes_cover_the_range_and_beyond_is_disjoint(name):
+    task = get_task(name)
+    lo, hi = task.sizes
+    blo, bhi = task.beyond
+    assert hi < blo  # beyond means longer than anything trained on
+    inside = [size(name, s.prompt) for split in SPLITS for s in samples(name, split, 600)]
+    assert set(inside) == set(range(lo, hi + 1))  # every size in the range is drawn, nothing else
+    beyond = samples(name, BEYOND, 300)
+    assert all(s.split == BEYOND for s in beyond)
+    assert set(size(name, s.prompt) for s in beyond) == set(range(blo, bhi + 1))
+    assert not {s.prompt for s in beyond} & {s.prompt for s in samples(name, "train")}
+
+
+@pytest.mark.parametrize("name", SUITE_V7)
+def test_v7_verifier_judges_every_size(name):
+    task, rng = get_task(name), random.Random(1)
+    for split in SPLITS + (BEYOND,):
+        for s in samples(name, split, 300):
+            assert task.verify(s.prompt, s.answer), s
+            if name in ("long7", "prog7"):  # one answer: any changed, dropped or extra character is wrong
+                i = rng.randrange(len(s.answer))
+                for bad in (change_char(s.answer, i, rng), s.answer[:i] + s.answer[i + 1:], s.answer + ",1"):
+                    assert not task.verify(s.prompt, bad), (s, bad)
+    # A correct answer for the wrong length is wrong: the trained answer length does not pass.
+    assert not get_task("long7").verify("cumsum:1111111111111111111111=", ",".join(map(str, range(1, 21))))
+    assert get_task("long7").verify("cumsum:1111111111111111111111=", ",".join(map(str, range(1, 23))))
+
+
+@pytest.mark.parametrize("name", SUITE_V7)
+def test_v7_determinism_and_hash_split(name):
+    import copy
+
+    from orl.eval.tasks.sized import Sized
+
+    task = get_task(name)
+    fresh = Sized(name, copy.deepcopy(task.inner), copy.deepcopy(task.outer), task.sizes, task.beyond, task.unit)
+    for split in SPLITS + (BEYOND,):
+        for i in (0, 17, 299):
+            assert fresh.sample(split, i) == samples(name, split, 300)[i]
+    train, held = samples(name, "train", 1000), samples(name, "heldout", 1000)
+    assert not {task.canonical(s.prompt) for s in train} & {task.canonical(s.prompt) for s in held}
+
+
+@pytest.mark.parametrize("name", SUITE_V7)
+def test_v7_fits_the_context(name):
+    """Prompt + the eval's 112-token answer budget fit tiny_model7's 192 positions; every answer + EOS
+    fits that budget, and in-range answers fit the 80 tokens training rollouts use."""
+    tok = CharTokenizer()
+    for split, budget in (("train", 80), ("heldout", 80), (BEYOND, 112)):
+        for s in samples(name, split, 300):
+            assert tok.decode(tok.encode(s.prompt + s.answer)) == s.prompt + s.answer
+            assert len(s.prompt) + 112 <= 192 and len(s.answer) + 1 <= budget, s
+
+
+def test_beyond_needs_a_length_varied_family():
+    with pytest.raises(ValueError, match="no 'beyond' split"):
+        get_task("long").sample(BEYOND, 0)
+    with pytest.raises(ValueError, match="unknown split"):
+        get_task("long7").sample("test", 0)
+    assert [s.task for s in make_samples(list(SUITE_V7), BEYOND, 5)] == list(SUITE_V7)
+
+
+def test_v7_knobs_validated():
+    from orl.eval.tasks.sized import Sized
+
+    with pytest.raises(ValueError, match="overlap"):
+        Sized("x", Long(4, 20), Long(20, 28), (4, 20), (20, 28), "digits")
+    with pytest.raises(ValueError, match="same family"):
+        Sized("x", Long(4, 20), Split(6, 7), (4, 20), (21, 28), "digits")
+    for bad in (lambda: Long(5, 4), lambda: KeySort(letters="aab"), lambda: KeySort(max_len=4, letters="abc")):
+        with pytest.raises(ValueError):
+            bad()
+    rng = random.Random(0)
+    assert {len(Split(2, 5, pad=False).generate(rng)[0]) for _ in range(200)} == {6, 7, 8, 9}

@@ -10,26 +10,50 @@ five families the shipped base was trained on. `SUITE_V5` has the single-answer 
 place of the multi-answer `split` and `keysort`: a trained base commits single-answer families almost
 at once, which leaves post-training no room (docs/TRAINING.md). `add` and `sort` stay in the registry
 for the checkpoints and records made with them.
+
+`SUITE_V7` is the length-varied suite (tasks v7): the same five families under new names (`split7`,
+`keysort7`, `prog7`, `constr7`, `long7`) whose size is drawn from a range during training, and whose
+`beyond` split draws sizes past that range (tasks/sized.py). New names rather than new defaults,
+because the shipped checkpoints and their tests are bound to the fixed-size families above; a name
+fixes a family's prompts for good. "Size" is, per family:
+    long7     digits in the string            4-20  (beyond 21-28)
+    keysort7  records, letters from a-l        3-9   (beyond 10-12)
+    prog7     assignments                      2-7   (beyond 8-10)
+    constr7   letters in the word (`ends`)     3-8   (beyond 9-12)
+    split7    digits of N, not zero-padded     2-5   (beyond 6-7)
+The longest answers (long7 at 28 digits: up to 99 characters + EOS, 7 blocks of 16) need
+`--max-new-tokens 112` and a context of 192 (presets/pretrain.py tiny_model7).
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
 
 from .arithmetic import Add
-from .base import SPLITS, Sample, Task
+from .base import BEYOND, SPLITS, Sample, Task
 from .constraints import Constr
 from .keysort import KeySort
 from .long import Long
 from .programs import Prog, run_program
 from .sorting import Sort
+from .sized import Sized
 from .split import Split
 
-__all__ = ["SPLITS", "SUITE", "SUITE_V5", "TASKS", "Sample", "Task", "get_task", "make_samples", "run_program",
+__all__ = ["BEYOND", "SPLITS", "SUITE", "SUITE_V5", "SUITE_V7", "TASKS", "Sample", "Task", "get_task", "make_samples", "run_program",
            "task_names"]
 
-TASKS: dict[str, Task] = {t.name: t for t in (Add(), Sort(), Prog(), Constr(), Long(), Split(), KeySort())}
+KEYSORT7_LETTERS = "abcdefghijkl"  # 12 letters, so that `beyond` can have up to 12 records
+V7 = (
+    Sized("split7", Split(2, 5, pad=False), Split(6, 7, pad=False), (2, 5), (6, 7), "digits of N"),
+    Sized("keysort7", KeySort(3, 9, letters=KEYSORT7_LETTERS), KeySort(10, 12, letters=KEYSORT7_LETTERS),
+          (3, 9), (10, 12), "records"),
+    Sized("prog7", Prog(2, 7), Prog(8, 10), (2, 7), (8, 10), "assignments"),
+    Sized("constr7", Constr(min_word=3, max_word=8), Constr(min_word=9, max_word=12), (3, 8), (9, 12), "letters"),
+    Sized("long7", Long(4, 20), Long(21, 28), (4, 20), (21, 28), "digits"),
+)
+TASKS: dict[str, Task] = {t.name: t for t in (Add(), Sort(), Prog(), Constr(), Long(), Split(), KeySort(), *V7)}
 SUITE = ("split", "keysort", "prog", "constr", "long")
 SUITE_V5 = ("add", "sort", "prog", "constr", "long")
+SUITE_V7 = tuple(t.name for t in V7)
 
 # make_samples gives each seed its own range of indices, so seeds never share a sample.
 SEED_STRIDE = 1 << 32

@@ -1,7 +1,9 @@
 """Sample, Task base class and the split rule shared by every synthetic task family.
 
 Splits are disjoint by construction: a stable hash of a prompt's canonical form puts it in exactly one
-split, and `Task.sample` rejects draws whose prompt belongs to the other split. Families whose prompts
+of `train` and `heldout`, and `Task.sample` rejects draws whose prompt belongs to the other one. A
+third split, `beyond`, exists only for length-varied families (tasks/sized.py): its prompts are drawn
+at sizes outside the training range, so they are held out by their size and no hash is needed. Families whose prompts
 have equivalent rewrites (a+b vs b+a, permutations of a list to sort) override `canonical` so that all
 rewrites of a held-out prompt are held out too.
 """
@@ -12,7 +14,8 @@ import random
 import re
 from dataclasses import dataclass
 
-SPLITS = ("train", "heldout")
+SPLITS = ("train", "heldout")  # the hash splits every family has
+BEYOND = "beyond"              # sizes beyond the training range; only families that define it
 HELDOUT_PERCENT = 10
 # Every family's prompts fall in the held-out split with probability ~10%, so a few hundred
 # draws always find one; running out means the knobs leave a split empty.
@@ -74,12 +77,19 @@ class Task:
     def split_of(self, prompt: str) -> str:
         return split_of(self.name, self.canonical(prompt))
 
+    def generate_beyond(self, rng: random.Random) -> tuple[str, str]:
+        """Draw one pair at a size outside the training range (the `beyond` split)."""
+        raise ValueError(f"task {self.name!r} has no {BEYOND!r} split; length-varied families (e.g. "
+                         f"long7) have one")
+
     def sample(self, split: str, index: int) -> Sample:
         """Deterministic in (name, split, index): the rng is seeded from those alone (str seeds are
         hashed with sha512, stable across processes and platforms)."""
-        if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
+        if split not in SPLITS + (BEYOND,):
+            raise ValueError(f"unknown split {split!r}; expected one of {SPLITS + (BEYOND,)}")
         rng = random.Random(f"{self.name}|{split}|{index}")
+        if split == BEYOND:
+            return Sample(self.name, split, index, *self.generate_beyond(rng))
         for _ in range(MAX_DRAWS):
             prompt, answer = self.generate(rng)
             if self.split_of(prompt) == split:

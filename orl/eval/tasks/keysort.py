@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import random
 import re
+import string
 
 from .base import Task
 
@@ -37,13 +38,15 @@ class KeySort(Task):
     why_parallel_is_hard = ("tie groups leave a free choice per slot, so slots committed together can repeat a "
                             "letter; each slot's key group depends on a count over the whole input")
 
-    def __init__(self, min_len: int = 5, max_len: int = 8, max_key: int = 5):
-        if not 1 <= min_len <= max_len <= len(LETTERS) or not 1 <= max_key <= 9:
-            raise ValueError(f"need 1 <= min_len <= max_len <= {len(LETTERS)} and 1 <= max_key <= 9")
-        self.min_len, self.max_len, self.max_key = min_len, max_len, max_key
+    def __init__(self, min_len: int = 5, max_len: int = 8, max_key: int = 5, letters: str = LETTERS):
+        if len(set(letters)) != len(letters) or set(letters) - set(string.ascii_lowercase):
+            raise ValueError(f"letters must be distinct lowercase letters, got {letters!r}")
+        if not 1 <= min_len <= max_len <= len(letters) or not 1 <= max_key <= 9:
+            raise ValueError(f"need 1 <= min_len <= max_len <= {len(letters)} (the letters) and 1 <= max_key <= 9")
+        self.min_len, self.max_len, self.max_key, self.letters = min_len, max_len, max_key, letters
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
-        letters = rng.sample(LETTERS, rng.randint(self.min_len, self.max_len))
+        letters = rng.sample(self.letters, rng.randint(self.min_len, self.max_len))
         records = [(c, rng.randint(1, self.max_key)) for c in letters]
         # Sorting on (key, random) orders each tie group uniformly at random.
         ordered = sorted(records, key=lambda r: (r[1], rng.random()))

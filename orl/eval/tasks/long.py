@@ -29,13 +29,16 @@ class Long(Task):
     why_parallel_is_hard = ("each sum depends on all earlier output, and each sum's position in the string "
                             "depends on the widths of all earlier sums")
 
-    def __init__(self, n_digits: int = 15):
-        if n_digits < 1:
-            raise ValueError("n_digits must be >= 1")
-        self.n_digits = n_digits
+    def __init__(self, n_digits: int = 15, max_digits: int | None = None):
+        """n_digits digits, or a count drawn uniformly from [n_digits, max_digits] when max_digits is given."""
+        max_digits = n_digits if max_digits is None else max_digits
+        if not 1 <= n_digits <= max_digits:
+            raise ValueError(f"need 1 <= n_digits <= max_digits, got {n_digits}, {max_digits}")
+        self.n_digits, self.max_digits = n_digits, max_digits
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
-        digits = "".join(str(rng.randint(1, 9)) for _ in range(self.n_digits))
+        n = self.n_digits if self.max_digits == self.n_digits else rng.randint(self.n_digits, self.max_digits)
+        digits = "".join(str(rng.randint(1, 9)) for _ in range(n))
         prompt = f"cumsum:{digits}="
         return prompt, _answer(prompt)
 

@@ -39,13 +39,15 @@ class Split(Task):
     why_parallel_is_hard = ("every digit pair is a free choice that must sum to N's digit; digits committed "
                             "together can come from different answers")
 
-    def __init__(self, min_digits: int = 2, max_digits: int = 3):
+    def __init__(self, min_digits: int = 2, max_digits: int = 3, pad: bool = True):
+        """pad: zero-pad N to max_digits (a fixed answer width); False writes N with its own digits, so
+        the answer width follows N's size (the length-varied suite)."""
         if not 1 <= min_digits <= max_digits:
             raise ValueError("need 1 <= min_digits <= max_digits")
-        self.min_digits, self.max_digits = min_digits, max_digits
+        self.min_digits, self.max_digits, self.pad = min_digits, max_digits, pad
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
-        n = f"{draw_number(rng, self.min_digits, self.max_digits):0{self.max_digits}d}"
+        n = f"{draw_number(rng, self.min_digits, self.max_digits):0{self.max_digits if self.pad else 1}d}"
         x = "".join(str(rng.randint(0, int(d))) for d in n)
         y = "".join(str(int(d) - int(c)) for d, c in zip(n, x))
         return f"?+?={n}", f"{x}+{y}"

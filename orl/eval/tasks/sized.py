@@ -1,0 +1,38 @@
+"""Length-varied families: one task drawn at a range of sizes for training and held-out evaluation,
+and at sizes beyond that range for the `beyond` split.
+
+`Sized` wraps two instances of the same family that differ only in their size knobs: `inner` (the
+training range; its `train`/`heldout` hash split applies as usual) and `outer` (sizes disjoint from the
+training range). Verifiers recompute the answer from the prompt, so one verifier judges both.
+"""
+from __future__ import annotations
+
+import random
+
+from .base import Task
+
+
+class Sized(Task):
+    def __init__(self, name: str, inner: Task, outer: Task, sizes: tuple[int, int], beyond: tuple[int, int],
+                 unit: str):
+        if type(inner) is not type(outer):
+            raise ValueError(f"{name}: inner and outer must be the same family, got {type(inner).__name__} "
+                             f"and {type(outer).__name__}")
+        if not (sizes[1] < beyond[0] or beyond[1] < sizes[0]):
+            raise ValueError(f"{name}: beyond sizes {beyond} overlap the training sizes {sizes}")
+        self.name, self.inner, self.outer = name, inner, outer
+        self.sizes, self.beyond, self.unit = sizes, beyond, unit  # for docs and tests: what "size" counts
+        self.description = f"{inner.name} at {sizes[0]}-{sizes[1]} {unit} (beyond: {beyond[0]}-{beyond[1]})"
+        self.why_parallel_is_hard = inner.why_parallel_is_hard
+
+    def generate(self, rng: random.Random) -> tuple[str, str]:
+        return self.inner.generate(rng)
+
+    def generate_beyond(self, rng: random.Random) -> tuple[str, str]:
+        return self.outer.generate(rng)
+
+    def canonical(self, prompt: str) -> str:
+        return self.inner.canonical(prompt)
+
+    def check(self, prompt: str, output: str) -> bool:
+        return self.inner.check(prompt, output)
