@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from orl.eval.tasks import SUITE, SUITE_V5
+from orl.eval.tasks import SUITE, SUITE_V5, SUITE_V7
 from orl.model.args import ModelArgs
 from orl.train.pretrain import PretrainConfig
 
@@ -14,6 +14,13 @@ def tiny_model() -> ModelArgs:
     # read-out keeps the AR stage's next-token skill through the conversion (docs/TRAINING.md).
     return ModelArgs(vocab_size=128, dim=192, n_layers=6, n_heads=6, n_kv_heads=2, head_dim=32, ffn_dim=512,
                      qk_norm=True, tie_embeddings=True, max_seq_len=160, learned_pos=True, shift_logits=True)
+
+
+def tiny_model7() -> ModelArgs:
+    # tiny_model with a context of 192: long7's `beyond` answers (28 digits) take 7 blocks after a
+    # 36-token prompt, prog7's (10 assignments) 4 blocks after a 63-token prompt plus the eval's
+    # 112-token answer budget. 6k more position rows: 2.41M parameters, 9.7 MB in fp32.
+    return replace(tiny_model(), max_seq_len=192)
 
 
 # Samples per step of split / keysort / prog / constr / long: the families slowest to learn (keysort,
@@ -35,6 +42,21 @@ def tiny_base() -> PretrainConfig:
 def tiny_base5() -> PretrainConfig:
     """The tasks v5 base of session 5 (docs/RESULTS-history.md): same recipe on add and sort."""
     return replace(tiny_base(), tasks=SUITE_V5, mix=MIX_V5)
+
+
+# Tasks v7: tiny_base's MIX halved (32 samples per step), long7 given as many as split7: its sizes
+# now vary from 4 to 20 digits.
+MIX7 = (6, 7, 8, 7, 6)
+
+
+def tiny_base7() -> PretrainConfig:
+    """Tasks v7 (SUITE_V7): every family at a range of sizes, for held-out lengths beyond the range.
+    Half the rows start at a random position (pos_offset) so that every row of the learned position
+    table is trained, not only those the training lengths reach (docs/TRAINING.md). A fraction of
+    tiny_base's budget (3,000 steps of 32 samples instead of 7,500 of 64): the session had about 80
+    minutes of one CPU thread shared with other jobs for it."""
+    return replace(tiny_base(), model=tiny_model7(), tasks=SUITE_V7, mix=MIX7, ar_steps=1200, diffusion_steps=1800,
+                   pos_offset=0.5, eval_every=500, eval_samples=20, eval_max_new_tokens=80, save_every=100)
 
 
 def tiny_ar() -> PretrainConfig:

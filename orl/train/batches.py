@@ -98,6 +98,20 @@ def diffusion_batch(pairs: list[tuple[list[int], list[int]]], block_len: int, id
     return Batch(tokens, pos, full_mask, targets, weight, meta["read_from"])
 
 
+def shift_positions(batch: Batch, max_len: int, frac: float, gen: torch.Generator) -> None:
+    """Move a random `frac` of the rows to a random start position that keeps them within max_len.
+
+    A learned position table only trains the rows the training lengths reach; longer answers at
+    inference would read untrained rows. Shifted rows train every row while the unshifted ones keep
+    the start at 0 that inference uses. RoPE is relative, so only the learned table sees the shift.
+    """
+    B = batch.pos.shape[0]
+    room = (max_len - 1 - batch.pos.max(dim=1).values).clamp(min=0)   # [B]
+    offset = (torch.rand(B, generator=gen) * (room + 1)).floor().long()
+    on = torch.rand(B, generator=gen) < frac
+    batch.pos = batch.pos + torch.where(on, offset, 0)[:, None]
+
+
 def weighted_ce(logits: Tensor, batch: Batch) -> Tensor:
     """Weighted mean cross-entropy over positions with weight > 0."""
     ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), batch.targets.flatten(), reduction="none")

@@ -14,12 +14,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from orl.model.vocab import special_ids
 from orl.eval.tasks import SUITE, get_task
 from orl.model.args import ModelArgs
 from orl.model.model import Transformer
-from orl.train.batches import Batch, ar_batch, diffusion_batch, weighted_ce
+from orl.train.batches import Batch, ar_batch, diffusion_batch, shift_positions, weighted_ce
 from orl.train.loop import TrainLoop, check_fields, make_optimizer
 
 
@@ -36,6 +37,8 @@ class PretrainConfig:
     batch_size: int = 64          # samples per step, split evenly over tasks unless `mix` is given
     mix: tuple[int, ...] = ()     # samples per step of each task (aligned with `tasks`)
     noisy_copies: int = 1         # noisy states of every block per row (clean context reused)
+    pos_offset: float = 0.0       # fraction of rows shifted to a random start (trains the whole learned
+                                  # position table, for answers longer than the training ones)
     lr: float = 3e-3
     min_lr_frac: float = 0.1
     warmup: int = 100
@@ -45,16 +48,19 @@ class PretrainConfig:
     seed: int = 0
     eval_every: int = 250
     eval_samples: int = 40        # held-out samples per family for the periodic eval
+    eval_max_new_tokens: int = 64  # answer budget of the periodic eval (long7 needs 80)
     save_every: int = 250
     threads: int = 0              # torch threads; 0 keeps torch's default
 
     def __post_init__(self):
         problems = check_fields(self, positive=("block_len", "batch_size", "noisy_copies", "lr", "eval_every",
-                                                "eval_samples", "save_every", "grad_clip"),
+                                                "eval_samples", "eval_max_new_tokens", "save_every", "grad_clip"),
                                 non_negative=("ar_steps", "diffusion_steps", "stage2_lr", "ar_aux", "warmup",
                                               "weight_decay", "threads"))
         if not self.tasks:
             problems.append("tasks must name at least one task")
+        if not 0.0 <= self.pos_offset <= 1.0:
+            problems.append(f"pos_offset must be in [0, 1], got {self.pos_offset}")
         if not 0.0 <= self.min_lr_frac <= 1.0:
             problems.append(f"min_lr_frac must be in [0, 1], got {self.min_lr_frac}")
         if self.mix and (len(self.mix) != len(self.tasks) or min(self.mix) < 0 or sum(self.mix) == 0):
@@ -120,6 +126,9 @@ def make_batches(cfg: PretrainConfig, tok, step: int) -> list[Batch]:
                 b = ar_batch(pairs, tok.pad_id, tok.eos_id)
                 b.weight *= cfg.ar_aux
                 aux.append(b)
+    if cfg.pos_offset > 0:  # drawn after the step's noise, so runs without it keep their batches
+        for b in batches + aux:
+            shift_positions(b, cfg.model.max_seq_len, cfg.pos_offset, gen)
     return batches + aux  # auxiliary rows last: the first len(active_tasks) entries are the tasks' own
 
 
@@ -147,7 +156,7 @@ def train_step(model: Transformer, opt: torch.optim.Optimizer, batches: list[Bat
 
 
 def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_config_change: bool = False,
-             log=print) -> Transformer:
+             log=tqdm.write) -> Transformer:
     from orl.checkpoint import load_checkpoint
     from orl.tokenizer import CharTokenizer
 
@@ -200,6 +209,7 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_co
             save(loop, model, tok, opt, cfg, done, {"eval": rec.get("eval")}, stage1)
         if loop.due(done, cfg.save_every) or end_of_stage1:
             save(loop, model, tok, opt, cfg, done, {"eval": rec.get("eval")})
+    loop.finish()
     model.eval()
     return model
 
@@ -218,7 +228,7 @@ def evaluate(model: Transformer, tok, cfg: PretrainConfig, threshold: float | No
     from orl.train.heldout import heldout_eval
 
     rule = {"rule": "topk"} if threshold is None else {"rule": "threshold", "threshold": threshold}
-    dcfg = DecodeConfig(block_len=cfg.block_len, max_new_tokens=64, **rule)
+    dcfg = DecodeConfig(block_len=cfg.block_len, max_new_tokens=cfg.eval_max_new_tokens, **rule)
     return heldout_eval(Engine(model, tok), cfg.tasks, dcfg, cfg.eval_samples)
 
 
@@ -232,7 +242,7 @@ def evaluate_ar(model: Transformer, tok, cfg: PretrainConfig) -> dict:
     for name in cfg.tasks:
         task = get_task(name)
         samples = [task.sample("heldout", i) for i in range(cfg.eval_samples)]
-        gens = dec.generate([s.prompt for s in samples], ARConfig(max_new_tokens=64))
+        gens = dec.generate([s.prompt for s in samples], ARConfig(max_new_tokens=cfg.eval_max_new_tokens))
         res[name] = {"acc": round(sum(task.verify(s.prompt, g.text) for s, g in zip(samples, gens)) / len(samples), 3)}
     model.train(was_training)
     return res

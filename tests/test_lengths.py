@@ -1,0 +1,50 @@
+"""Length-varied pretraining (tasks v7): random start positions for the learned position table, and
+the tiny_base7 preset's budget and fit."""
+import pytest
+import torch
+
+from orl.model.model import Transformer
+from orl.presets import get_preset
+from orl.tokenizer import CharTokenizer
+from orl.train.batches import ar_batch, shift_positions
+from orl.train.pretrain import PretrainConfig, make_batches
+
+TOK = CharTokenizer()
+
+
+def test_shift_positions_stays_in_the_table_and_keeps_relative_order():
+    pairs = [([5] * n, [8] * 9) for n in (3, 7, 12, 30)] * 16
+    b = ar_batch(pairs, TOK.pad_id, TOK.eos_id)
+    before = b.pos.clone()
+    shift_positions(b, 64, 0.5, torch.Generator().manual_seed(0))
+    delta = b.pos - before
+    assert (delta == delta[:, :1]).all()            # one offset per row: relative positions unchanged
+    assert int(b.pos.max()) <= 63                   # never past the table
+    shifted = (delta[:, 0] > 0).float().mean()
+    assert 0.25 < shifted < 0.75                    # about half the rows move
+    assert int(b.pos.max()) > int(before.max()) + 10  # and they reach rows the lengths alone never do
+    b2 = ar_batch(pairs, TOK.pad_id, TOK.eos_id)
+    shift_positions(b2, 64, 0.0, torch.Generator().manual_seed(0))
+    assert torch.equal(b2.pos, before)              # frac 0 moves nothing
+
+
+def test_pos_offset_trains_every_row_and_leaves_other_presets_alone():
+    cfg = get_preset("pretrain", "tiny_base7")
+    seen = torch.zeros(cfg.model.max_seq_len, dtype=torch.bool)
+    for step in (0, 1, 2, cfg.ar_steps + 1):
+        for b in make_batches(cfg, TOK, step):
+            assert int(b.pos.max()) < cfg.model.max_seq_len
+            seen[b.pos.flatten()] = True
+    assert seen.float().mean() > 0.9
+    # Presets without the knob draw the batches they always drew.
+    base = get_preset("pretrain", "tiny_base")
+    assert base.pos_offset == 0.0
+    with pytest.raises(ValueError, match="pos_offset"):
+        PretrainConfig(pos_offset=1.5)
+
+
+def test_tiny_base7_budget():
+    cfg = get_preset("pretrain", "tiny_base7")
+    n = sum(p.numel() for p in Transformer(cfg.model).parameters())
+    assert n * 4 < 10_000_000                        # fp32 weights well under the 15 MB shipping budget
+    assert cfg.tasks == ("split7", "keysort7", "prog7", "constr7", "long7") and cfg.eval_max_new_tokens >= 80
