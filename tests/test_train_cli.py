@@ -55,3 +55,18 @@ def test_warmup_is_at_most_a_tenth_of_a_short_stage():
     assert lr_at(cfg, 4) == pytest.approx(cfg.lr)  # warm-up of 5 steps, not 100
     full = get_preset("pretrain", "tiny_base")
     assert lr_at(full, 49) == pytest.approx(full.lr * 50 / 100)  # the shipped recipe is unchanged
+
+
+def test_a_run_ends_with_a_summary_and_a_rerun_says_it_is_complete(tmp_path):
+    from orl.overrides import apply_overrides
+    from orl.train.pretrain import pretrain
+
+    cfg = apply_overrides(get_preset("pretrain", "smoke"), ["threads=1", "ar_steps=2", "diffusion_steps=0",
+                                                            "save_every=2", "eval_every=2"])
+    lines: list[str] = []
+    pretrain(cfg, tmp_path / "run", log=lines.append)
+    assert lines[-2].startswith("done: steps 1-2 in ") and str(tmp_path / "run") in lines[-2]
+    assert lines[-1].startswith("held-out accuracy: mean ")
+    lines.clear()
+    pretrain(cfg, tmp_path / "run", log=lines.append)
+    assert lines[-1] == f"nothing to do: {tmp_path / 'run'} already holds all 2 steps"

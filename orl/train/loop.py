@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import pickle
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -88,7 +89,7 @@ class TrainLoop:
     state of a resumed run (None for a fresh one) and `start` its step."""
 
     def __init__(self, cfg, out: str | Path, total: int, key: str, *, resume: bool = True,
-                 allow_config_change: bool = False, extra_outputs: tuple[Path, ...] = (), log: Callable = print):
+                 allow_config_change: bool = False, extra_outputs: tuple[Path, ...] = (), log: Callable = tqdm.write):
         if total <= 0:
             raise ValueError(f"nothing to train: the run has {total} {key}s")
         self.out, self.total, self.key, self.log = Path(out).resolve(), total, key, log
@@ -102,6 +103,7 @@ class TrainLoop:
         if self.start:
             log(f"resumed from {self.out} at {key} {self.start}")
         self.log_path = open_log(self.out, self.start, key)
+        self.t0, self.last_eval = time.perf_counter(), None
 
     def _check_config(self, saved: dict | None, allow: bool) -> None:
         if saved is None:
@@ -122,8 +124,23 @@ class TrainLoop:
         return done % every == 0 or done == self.total
 
     def write(self, rec: dict) -> None:
+        if "eval" in rec:
+            self.last_eval = rec["eval"]
         with open(self.log_path, "a") as f:
             f.write(json.dumps(rec) + "\n")
+
+    def finish(self) -> None:
+        """The end-of-run summary: what ran, how long, the last held-out result, where things are."""
+        minutes = (time.perf_counter() - self.t0) / 60
+        if self.start >= self.total:
+            self.log(f"nothing to do: {self.out} already holds all {self.total} {self.key}s")
+            return
+        self.log(f"done: {self.key}s {self.start + 1}-{self.total} in {minutes:.1f} min; checkpoint {self.out}; "
+                 f"log {self.log_path}")
+        if self.last_eval:
+            accs = [v["acc"] for v in self.last_eval.values() if isinstance(v, dict) and "acc" in v]
+            per = ", ".join(f"{k} {v['acc']:.3f}" for k, v in self.last_eval.items() if isinstance(v, dict) and "acc" in v)
+            self.log(f"held-out accuracy: mean {sum(accs) / max(len(accs), 1):.3f} ({per})")
 
     def save(self, model, tok, manifest: dict, opt: torch.optim.Optimizer, done: int, target: Path | None = None,
              **state) -> None:

@@ -14,6 +14,7 @@ from typing import ClassVar
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from orl.engine import DecodeConfig, Engine
 from orl.model.vocab import special_ids
@@ -108,7 +109,7 @@ def clip(model: Transformer, cfg: ORLConfig) -> None:
 
 
 def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config_change: bool = False,
-              log=print) -> Transformer:
+              log=tqdm.write) -> Transformer:
     from orl.checkpoint import load_checkpoint, require_objective
 
     from orl.checkpoint import read_manifest
@@ -169,6 +170,7 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config
         loop.write(rec)
         if loop.due(done, cfg.save_every):
             save_update(loop, model, tok, opt, "orl", rollout_cfg.residual, block_len, done, gen_tokens, cfg.base)
+    loop.finish()
     model.eval()
     return model
 

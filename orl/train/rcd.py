@@ -15,6 +15,7 @@ from typing import ClassVar
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from orl.engine import DecodeConfig, Engine
 from orl.model.residual import residual_state
@@ -65,7 +66,7 @@ class RCDConfig:
 
 
 def train_rcd(cfg: RCDConfig, out: str | Path, resume: bool = True, allow_config_change: bool = False,
-              log=print) -> None:
+              log=tqdm.write) -> None:
     from orl.checkpoint import load_checkpoint, require_objective
 
     from orl.checkpoint import read_manifest
@@ -125,3 +126,4 @@ def train_rcd(cfg: RCDConfig, out: str | Path, resume: bool = True, allow_config
         loop.write(rec)
         if loop.due(done, cfg.save_every):
             save_update(loop, model, tok, opt, "rcd", "rcd", block_len, done, gen_tokens, cfg.base)
+    loop.finish()
