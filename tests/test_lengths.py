@@ -48,3 +48,11 @@ def test_tiny_base7_budget():
     n = sum(p.numel() for p in Transformer(cfg.model).parameters())
     assert n * 4 < 10_000_000                        # fp32 weights well under the 15 MB shipping budget
     assert cfg.tasks == ("split7", "keysort7", "prog7", "constr7", "long7") and cfg.eval_max_new_tokens >= 80
+
+
+def test_tiny_orl7_rollouts_fit_long7():
+    from orl.eval.tasks import SUITE_V7, get_task
+
+    cfg = get_preset("orl", "tiny_orl7")
+    longest = max(len(get_task(n).sample("train", i).answer) for n in SUITE_V7 for i in range(300))
+    assert longest + 1 <= cfg.rollout.max_new_tokens  # in-range answers + EOS fit the rollout budget

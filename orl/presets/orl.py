@@ -20,6 +20,13 @@ def tiny_orl() -> ORLConfig:
                      weights=LossWeights(lambda_aec=1.0, rho=0.25, lambda_kl=0.1, kl_cap=1.0))
 
 
+def tiny_orl7() -> ORLConfig:
+    """tiny_orl on a tasks v7 base (pass `--base`, e.g. runs/tiny7-base): rollouts on SUITE_V7's
+    in-range sizes (the base manifest's tasks, train split), with room for long7's five-block answers."""
+    cfg = tiny_orl()
+    return dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, max_new_tokens=80))
+
+
 def no_aec() -> ORLConfig:
     cfg = tiny_orl()
     return dataclasses.replace(cfg, weights=dataclasses.replace(cfg.weights, lambda_aec=0.0))
