@@ -394,6 +394,7 @@ def test_v7_sizes_cover_the_range_and_beyond_is_disjoint(name):
     blo, bhi = task.beyond
     assert hi < blo  # beyond means longer than anything trained on
     inside = [size(name, s.prompt) for split in SPLITS for s in samples(name, split, 600)]
+    assert all(task.size(s.prompt) == size(name, s.prompt) for s in samples(name, "heldout", 100))
     assert set(inside) == set(range(lo, hi + 1))  # every size in the range is drawn, nothing else
     beyond = samples(name, BEYOND, 300)
     assert all(s.split == BEYOND for s in beyond)

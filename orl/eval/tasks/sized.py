@@ -8,8 +8,18 @@ training range). Verifiers recompute the answer from the prompt, so one verifier
 from __future__ import annotations
 
 import random
+import re
 
 from .base import Task
+
+# What "size" counts, read back from a prompt, per family (the unit names in the registry).
+_SIZE = {
+    "long": lambda p: len(re.fullmatch(r"cumsum:([0-9]+)=", p)[1]),
+    "keysort": lambda p: p.count(",") + 1,
+    "prog": lambda p: p.count("="),
+    "constr": lambda p: int(p.split()[0]) if p[0].isdigit() else len(p.split()[1].rstrip(",")),
+    "split": lambda p: len(p.split("=", 1)[1]),
+}
 
 
 class Sized(Task):
@@ -24,6 +34,10 @@ class Sized(Task):
         self.sizes, self.beyond, self.unit = sizes, beyond, unit  # for docs and tests: what "size" counts
         self.description = f"{inner.name} at {sizes[0]}-{sizes[1]} {unit} (beyond: {beyond[0]}-{beyond[1]})"
         self.why_parallel_is_hard = inner.why_parallel_is_hard
+
+    def size(self, prompt: str) -> int:
+        """The prompt's size in `unit`s (for per-size tables)."""
+        return _SIZE[self.inner.name](prompt)
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
         return self.inner.generate(rng)
