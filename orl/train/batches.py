@@ -112,8 +112,12 @@ def shift_positions(batch: Batch, max_len: int, frac: float, gen: torch.Generato
     batch.pos = batch.pos + torch.where(on, offset, 0)[:, None]
 
 
+def weighted_ce_sum(logits: Tensor, batch: Batch) -> Tensor:
+    """Sum over positions of weight x cross-entropy (a share of a loss normalised over a whole batch)."""
+    ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), batch.targets.flatten(), reduction="none")
+    return (ce * batch.weight.flatten().to(ce.dtype)).sum()
+
+
 def weighted_ce(logits: Tensor, batch: Batch) -> Tensor:
     """Weighted mean cross-entropy over positions with weight > 0."""
-    ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), batch.targets.flatten(), reduction="none")
-    w = batch.weight.flatten().to(ce.dtype)
-    return (ce * w).sum() / w.sum().clamp(min=1e-6)
+    return weighted_ce_sum(logits, batch) / batch.weight.sum().clamp(min=1e-6)

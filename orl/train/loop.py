@@ -20,6 +20,7 @@ import torch
 from tqdm import tqdm
 
 from orl.atomic_dir import NotOrlDirectory, check_replaceable, recover
+from orl.train.dist import SINGLE, Dist
 from orl.train.runlog import open_log
 
 TRAIN_STATE = "trainer_state.pt"
@@ -28,6 +29,10 @@ RESUME_FREE = frozenset({"threads", "eval_every", "eval_samples", "save_every"})
 
 
 class ResumeError(ValueError):
+    pass
+
+
+def _quiet(*_) -> None:
     pass
 
 
@@ -89,11 +94,15 @@ class TrainLoop:
     state of a resumed run (None for a fresh one) and `start` its step."""
 
     def __init__(self, cfg, out: str | Path, total: int, key: str, *, resume: bool = True,
-                 allow_config_change: bool = False, extra_outputs: tuple[Path, ...] = (), log: Callable = tqdm.write):
+                 allow_config_change: bool = False, extra_outputs: tuple[Path, ...] = (), log: Callable = tqdm.write,
+                 dist: Dist = SINGLE):
         if total <= 0:
             raise ValueError(f"nothing to train: the run has {total} {key}s")
-        self.out, self.total, self.key, self.log = Path(out).resolve(), total, key, log
-        check_output(self.out, *extra_outputs)
+        # under torchrun only rank 0 speaks and writes; the other ranks train the same steps silently
+        self.dist, self.log = dist, log if dist.main else _quiet
+        self.out, self.total, self.key = Path(out).resolve(), total, key
+        # rank 0 alone recovers interrupted writes; the others wait, then all read the same checkpoint
+        dist.on_main(lambda: check_output(self.out, *extra_outputs))
         self.config, self.cfg_type = config_dict(cfg), type(cfg)
         self.state = None
         if resume and (self.out / TRAIN_STATE).exists():
@@ -101,8 +110,8 @@ class TrainLoop:
             self._check_config(self.state.get("config"), allow_config_change)
         self.start = int(self.state[key]) if self.state else 0
         if self.start:
-            log(f"resumed from {self.out} at {key} {self.start}")
-        self.log_path = open_log(self.out, self.start, key)
+            self.log(f"resumed from {self.out} at {key} {self.start}")
+        self.log_path = open_log(self.out, self.start, key) if dist.main else None
         self.t0, self.last_eval = time.perf_counter(), None
 
     def _check_config(self, saved: dict | None, allow: bool) -> None:
@@ -117,7 +126,8 @@ class TrainLoop:
             self.log("config changed on resume (--allow-config-change): " + "; ".join(diff))
 
     def steps(self) -> Iterator[int]:
-        self.bar = tqdm(range(self.start, self.total), initial=self.start, total=self.total, dynamic_ncols=True)
+        self.bar = tqdm(range(self.start, self.total), initial=self.start, total=self.total, dynamic_ncols=True,
+                        disable=not self.dist.main)
         return iter(self.bar)
 
     def due(self, done: int, every: int) -> bool:
@@ -126,11 +136,14 @@ class TrainLoop:
     def write(self, rec: dict) -> None:
         if "eval" in rec:
             self.last_eval = rec["eval"]
+        if not self.dist.main:
+            return
         with open(self.log_path, "a") as f:
             f.write(json.dumps(rec) + "\n")
 
     def finish(self) -> None:
         """The end-of-run summary: what ran, how long, the last held-out result, where things are."""
+        self.dist.barrier()  # every rank returns once the last checkpoint is on disk
         minutes = (time.perf_counter() - self.t0) / 60
         if self.start >= self.total:
             self.log(f"nothing to do: {self.out} already holds all {self.total} {self.key}s")
@@ -147,6 +160,8 @@ class TrainLoop:
         """Atomic checkpoint + the trainer state that resumes it exactly."""
         from orl.checkpoint import save_checkpoint
 
+        if not self.dist.main:
+            return
         full = {self.key: done, "optimizer": opt.state_dict(), "config": self.config, **state}
         save_checkpoint(model, tok, target or self.out, manifest, extra_files={TRAIN_STATE: train_state_bytes(full)})
 

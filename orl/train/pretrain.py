@@ -20,7 +20,8 @@ from orl.model.vocab import special_ids
 from orl.eval.tasks import SUITE, get_task
 from orl.model.args import ModelArgs
 from orl.model.model import Transformer
-from orl.train.batches import Batch, ar_batch, diffusion_batch, shift_positions, weighted_ce
+from orl.train.batches import Batch, ar_batch, diffusion_batch, shift_positions, weighted_ce_sum
+from orl.train.dist import SINGLE, Dist, setup, shard_rows
 from orl.train.loop import TrainLoop, check_fields, make_optimizer
 
 
@@ -133,26 +134,32 @@ def make_batches(cfg: PretrainConfig, tok, step: int) -> list[Batch]:
 
 
 def train_step(model: Transformer, opt: torch.optim.Optimizer, batches: list[Batch], cfg: PretrainConfig,
-               lr: float, parts: list | None = None) -> float:
+               lr: float, parts: list | None = None, dist: Dist = SINGLE) -> float:
     """One optimizer step over the micro-batches: the weighted mean loss over all of their positions.
-    `parts` (if given) receives each micro-batch's own mean loss."""
+    `parts` (if given) receives each micro-batch's own mean loss. Under torchrun `model` is the DDP
+    wrapper and each rank runs its rows of every micro-batch (dist.shard_rows)."""
     for g in opt.param_groups:
         g["lr"] = lr
-    total_w = sum(b.weight.sum() for b in batches).clamp(min=1e-6)
+    weights = torch.stack([b.weight.sum() for b in batches])  # whole micro-batches: the global total
+    total_w = weights.sum().clamp(min=1e-6)
     opt.zero_grad(set_to_none=True)
-    loss = 0.0
-    for batch in batches:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
-            logits = model(batch.tokens, batch.pos, batch.mask, read_from=batch.read_from)
-        ce = weighted_ce(logits, batch)
-        part = ce * (batch.weight.sum() / total_w)
-        part.backward()
-        loss += part.detach()
-        if parts is not None:
-            parts.append(ce.detach())
+    sums = []
+    for i, batch in enumerate(batches):
+        rows = shard_rows(batch, dist)
+        with dist.no_sync(model, skip=i < len(batches) - 1):  # gradients sync once, in the last backward
+            with torch.autocast(dist.device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
+                logits = model(rows.tokens, rows.pos, rows.mask, read_from=rows.read_from)
+            s = weighted_ce_sum(logits, rows)
+            # DDP averages gradients over ranks; world x this rank's share makes that the whole loss's gradient
+            (s * (dist.world / total_w)).backward()
+        sums.append(s.detach())
     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     opt.step()
-    return float(loss)  # logging only: one sync per optimizer step, outside any decode loop
+    # logging only: one sync (and under torchrun one collective) per optimizer step
+    sums = dist.all_sum(torch.stack(sums)).cpu()
+    if parts is not None:
+        parts.extend(sums / weights.clamp(min=1e-6))
+    return float(sums.sum() / total_w)
 
 
 def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_config_change: bool = False,
@@ -165,24 +172,26 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_co
         raise ValueError(f"model vocab_size {cfg.model.vocab_size} < tokenizer vocab {tok.vocab_size}")
     out = Path(out).resolve()
     stage1 = out.parent / f"{out.name}-stage1"
+    dist = setup()
     loop = TrainLoop(cfg, out, cfg.total_steps, "step", resume=resume, allow_config_change=allow_config_change,
-                     extra_outputs=(stage1,), log=log)
+                     extra_outputs=(stage1,), log=log, dist=dist)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     if loop.state:
-        model, tok, _ = load_checkpoint(out)
+        model, tok, _ = load_checkpoint(out, device=dist.device)
     else:
         torch.manual_seed(cfg.seed)
-        model = Transformer(cfg.model)
+        model = Transformer(cfg.model).to(dist.device)
     opt = make_optimizer(model, cfg.lr, cfg.weight_decay)
     if loop.state:
         opt.load_state_dict(loop.state["optimizer"])
     model.train()
+    ddp = dist.wrap(model)  # `model` itself for evaluation and checkpoints
     t_last, tokens = time.perf_counter(), 0
     for step in loop.steps():
         batches = make_batches(cfg, tok, step)
         parts: list = []
-        loss = train_step(model, opt, batches, cfg, lr_at(cfg, step), parts)
+        loss = train_step(ddp, opt, batches, cfg, lr_at(cfg, step), parts, dist)
         tokens += sum(b.n_tokens for b in batches)
         stage = stage_of(cfg, step)
         names = active_tasks(cfg)
@@ -196,7 +205,7 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_co
             rec["tok_s"] = round(tokens / dt)
             loop.bar.set_postfix(stage=stage, loss=f"{loss:.4f}", tok_s=f"{tokens / dt:.0f}")
             t_last, tokens = time.perf_counter(), 0
-        if loop.due(done, cfg.eval_every) or done == cfg.ar_steps:
+        if dist.main and (loop.due(done, cfg.eval_every) or done == cfg.ar_steps):
             # During the AR stage the model is judged as what it is then: a greedy AR decoder.
             rec["eval"] = evaluate(model, tok, cfg) if stage == "diffusion" else evaluate_ar(model, tok, cfg)
             log(f"step {done} eval {json.dumps(rec['eval'])}")

@@ -1,0 +1,150 @@
+"""Data-parallel training under torchrun: one process per device, PyTorch DDP for the gradients.
+
+`orl train` needs no flag: launched by torchrun (RANK / WORLD_SIZE / LOCAL_RANK in the environment)
+a recipe joins the process group - nccl on CUDA, one GPU per LOCAL_RANK, gloo on CPU - and wraps the
+model in DistributedDataParallel; launched plainly it runs as one process, as before. Every rank
+builds the same global batch (batches are pure functions of seed and step) and trains on its share
+of the rows, so a run matches the single-process run up to the order of floating-point sums.
+Rank 0 alone checks and writes the output directory, the log and the console.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import torch
+import torch.distributed as tdist
+from torch import Tensor
+
+from orl.train.batches import Batch
+
+# rank 0 evaluates held-out accuracy and writes checkpoints while the others wait in the next step's
+# collective; the default timeouts (10 min with nccl) would kill a long eval of a large model
+TIMEOUT = timedelta(hours=2)
+
+
+@dataclass(frozen=True)
+class Dist:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    launched: bool = False  # under torchrun: a process group exists (even with one process)
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def shard(self, n: int) -> range:
+        """This rank's contiguous share of n items (the first ranks get the smaller shares)."""
+        return range(self.rank * n // self.world, (self.rank + 1) * n // self.world)
+
+    def wrap(self, model: torch.nn.Module, find_unused: bool = False) -> torch.nn.Module:
+        """DDP around `model` (its parameters are broadcast from rank 0); the model itself otherwise.
+        find_unused: some parameters get no gradient in this recipe (an adapter the run does not use)."""
+        if not self.launched:
+            return model
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=ids, find_unused_parameters=find_unused)
+
+    def no_sync(self, model: torch.nn.Module, skip: bool):
+        """Accumulate gradients locally (skip=True) until the last micro-batch's backward syncs them."""
+        return model.no_sync() if skip and hasattr(model, "no_sync") else nullcontext()
+
+    def all_sum(self, x: Tensor) -> Tensor:
+        """Sum over ranks (one collective); x unchanged in a single process."""
+        if not self.launched:
+            return x
+        y = x.detach().to(self.device, torch.float64 if x.is_floating_point() else torch.long).clone()
+        tdist.all_reduce(y)
+        return y.to(x.device, x.dtype)
+
+    def barrier(self) -> None:
+        if self.launched:
+            tdist.barrier()
+
+    def on_main(self, fn) -> None:
+        """Run fn on rank 0 only, the others waiting; if it raises, every rank raises (none hangs)."""
+        err = None
+        if self.main:
+            try:
+                fn()
+            except Exception as e:  # re-raised below, after the others have heard of it
+                err = e
+        failed = self.all_sum(torch.tensor([err is not None], dtype=torch.long)).item() if self.launched else 0
+        if err is not None:
+            raise err
+        if failed:
+            raise RuntimeError("rank 0 failed (its error is in its output); this rank stops too")
+
+    def gather_lists(self, seqs: list[list[int]]) -> list[list[int]]:
+        """Every rank's lists of ints, concatenated in rank order (the single-process order)."""
+        if not self.launched:
+            return seqs
+        lens = self._gather(torch.tensor([len(s) for s in seqs], dtype=torch.long))
+        flat = self._gather(torch.tensor([t for s in seqs for t in s], dtype=torch.long))
+        return [chunk.tolist() for n, f in zip(lens, flat) for chunk in torch.split(f, n.tolist())]
+
+    def _gather(self, x: Tensor) -> list[Tensor]:
+        """all_gather of 1-D long tensors of different lengths: padded to the longest, returned per rank."""
+        size = torch.tensor([x.numel()], device=self.device)
+        sizes_all = [torch.zeros_like(size) for _ in range(self.world)]
+        tdist.all_gather(sizes_all, size)
+        longest = max(int(s) for s in sizes_all)
+        buf = torch.zeros(longest, dtype=torch.long, device=self.device)
+        buf[: x.numel()] = x.to(self.device)
+        parts = [torch.empty_like(buf) for _ in range(self.world)]
+        tdist.all_gather(parts, buf)
+        return [p[: int(s)].cpu() for p, s in zip(parts, sizes_all)]
+
+
+SINGLE = Dist()
+
+
+def _env_int(name: str) -> int:
+    value = os.environ.get(name, "0")
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{name}={value!r} is not an integer (set by torchrun; unset it to run one process)") from None
+
+
+def setup() -> Dist:
+    """The run's place in a torchrun job, joining the process group once; SINGLE when not launched."""
+    if "WORLD_SIZE" not in os.environ:
+        return SINGLE
+    rank, world, local = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK")
+    if not 0 <= rank < world:
+        raise ValueError(f"RANK={rank} is outside WORLD_SIZE={world}")
+    device = torch.device("cpu")
+    if torch.cuda.is_available():
+        if local >= torch.cuda.device_count():
+            raise ValueError(f"LOCAL_RANK={local} but only {torch.cuda.device_count()} CUDA devices are visible; "
+                             "start at most that many processes per node")
+        device = torch.device("cuda", local)
+        torch.cuda.set_device(device)
+    if not tdist.is_initialized():
+        tdist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=TIMEOUT,
+                                 **({"device_id": device} if device.type == "cuda" else {}))
+        atexit.register(lambda: tdist.is_initialized() and tdist.destroy_process_group())
+    return Dist(rank, world, local, device, launched=True)
+
+
+def shard_rows(batch: Batch, d: Dist) -> Batch:
+    """Rows rank::world of a batch built whole (so padding and layout match the single process), on
+    this rank's device. A rank with no rows gets row 0 at weight 0: every rank must run the same
+    forwards and backwards for DDP, and a zero weight adds nothing to the gradient."""
+    idx = torch.arange(d.rank, batch.tokens.shape[0], d.world)
+    weight = batch.weight[idx] if idx.numel() else torch.zeros_like(batch.weight[:1])
+    if not idx.numel():
+        idx = torch.zeros(1, dtype=torch.long)
+    if d.world == 1:
+        idx, weight = slice(None), batch.weight
+    to = lambda x: None if x is None else x.to(d.device)  # noqa: E731
+    return Batch(to(batch.tokens[idx]), to(batch.pos[idx]), to(batch.mask[idx]), to(batch.targets[idx]), to(weight),
+                 to(batch.read_from))
