@@ -12,14 +12,17 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
-def per_response_mean(values: Tensor, weight: Tensor, response: Tensor, n_responses: int) -> Tensor:
-    """values, weight, response [N] -> mean over responses (with weight > 0) of their weighted mean."""
+def per_response_mean(values: Tensor, weight: Tensor, response: Tensor, n_responses: int,
+                      count: Tensor | None = None) -> Tensor:
+    """values, weight, response [N] -> mean over responses (with weight > 0) of their weighted mean.
+    count: the number of responses to average over when they are spread over several processes
+    (default: the responses here with weight > 0)."""
     w = weight.to(values.dtype)
     num = torch.zeros(n_responses, dtype=values.dtype, device=values.device).index_add(0, response, values * w)
     den = torch.zeros(n_responses, dtype=values.dtype, device=values.device).index_add(0, response, w)
     has = den > 0
     per = num / den.clamp(min=1e-12)
-    return (per * has).sum() / has.sum().clamp(min=1)
+    return (per * has).sum() / (has.sum() if count is None else count).clamp(min=1)
 
 
 def _finite(x: Tensor, like: Tensor) -> Tensor:
@@ -34,11 +37,12 @@ def normalized_entropy(logits: Tensor) -> Tensor:
     return -(logp.exp() * _finite(logp, logp)).sum(-1) / math.log(logits.shape[-1])
 
 
-def gated_ce(logits: Tensor, targets: Tensor, unresolved: Tensor, response: Tensor, n_responses: int) -> Tensor:
+def gated_ce(logits: Tensor, targets: Tensor, unresolved: Tensor, response: Tensor, n_responses: int,
+             count: Tensor | None = None) -> Tensor:
     """L_pred: cross-entropy to the verified tokens at positions unresolved in the state.
     logits [N, V], targets / unresolved / response [N] (N = flattened noisy positions)."""
     ce = F.cross_entropy(logits.float(), targets, reduction="none")
-    return per_response_mean(ce, unresolved, response, n_responses)
+    return per_response_mean(ce, unresolved, response, n_responses, count)
 
 
 def state_entropy(h: Tensor, unresolved: Tensor, state: Tensor, n_states: int) -> Tensor:
@@ -56,12 +60,13 @@ def aec_pairs(h_src: Tensor, h_next: Tensor, rho: float) -> Tensor:
     return F.relu(h_next - (1.0 - rho) * h_src.detach()).pow(2)
 
 
-def aec_loss(h_state: Tensor, src: Tensor, nxt: Tensor, pair_response: Tensor, n_responses: int, rho: float) -> Tensor:
+def aec_loss(h_state: Tensor, src: Tensor, nxt: Tensor, pair_response: Tensor, n_responses: int, rho: float,
+             count: Tensor | None = None) -> Tensor:
     """h_state [S]; src, nxt, pair_response [P] index adjacent states k -> k+1 of one block."""
     if src.numel() == 0:
         return h_state.sum() * 0.0
     per_pair = aec_pairs(h_state[src], h_state[nxt], rho)
-    return per_response_mean(per_pair, torch.ones_like(per_pair), pair_response, n_responses)
+    return per_response_mean(per_pair, torch.ones_like(per_pair), pair_response, n_responses, count)
 
 
 def capped_reverse_kl(logits: Tensor, ref_logits: Tensor, cap: float) -> Tensor:
@@ -73,6 +78,6 @@ def capped_reverse_kl(logits: Tensor, ref_logits: Tensor, cap: float) -> Tensor:
 
 
 def kl_anchor(logits: Tensor, ref_logits: Tensor, confident: Tensor, response: Tensor, n_responses: int,
-              cap: float) -> Tensor:
+              cap: float, count: Tensor | None = None) -> Tensor:
     """L_KL on positions the rollout was already confident about (per-response mean)."""
-    return per_response_mean(capped_reverse_kl(logits, ref_logits, cap), confident, response, n_responses)
+    return per_response_mean(capped_reverse_kl(logits, ref_logits, cap), confident, response, n_responses, count)

@@ -21,10 +21,11 @@ from orl.model.vocab import special_ids
 from orl.model.args import ModelArgs
 from orl.model.model import Transformer
 from orl.train.heldout import heldout_eval, mean_over_tasks
-from orl.train.objective import LossWeights, orl_loss
+from orl.train.dist import SINGLE, Dist, setup
+from orl.train.loop import TrainLoop, check_fields, make_optimizer
+from orl.train.objective import LossWeights, orl_loss, response_counts
 from orl.train.replay import build_batch, make_unit, pack
 from orl.train.rollout import collect, rollout_stats, sample_prompts, select_kept, trained_tasks
-from orl.train.loop import TrainLoop, check_fields, make_optimizer
 
 
 
@@ -110,29 +111,33 @@ def clip(model: Transformer, cfg: ORLConfig) -> None:
 
 def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config_change: bool = False,
               log=tqdm.write) -> Transformer:
-    from orl.checkpoint import load_checkpoint, require_objective
-
-    from orl.checkpoint import read_manifest
+    from orl.checkpoint import load_checkpoint, read_manifest, require_objective
 
     cfg = replace(cfg, tasks=cfg.tasks or trained_tasks(read_manifest(cfg.base)))
-    loop = TrainLoop(cfg, out, cfg.updates, "update", resume=resume, allow_config_change=allow_config_change, log=log)
+    dist = setup()
+    if cfg.prompts_per_update < dist.world:
+        raise ValueError(f"prompts_per_update={cfg.prompts_per_update} is less than the {dist.world} processes: "
+                         "every process rolls out at least one prompt")
+    loop = TrainLoop(cfg, out, cfg.updates, "update", resume=resume, allow_config_change=allow_config_change, log=log,
+                     dist=dist)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     state = loop.state
     if state:
-        model, tok, manifest = load_checkpoint(loop.out)
+        model, tok, manifest = load_checkpoint(loop.out, device=dist.device)
     else:
-        model, tok, manifest = load_checkpoint(cfg.base)
+        model, tok, manifest = load_checkpoint(cfg.base, device=dist.device)
         require_objective(manifest, "block_diffusion", cfg.base)  # rollouts go through the dLLM engine
         if cfg.rollout.residual == "adapter":
-            model = with_adapter(model, cfg.adapter_dim, cfg.adapter_alpha, cfg.seed)
+            model = with_adapter(model, cfg.adapter_dim, cfg.adapter_alpha, cfg.seed).to(dist.device)
     block_len = manifest.get("block_len") or cfg.rollout.block_len
     rollout_cfg = DecodeConfig(**{**cfg.rollout.to_dict(), "block_len": block_len}).validate()
     opt = make_optimizer(model, cfg.lr, adapter_lr=cfg.adapter_lr)
     if state:
         opt.load_state_dict(state["optimizer"])
     ids = special_ids(tok, model.args.vocab_size)
-    engine = Engine(model, tok)
+    engine = Engine(model, tok)  # rollouts and evals decode with the plain model, the updates go through DDP
+    ddp = dist.wrap(model, find_unused=model.model.residual_adapter is not None and rollout_cfg.residual != "adapter")
     gen_tokens = state["generated_tokens"] if state else 0
     rollouts, ref_model = [], None
     t0 = time.perf_counter()
@@ -140,26 +145,19 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config
         if update % cfg.rollout_reuse == 0 or not rollouts:
             model.eval()
             samples = sample_prompts(cfg.tasks, cfg.prompts_per_update, f"orl|{cfg.seed}|{update}")
-            rollouts = collect(engine, samples, cfg.group_size, rollout_cfg, seed=cfg.seed * 7919 + update)
-            stats = rollout_stats(rollouts)
+            mine = dist.shard(len(samples))  # whole prompts (their groups stay together for keep="fastest")
+            rollouts = collect(engine, samples[mine.start:mine.stop], cfg.group_size, rollout_cfg,
+                               seed=cfg.seed * 7919 + update, first=mine.start)
+            stats = rollout_stats(rollouts, dist)
             gen_tokens += stats["tokens"]
             # stale ablation: the rollout distribution comes from the weights that produced it
             ref_model = copy.deepcopy(model).eval() if cfg.rollout_reuse > 1 else None
         kept = select_kept(rollouts, cfg.group_size, cfg.keep)
         rec = {"update": update + 1, **{f"rollout_{k}": v for k, v in stats.items()}, "generated_tokens": gen_tokens}
         model.train()
-        if kept:
-            units = [make_unit(r, block_len, ids.eos, model.args.dim, cfg.kl_conf) for r in kept]
-            batch = build_batch(units, pack(units, cfg.row_tokens), ids.pad)
-            loss, parts = orl_loss(model, batch, rollout_cfg.residual, ids, cfg.weights, ref_model)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            clip(model, cfg)
-            opt.step()
-            rec.update(loss=round(loss.item(), 5), **{k: round(v.item(), 5) for k, v in parts.items()},
-                       kept=len(kept), rows=len(batch.tokens))
+        rec.update(orl_update(ddp, opt, kept, rollouts, cfg, rollout_cfg.residual, block_len, ids, ref_model, dist))
         done = update + 1
-        if loop.due(done, cfg.eval_every):
+        if dist.main and loop.due(done, cfg.eval_every):
             ecfg = DecodeConfig(**{**rollout_cfg.to_dict(), "temperature": 0.0, "threshold": cfg.eval_threshold})
             ev = heldout_eval(engine, cfg.tasks, ecfg, cfg.eval_samples)
             rec["eval"] = ev
@@ -173,6 +171,33 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config
     loop.finish()
     model.eval()
     return model
+
+
+def orl_update(ddp: torch.nn.Module, opt: torch.optim.Optimizer, kept: list, rollouts: list, cfg: ORLConfig,
+               residual: str, block_len: int, ids, ref_model: Transformer | None, dist: Dist = SINGLE) -> dict:
+    """One optimizer update on this process's kept rollouts, each loss term averaged over the responses
+    of every process, so that the update is the single-process one; the log fields, or {} when no
+    process kept a rollout (then nothing changes)."""
+    model = getattr(ddp, "module", ddp)
+    # a process that kept nothing replays one rollout at weight 0: every process must run the same
+    # forward and backward for DDP, and a zero weight adds nothing to the gradient
+    units = [make_unit(r, block_len, ids.eos, model.args.dim, cfg.kl_conf) for r in kept or rollouts[:1]]
+    batch = build_batch(units, pack(units, cfg.row_tokens), ids.pad)
+    local = torch.cat([response_counts(batch), torch.tensor([len(batch.tokens), batch.n_states])])
+    counts = dist.all_sum(torch.cat([local * bool(kept), torch.tensor([len(kept)])]))
+    if not counts[-1]:
+        return {}
+    loss, parts = orl_loss(ddp, batch, residual, ids, cfg.weights, ref_model, norm=counts[:3])
+    opt.zero_grad(set_to_none=True)
+    # DDP averages gradients over processes; world x this process's share is the whole loss's gradient
+    (loss * (dist.world if kept else 0.0)).backward()
+    clip(model, cfg)
+    opt.step()
+    terms = torch.stack([loss, parts["pred"], parts["aec"], parts["kl"], parts["entropy"] * batch.n_states]).detach()
+    terms = dist.all_sum(terms.cpu().double() * bool(kept)).tolist()  # logging: one sync per update
+    return {"loss": round(terms[0], 5), "pred": round(terms[1], 5), "aec": round(terms[2], 5),
+            "kl": round(terms[3], 5), "entropy": round(terms[4] / max(int(counts[4]), 1), 5),
+            "kept": int(counts[5]), "rows": int(counts[3])}
 
 
 def save_update(loop: TrainLoop, model: Transformer, tok, opt: torch.optim.Optimizer, recipe: str, residual: str,

@@ -20,7 +20,8 @@ from tqdm import tqdm
 from orl.engine import DecodeConfig, Engine
 from orl.model.residual import residual_state
 from orl.model.vocab import ban_tokens, special_ids
-from orl.train.batches import diffusion_batch, weighted_ce
+from orl.train.batches import diffusion_batch, weighted_ce_sum
+from orl.train.dist import setup, shard_rows
 from orl.train.heldout import heldout_eval, mean_over_tasks
 from orl.train.loop import TrainLoop, check_fields, make_optimizer
 from orl.train.orl import SHIPPED_BASE, save_update
@@ -67,19 +68,22 @@ class RCDConfig:
 
 def train_rcd(cfg: RCDConfig, out: str | Path, resume: bool = True, allow_config_change: bool = False,
               log=tqdm.write) -> None:
-    from orl.checkpoint import load_checkpoint, require_objective
-
-    from orl.checkpoint import read_manifest
+    from orl.checkpoint import load_checkpoint, read_manifest, require_objective
 
     cfg = replace(cfg, tasks=cfg.tasks or trained_tasks(read_manifest(cfg.base)))
-    loop = TrainLoop(cfg, out, cfg.updates, "update", resume=resume, allow_config_change=allow_config_change, log=log)
+    dist = setup()
+    if cfg.prompts_per_update < dist.world:
+        raise ValueError(f"prompts_per_update={cfg.prompts_per_update} is less than the {dist.world} processes: "
+                         "every process decodes at least one prompt")
+    loop = TrainLoop(cfg, out, cfg.updates, "update", resume=resume, allow_config_change=allow_config_change, log=log,
+                     dist=dist)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    ref, tok, manifest = load_checkpoint(cfg.base)
+    ref, tok, manifest = load_checkpoint(cfg.base, device=dist.device)
     require_objective(manifest, "block_diffusion", cfg.base)
     ref.eval()
     state = loop.state
-    model = load_checkpoint(loop.out)[0] if state else copy.deepcopy(ref)
+    model = load_checkpoint(loop.out, device=dist.device)[0] if state else copy.deepcopy(ref)
     block_len = manifest.get("block_len") or cfg.rollout.block_len
     # the data comes from the frozen reference decoding without residual (off-policy)
     data_cfg = DecodeConfig(**{**cfg.rollout.to_dict(), "block_len": block_len, "residual": "off"}).validate()
@@ -88,35 +92,45 @@ def train_rcd(cfg: RCDConfig, out: str | Path, resume: bool = True, allow_config
         opt.load_state_dict(state["optimizer"])
     ids = special_ids(tok, model.args.vocab_size)
     ref_engine, engine = Engine(ref, tok), Engine(model, tok)
+    ddp = dist.wrap(model, find_unused=model.model.residual_adapter is not None)  # the rcd residual skips an adapter
     emb = ref.model.embed_tokens.weight
     gen_tokens = state["generated_tokens"] if state else 0
     t0 = time.perf_counter()
     for update in loop.steps():
         samples = sample_prompts(cfg.tasks, cfg.prompts_per_update, f"orl|{cfg.seed}|{update}")
-        rollouts = collect(ref_engine, samples, cfg.group_size, data_cfg, seed=cfg.seed * 7919 + update)
-        stats = rollout_stats(rollouts)
+        mine = dist.shard(len(samples))
+        rollouts = collect(ref_engine, samples[mine.start:mine.stop], cfg.group_size, data_cfg,
+                           seed=cfg.seed * 7919 + update, first=mine.start)
+        stats = rollout_stats(rollouts, dist)
         gen_tokens += stats["tokens"]
         kept = [r for r in rollouts if r.verified]
         rec = {"update": update + 1, **{f"rollout_{k}": v for k, v in stats.items()}, "generated_tokens": gen_tokens}
-        if kept:
-            pairs = [(r.gen.prompt_ids, [t for t in r.gen.token_ids if t != ids.eos]) for r in kept]
+        # every process builds the whole batch from every process's data (its noise is one draw over all
+        # rows) and trains on its rows of it, as pretraining does
+        prompts = dist.gather_lists([r.gen.prompt_ids for r in kept])
+        answers = dist.gather_lists([[t for t in r.gen.token_ids if t != ids.eos] for r in kept])
+        if prompts:
             gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + update)
-            b = diffusion_batch(pairs, block_len, ids, gen)
+            full = diffusion_batch(list(zip(prompts, answers)), block_len, ids, gen)
+            b = shard_rows(full, dist)
             masked = b.tokens == ids.mask
             with torch.no_grad():
                 ref_logits = ban_tokens(ref(b.tokens, b.pos, b.mask, read_from=b.read_from), ids.banned)
                 z, a = residual_state(ref_logits, emb, cfg.rollout.residual_temperature)
             model.train()
-            logits = model(b.tokens, b.pos, b.mask, read_from=b.read_from, mask_id=ids.mask, z=z, a=a,
-                           unresolved=masked, residual="rcd")
-            loss = weighted_ce(logits, b)
+            logits = ddp(b.tokens, b.pos, b.mask, read_from=b.read_from, mask_id=ids.mask, z=z, a=a,
+                         unresolved=masked, residual="rcd")
+            total_w = full.weight.sum().clamp(min=1e-6)
+            s = weighted_ce_sum(logits, b)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            # DDP averages gradients over processes; world x this share is the whole loss's gradient
+            (s * (dist.world / total_w)).backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             opt.step()
-            rec.update(loss=round(loss.item(), 5), kept=len(kept))
+            loss = float(dist.all_sum(s.detach()) / total_w)
+            rec.update(loss=round(loss, 5), kept=len(prompts))
         done = update + 1
-        if loop.due(done, cfg.eval_every):
+        if dist.main and loop.due(done, cfg.eval_every):
             ecfg = DecodeConfig(**{**data_cfg.to_dict(), "temperature": 0.0, "threshold": cfg.eval_threshold,
                                    "residual": "rcd"})
             ev = heldout_eval(engine, cfg.tasks, ecfg, cfg.eval_samples)

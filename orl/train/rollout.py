@@ -10,6 +10,7 @@ import torch
 
 from orl.engine import DecodeConfig, Engine, Generation
 from orl.eval.tasks import SUITE, Sample, get_task
+from orl.train.dist import SINGLE, Dist
 
 
 @dataclass
@@ -33,12 +34,16 @@ def sample_prompts(tasks: tuple[str, ...], n: int, key: str) -> list[Sample]:
 
 
 @torch.no_grad()
-def collect(engine: Engine, samples: list[Sample], group: int, cfg: DecodeConfig, seed: int) -> list[Rollout]:
-    """`group` rollouts per prompt in one batched decode, each row with its own sampling seed."""
+def collect(engine: Engine, samples: list[Sample], group: int, cfg: DecodeConfig, seed: int,
+            first: int = 0) -> list[Rollout]:
+    """`group` rollouts per prompt in one batched decode, each row with its own sampling seed.
+    first: the index of samples[0] in the update's prompt list, when each process rolls out a share
+    (torchrun): a row's seed depends on its place in the whole list, so the shares decode exactly
+    the rows one process would."""
     if cfg.max_new_tokens % cfg.block_len:
         raise ValueError("rollouts need max_new_tokens to be a multiple of block_len (whole blocks replay exactly)")
     prompts = [engine.encode(s.prompt) for s in samples for _ in range(group)]
-    seeds = [seed * 1_000_003 + i for i in range(len(prompts))]
+    seeds = [seed * 1_000_003 + first * group + i for i in range(len(prompts))]
     gens = engine.generate_ids(prompts, cfg, trace=True, seeds=seeds)
     out = []
     for i, g in enumerate(gens):
@@ -70,10 +75,12 @@ def select_kept(rollouts: list[Rollout], group: int, keep: str = "verified") -> 
     return kept
 
 
-def rollout_stats(rollouts: list[Rollout]) -> dict:
-    n = max(len(rollouts), 1)
+def rollout_stats(rollouts: list[Rollout], dist: Dist = SINGLE) -> dict:
+    """Means over the rollouts of every process (one collective under torchrun)."""
     steps = [k for r in rollouts for k in r.gen.block_steps]
-    return {"reward": sum(r.verified for r in rollouts) / n,
-            "tpf": sum(r.gen.tpf for r in rollouts) / n,
-            "steps_per_block": sum(steps) / max(len(steps), 1),
-            "tokens": sum(r.gen.n_tokens for r in rollouts)}
+    sums = dist.all_sum(torch.tensor([len(rollouts), sum(r.verified for r in rollouts), sum(r.gen.tpf for r in rollouts),
+                                      sum(steps), len(steps), sum(r.gen.n_tokens for r in rollouts)],
+                                     dtype=torch.float64)).tolist()
+    n = max(sums[0], 1)
+    return {"reward": sums[1] / n, "tpf": sums[2] / n, "steps_per_block": sums[3] / max(sums[4], 1),
+            "tokens": int(sums[5])}
