@@ -24,13 +24,14 @@ from orl.device import resolve_device
 from orl.model import ModelArgs, Transformer
 from orl.model.families import family_for, get_family
 from orl.model.families.common import config_dtype, dtype_from_name, dtype_name
+from orl.quant import QuantizationError, kind_of_spec, quantization_of, quantize, quantized_names
 from orl.tokenizer import CharTokenizer, HFTokenizer, TokenizerError, load_tokenizer
 
 FORMAT_VERSION = 1
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 # derived from the model itself; a caller's manifest may not contradict them
-DERIVED = ("format_version", "family", "model_args", "dtype")
+DERIVED = ("format_version", "family", "model_args", "dtype", "quantization")
 Tokenizer = CharTokenizer | HFTokenizer
 
 
@@ -51,14 +52,15 @@ def save_checkpoint(model: Transformer, tokenizer: Tokenizer, directory: str | o
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     if args.tie_embeddings:
         state.pop("lm_head.weight")  # like transformers: the tie is in config.json, not in the file
-    dtypes = {t.dtype for t in state.values()}
+    quantized = quantized_names(model)  # int8 / float8 / packed storage (orl.quant): not the model dtype
+    dtypes = {t.dtype for n, t in state.items() if n not in quantized}
     if len(dtypes) != 1:
         raise ValueError(f"model has mixed parameter dtypes {sorted(map(str, dtypes))}; cast it with model.to(dtype) first")
     dtype = dtypes.pop()
     full = {"format_version": FORMAT_VERSION, "family": family_for(args).family_name(args), "model_args": args.to_dict(),
             "dtype": dtype_name(dtype), "block_len": None, "mask_id": tokenizer.mask_id,
             "eos_id": tokenizer.eos_id, "pad_id": tokenizer.pad_id, "residual_mode": "off",
-            "quantization": None, "recipe": None, "git_commit": _git_commit()}
+            "quantization": quantization_of(model), "recipe": None, "git_commit": _git_commit()}
     for key, value in (manifest or {}).items():
         if key in DERIVED and value != full[key]:
             raise ValueError(f"manifest key {key!r} is derived from the model ({full[key]!r}), got {value!r}")
@@ -137,14 +139,18 @@ def load_checkpoint(directory: str | os.PathLike, device: str | torch.device = "
     d = Path(directory)
     device = resolve_device(device)  # a bad --device fails before anything is read
     manifest, args, file_dtype, family = _read_config(d)
-    if manifest.get("quantization") is not None:
-        raise CheckpointError(f"{d}: quantization {manifest['quantization']!r} is not supported by this loader")
+    try:
+        quant_kind = kind_of_spec(manifest.get("quantization"))
+    except QuantizationError as e:
+        raise CheckpointError(f"{d / MANIFEST}: {e}") from None
     verify_checksums(d, manifest)
     tokenizer = _load_tokenizer(d, manifest, args)
     tensors = family.to_native(_read_tensors(d))
     _check_sizes(args, tensors, d)  # before any module is built: a forged n_layers must not allocate
     with torch.device("meta"):
         model = Transformer(args)
+    if quant_kind is not None:  # the transform that made the checkpoint, on the empty model: same names and dtypes
+        quantize(model, quant_kind)
     _validate(model, tensors, file_dtype, d)
     if args.tie_embeddings:
         tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
@@ -319,15 +325,19 @@ def _validate(model: Transformer, tensors: dict[str, Tensor], dtype: torch.dtype
             del tensors["lm_head.weight"]
     problems = [f"missing tensor {n}" for n in expected if n not in tensors]
     problems += [f"unexpected tensor {n}" for n in tensors if n not in expected]
+    quantized = quantized_names(model)  # their dtype is the quantization format's (orl.quant)
     for n, want in expected.items():
         t = tensors.get(n)
         if t is None:
             continue
         if t.shape != want.shape:
             problems.append(f"shape mismatch {n}: checkpoint {list(t.shape)}, model expects {list(want.shape)}")
-        if t.dtype != dtype:
+        if n in quantized and t.dtype != want.dtype:
+            problems.append(f"dtype mismatch {n}: checkpoint {t.dtype}, the quantization format says {want.dtype}")
+        elif n not in quantized and t.dtype != dtype:
             problems.append(f"dtype mismatch {n}: checkpoint {t.dtype}, config says {dtype}")
-        elif t.is_floating_point() and not bool(torch.isfinite(t).all()):
+        # float8 has no isfinite kernel: its values (e4m3 has NaN, no inf) are checked in fp32
+        elif t.is_floating_point() and not bool(torch.isfinite(t if t.element_size() > 1 else t.float()).all()):
             problems.append(f"non-finite values (inf or nan) in {n}")
     if problems:
         raise CheckpointError(f"checkpoint {d} does not match its config ({len(problems)} problem(s)):\n  "

@@ -1,0 +1,100 @@
+"""What every quantized linear layer shares (DESIGN section 6).
+
+A quantized layer replaces an nn.Linear of a built model (orl.quant.quantize swaps them); the model's
+code never branches on quantization. Its tensors are buffers in their storage formats (int8, float8,
+packed uint8) plus fp32 scales, saved and loaded under the names of its state dict. `path` names the
+kernel its forward runs on the device it sits on, so every report can say what actually ran.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+class QuantizationError(ValueError):
+    """A model or weight that cannot be quantized as asked (the message names the module)."""
+
+
+class NonFiniteWeightError(QuantizationError):
+    """inf or nan in a weight: no scale represents it, and silently clamping would hide a broken model."""
+
+
+class QuantLinear(nn.Module):
+    """Base: y = x W^T without bias, W stored quantized. Subclasses define `kind`, `quantize_weight`
+    (fp weight [N, K] -> buffers), `empty_buffers` (shapes and dtypes only), `dequantize` and `forward`."""
+
+    kind: str = ""
+
+    def __init__(self, in_features: int, out_features: int, buffers: dict[str, Tensor]):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        for name, t in buffers.items():
+            self.register_buffer(name, t)
+        self.path = self.choose_path()
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, name: str) -> "QuantLinear":
+        if linear.bias is not None:
+            raise QuantizationError(f"{name}: a Linear with a bias cannot be quantized ({cls.kind} is weight-only, no bias)")
+        w = linear.weight.detach()
+        cls.check_shape(w.shape, name)
+        if w.is_meta:  # a model built for loading: the same structure, the values come from the checkpoint
+            return cls(w.shape[1], w.shape[0], cls.empty_buffers(w.shape[0], w.shape[1], w.device))
+        if not bool(torch.isfinite(w).all()):
+            raise NonFiniteWeightError(f"{name}.weight holds inf or nan values; {cls.kind} cannot represent them "
+                                       "(fix or retrain the model before quantizing)")
+        return cls(w.shape[1], w.shape[0], cls.quantize_weight(w))
+
+    @classmethod
+    def check_shape(cls, shape: torch.Size, name: str) -> None:
+        pass
+
+    @classmethod
+    def quantize_weight(cls, w: Tensor) -> dict[str, Tensor]:
+        raise NotImplementedError
+
+    @classmethod
+    def empty_buffers(cls, out_features: int, in_features: int, device) -> dict[str, Tensor]:
+        raise NotImplementedError
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> Tensor:
+        raise NotImplementedError
+
+    def choose_path(self) -> str:
+        """The kernel for the device the buffers are on (recomputed whenever they move)."""
+        return "dequantize"
+
+    def path_for(self, dtype: torch.dtype) -> str:
+        """The kernel a forward with activations of `dtype` runs: what reports label."""
+        return self.path
+
+    def weight_bytes(self) -> int:
+        """Bytes of the saved tensors (the quantized weight and its scales)."""
+        return sum(b.numel() * b.element_size() for n, b in self._buffers.items()
+                   if b is not None and n not in self._non_persistent_buffers_set)
+
+    def _apply(self, fn, recurse=True):
+        """Only the device part of a conversion applies: model.to(torch.bfloat16) must not turn int8 or
+        float8 storage (both "floating" for float8) or the fp32 scales into bf16; the forward computes
+        in the activations' dtype anyway. A probe of a dtype no conversion touches reveals the device."""
+        for name, buf in self._buffers.items():
+            if buf is None:
+                continue
+            device = fn(torch.empty(0, dtype=torch.uint8, device=buf.device)).device
+            if device != buf.device:
+                self._buffers[name] = torch.empty_like(buf, device=device) if buf.is_meta else buf.to(device)
+        self.path = self.choose_path()
+        return self
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, kind={self.kind}, path={self.path}"
+
+
+def on_native_fp8_device(device: torch.device) -> bool:
+    """FP8 tensor-core matmuls (torch._scaled_mm) need compute capability >= 8.9 (Ada, Hopper, Blackwell)."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 9)
+
+
+def on_native_fp4_device(device: torch.device) -> bool:
+    """FP4 (NVFP4) tensor cores exist from Blackwell (compute capability 10.0) on."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (10, 0)
