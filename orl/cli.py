@@ -292,8 +292,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only a plain Qwen3 directory (no modeling_orl.py); refused if the model needs orl's code")
     s.set_defaults(func=cmd_export)
     from orl.cli_models import add_commands  # import-gguf, fetch (real models)
+    from orl.cli_quant import add_commands as add_quant_commands  # quantize (int8 / fp8 / nvfp4)
 
     add_commands(sub)
+    add_quant_commands(sub)
     return p
 
 

@@ -1,0 +1,49 @@
+"""`orl quantize`: a checkpoint's weights as int8, FP8 or NVFP4 (orl.quant), written as a new checkpoint
+that every orl command loads (the manifest's `quantization` field says how)."""
+from __future__ import annotations
+
+import argparse
+
+# orl.quant.KINDS, spelled out so that building the parser does not import torch (a test keeps them equal)
+KINDS = ("int8", "fp8", "nvfp4")
+# what the quantized checkpoint keeps from its source manifest; the rest is derived from the model
+CARRIED = ("block_len", "mask_id", "eos_id", "pad_id", "residual_mode", "recipe", "objective")
+
+
+def quantize_checkpoint(model_dir: str, kind: str, out: str):
+    """Load `model_dir`, quantize it to `kind` and save it to `out` -> (path, orl.quant.weight_bytes before, after)."""
+    from orl.checkpoint import load_checkpoint, save_checkpoint
+    from orl.quant import KINDS, QuantizationError, quantize, weight_bytes
+
+    if kind not in KINDS:  # before loading anything
+        raise QuantizationError(f"unknown quantization {kind!r}; expected one of {', '.join(KINDS)}")
+    model, tokenizer, manifest = load_checkpoint(model_dir)
+    if manifest.get("quantization") is not None:
+        raise QuantizationError(f"{model_dir} is already quantized ({manifest['quantization']['kind']}); "
+                                "quantize the full-precision checkpoint")
+    before = weight_bytes(model)
+    quantize(model, kind)
+    keep = {k: manifest[k] for k in CARRIED if k in manifest}
+    keep["quantized_from"] = {"path": str(model_dir), "git_commit": manifest.get("git_commit"),
+                              "files": manifest.get("files")}
+    path = save_checkpoint(model, tokenizer, out, manifest=keep)
+    return path, before, weight_bytes(model)
+
+
+def cmd_quantize(args: argparse.Namespace) -> int:
+    path, before, after = quantize_checkpoint(args.model, args.kind, args.out)
+    mib = 2**20
+    print(path)
+    print(f"{args.kind}: weights {before['total'] / mib:.2f} MiB -> {after['total'] / mib:.2f} MiB (quantized layers "
+          f"{(before['total'] - after['other']) / mib:.2f} -> {after['quantized'] / mib:.2f} MiB; "
+          f"{after['other'] / mib:.2f} MiB kept in the model dtype)")
+    return 0
+
+
+def add_commands(sub) -> None:
+    s = sub.add_parser("quantize", help="write a checkpoint's weights as int8, fp8 or nvfp4 (a new checkpoint)")
+    s.add_argument("--model", required=True, help="full-precision checkpoint directory")
+    s.add_argument("--kind", required=True, choices=KINDS,
+                   help="weight format (embeddings, lm_head and MoE routers stay in the model dtype)")
+    s.add_argument("--out", required=True, help="output directory (refused if it holds files orl did not write)")
+    s.set_defaults(func=cmd_quantize)
