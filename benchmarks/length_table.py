@@ -31,8 +31,12 @@ def row(recs: list[dict]) -> dict:
 
 
 def table(records: list[dict], by_size: bool) -> list[tuple[tuple, dict]]:
+    # A prompt evaluated again under the same decoder with another answer budget (--max-new-tokens)
+    # counts once: its last record.
+    latest = {(r["model"]["id"], decoder_label(r["decode"]), r["decode"].get("threshold"), r["prompt_id"],
+               r["sample"]): r for r in records}
     groups: dict[tuple, list[dict]] = defaultdict(list)
-    for r in records:
+    for r in latest.values():
         model = r["model"].get("name") or r["model"]["id"]
         head = (model, decoder_label(r["decode"]), r["decode"].get("threshold", "-"), r["split"])
         groups[head + ("all",)].append(r)
