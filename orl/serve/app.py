@@ -144,7 +144,7 @@ def create_app(engine: Engine, model_name: str, *, defaults: DecodeConfig | None
             raise APIError(400, f"cannot tokenize the {param}: {e}", param=param, code="invalid_prompt") from e
         if not ids:
             raise APIError(400, f"the {param} is empty after tokenization", param=param, code="invalid_prompt")
-        n_blocks = -(-cfg.max_new_tokens // cfg.block_len)
+        n_blocks = cfg.n_blocks
         need = len(ids) + n_blocks * cfg.block_len
         if need > engine.max_len:
             raise APIError(400, f"prompt ({len(ids)} tokens) + max_tokens {cfg.max_new_tokens} (rounded up to "
