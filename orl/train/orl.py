@@ -101,12 +101,14 @@ def with_adapter(base: Transformer, adapter_dim: int, alpha: float, seed: int = 
     return model
 
 
-def clip(model: Transformer, cfg: ORLConfig) -> None:
+def clip(model: Transformer, cfg: ORLConfig) -> torch.Tensor:
+    """Clip the model and the adapter separately; their gradient norms before clipping."""
     adapter = [p for n, p in model.named_parameters() if "residual_adapter" in n]
     rest = [p for n, p in model.named_parameters() if "residual_adapter" not in n]
-    torch.nn.utils.clip_grad_norm_(rest, cfg.grad_clip)
+    norm = torch.nn.utils.clip_grad_norm_(rest, cfg.grad_clip)
     if adapter:
-        torch.nn.utils.clip_grad_norm_(adapter, cfg.adapter_grad_clip)
+        return torch.stack([norm, torch.nn.utils.clip_grad_norm_(adapter, cfg.adapter_grad_clip)])
+    return norm[None]
 
 
 def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config_change: bool = False,
@@ -191,12 +193,13 @@ def orl_update(ddp: torch.nn.Module, opt: torch.optim.Optimizer, kept: list, rol
     opt.zero_grad(set_to_none=True)
     # DDP averages gradients over processes; world x this process's share is the whole loss's gradient
     (loss * (dist.world if kept else 0.0)).backward()
-    clip(model, cfg)
+    norms = clip(model, cfg).tolist()  # the synced gradients: the same on every process
     opt.step()
     terms = torch.stack([loss, parts["pred"], parts["aec"], parts["kl"], parts["entropy"] * batch.n_states]).detach()
     terms = dist.all_sum(terms.cpu().double() * bool(kept)).tolist()  # logging: one sync per update
     return {"loss": round(terms[0], 5), "pred": round(terms[1], 5), "aec": round(terms[2], 5),
             "kl": round(terms[3], 5), "entropy": round(terms[4] / max(int(counts[4]), 1), 5),
+            "grad_norm": round(norms[0], 5), **({"adapter_grad_norm": round(norms[1], 5)} if len(norms) > 1 else {}),
             "kept": int(counts[5]), "rows": int(counts[3])}
 
 

@@ -134,10 +134,11 @@ def make_batches(cfg: PretrainConfig, tok, step: int) -> list[Batch]:
 
 
 def train_step(model: Transformer, opt: torch.optim.Optimizer, batches: list[Batch], cfg: PretrainConfig,
-               lr: float, parts: list | None = None, dist: Dist = SINGLE) -> float:
+               lr: float, parts: list | None = None, dist: Dist = SINGLE, norms: list | None = None) -> float:
     """One optimizer step over the micro-batches: the weighted mean loss over all of their positions.
-    `parts` (if given) receives each micro-batch's own mean loss. Under torchrun `model` is the DDP
-    wrapper and each rank runs its rows of every micro-batch (dist.shard_rows)."""
+    `parts` (if given) receives each micro-batch's own mean loss, `norms` the gradient norm before
+    clipping. Under torchrun `model` is the DDP wrapper and each rank runs its rows of every
+    micro-batch (dist.shard_rows)."""
     for g in opt.param_groups:
         g["lr"] = lr
     weights = torch.stack([b.weight.sum() for b in batches])  # whole micro-batches: the global total
@@ -153,8 +154,10 @@ def train_step(model: Transformer, opt: torch.optim.Optimizer, batches: list[Bat
             # DDP averages gradients over ranks; world x this rank's share makes that the whole loss's gradient
             (s * (dist.world / total_w)).backward()
         sums.append(s.detach())
-    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     opt.step()
+    if norms is not None:
+        norms.append(norm.detach())
     # logging only: one sync (and under torchrun one collective) per optimizer step
     sums = dist.all_sum(torch.stack(sums)).cpu()
     if parts is not None:
@@ -190,12 +193,13 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_co
     t_last, tokens = time.perf_counter(), 0
     for step in loop.steps():
         batches = make_batches(cfg, tok, step)
-        parts: list = []
-        loss = train_step(ddp, opt, batches, cfg, lr_at(cfg, step), parts, dist)
+        parts, norms = [], []
+        loss = train_step(ddp, opt, batches, cfg, lr_at(cfg, step), parts, dist, norms)
         tokens += sum(b.n_tokens for b in batches)
         stage = stage_of(cfg, step)
         names = active_tasks(cfg)
         rec = {"step": step + 1, "stage": stage, "loss": round(loss, 5), "lr": lr_at(cfg, step),
+               "grad_norm": round(float(norms[0]), 5),
                "task_loss": {n: round(float(x), 4) for n, x in zip(names, parts)}}
         if len(parts) > len(names):  # make_batches puts the ar_aux rows after the tasks' own
             rec["ar_aux_loss"] = {n: round(float(x), 4) for n, x in zip(names, parts[len(names):])}

@@ -125,10 +125,10 @@ def train_rcd(cfg: RCDConfig, out: str | Path, resume: bool = True, allow_config
             opt.zero_grad(set_to_none=True)
             # DDP averages gradients over processes; world x this share is the whole loss's gradient
             (s * (dist.world / total_w)).backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             opt.step()
             loss = float(dist.all_sum(s.detach()) / total_w)
-            rec.update(loss=round(loss, 5), kept=len(prompts))
+            rec.update(loss=round(loss, 5), grad_norm=round(float(norm), 5), kept=len(prompts))
         done = update + 1
         if dist.main and loop.due(done, cfg.eval_every):
             ecfg = DecodeConfig(**{**data_cfg.to_dict(), "temperature": 0.0, "threshold": cfg.eval_threshold,
