@@ -18,7 +18,7 @@ def resolve_device(name: str | torch.device | None) -> torch.device:
         raise ValueError(f"unsupported device {str(name)!r}; expected one of {', '.join(KNOWN)}")
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"device {str(name)!r} asked for, but this machine has no CUDA device (use --device cpu)")
+            raise ValueError(f"device {str(name)!r}: CUDA is not available on this machine (use --device cpu)")
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             raise ValueError(f"device {str(name)!r} does not exist: {torch.cuda.device_count()} CUDA device(s)")
     if dev.type == "mps" and not torch.backends.mps.is_available():

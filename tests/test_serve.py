@@ -146,6 +146,8 @@ def server(ckpt):
     yield url
     proc.terminate()
     proc.wait(timeout=20)
+    # issue 23 item 8: when ready, the server says what it serves and where
+    assert f"model id '{MODEL}'; API {url}/v1 ; live page {url}/" in proc.stdout.read()
 
 
 @pytest.fixture(scope="module")

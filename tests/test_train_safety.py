@@ -182,7 +182,7 @@ def test_cuda_without_cuda_is_named(tmp_path, capsys):
     from orl.checkpoint import save_checkpoint
 
     ck = save_checkpoint(model(), TOK, tmp_path / "ck")
-    assert "no CUDA device" in run_cli(capsys, "generate", "ab", "--model", str(ck), "--device", "cuda")
+    assert "CUDA is not available" in run_cli(capsys, "generate", "ab", "--model", str(ck), "--device", "cuda")
 
 
 def test_debug_shows_the_traceback(tmp_path):

@@ -6,8 +6,7 @@ from __future__ import annotations
 import logging
 import socket
 
-import torch
-
+from orl.device import resolve_device
 from orl.engine import DecodeConfig, Engine
 from orl.serve.app import create_app
 from orl.serve.config import ServerConfig
@@ -20,23 +19,6 @@ def warm_up(engine: Engine, cfg: DecodeConfig) -> None:
     prompt is a single EOS token because it exists in every vocabulary."""
     n_blocks = 2 if 1 + 2 * cfg.block_len <= engine.max_len else 1
     engine.generate_ids([[engine.eos_id]], DecodeConfig(**{**cfg.to_dict(), "max_new_tokens": n_blocks * cfg.block_len}))
-
-
-def resolve_device(device: str | None) -> torch.device:
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        d = torch.device(device)
-    except RuntimeError:
-        raise ValueError(f"unknown device {device!r}; expected cpu, cuda or cuda:N") from None
-    if d.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {device!r}: CUDA is not available on this machine (use --device cpu)")
-        if d.index is not None and d.index >= torch.cuda.device_count():
-            raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-    elif d.type != "cpu":
-        raise ValueError(f"device {device!r} is not supported; expected cpu, cuda or cuda:N")
-    return d
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -81,8 +63,9 @@ def serve(model_dir: str, config: ServerConfig | None = None, *, device: str | N
         server = uvicorn_server(create_app(engine, name, defaults=defaults, config=config), config)
         host, port = sock.getsockname()[:2]
         # uvicorn announces the address only for sockets it bound itself
-        logging.getLogger("uvicorn.error").info("orl serve: model %r on http://%s:%d (docs/SERVING.md)", name,
-                                                f"[{host}]" if ":" in host else host, port)
+        url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+        logging.getLogger("uvicorn.error").info("orl serve: model id %r; API %s/v1 ; live page %s/ (docs/SERVING.md)",
+                                                name, url, url)
         server.run(sockets=[sock])
     finally:
         sock.close()
