@@ -67,9 +67,11 @@ def test_aup_by_hand():
         metrics.aup([1, 2], [0.5])
 
 
-def _rec(pid: str, task: str, verdict: bool, tpf: float, tps: float, total: float, steps: list[int], batch=1) -> dict:
-    return {"prompt_id": pid, "task": task, "verdict": verdict, "tpf": tpf, "block_steps": steps, "n_tokens": 6,
-            "timing": {"tokens_per_s": tps, "total_s": total}, "batch_size": batch}
+def _rec(pid: str, task: str, verdict: bool, tokens: int, fwd: tuple[int, int], finished: bool, tps: float,
+         total: float, steps: list[int], batch=1) -> dict:
+    return {"prompt_id": pid, "task": task, "verdict": verdict, "n_tokens": tokens, "finished": finished,
+            "forwards": {"prefill": 1, "step": fwd[0], "commit": fwd[1]}, "tpf": metrics.tpf(tokens, *fwd),
+            "block_steps": steps, "timing": {"tokens_per_s": tps, "total_s": total}, "batch_size": batch}
 
 
 def test_tpf_ceiling():
@@ -78,20 +80,67 @@ def test_tpf_ceiling():
         metrics.tpf_ceiling(4, 0)
 
 
+def test_pooled_tpf_is_a_ratio_of_sums():
+    # a short answer ending in EOS, 4 tokens in 1 forward (TPF 4), and a long one cut at the budget,
+    # 20 tokens in 8 denoising + 2 commit forwards (TPF 2)
+    recs = [_rec("a/0", "a", True, 4, (1, 0), True, 1, 1, [1]), _rec("a/1", "a", True, 20, (8, 2), False, 1, 1, [3, 3, 2])]
+    t = metrics.pooled_tpf(recs)
+    assert t["tpf"] == pytest.approx(24 / 11)             # 2.18, not the mean of ratios 3.0
+    assert t["tpf_no_eos"] == pytest.approx(23 / 11)      # only the finished sample ends with an EOS
+    assert t["tpf_sample_mean"] == pytest.approx(3.0)
+    # ceiling: 1 block -> 1 forward, 3 blocks -> 3 denoising + 2 commit forwards
+    assert metrics.pooled_tpf_ceiling(recs) == pytest.approx(24 / 6)
+    assert math.isnan(metrics.pooled_tpf_ceiling([{**recs[0], "block_steps": []}]))
+    with pytest.raises(ValueError, match="no records"):
+        metrics.pooled_tpf([])
+    with pytest.raises(ValueError, match="forward"):
+        metrics.pooled_tpf([_rec("a/0", "a", True, 4, (0, 0), True, 1, 1, [1])])
+
+
+def test_mcnemar_exact_by_hand():
+    # b = 10, c = 2: n = 12, P(X <= 2) = (C(12,0) + C(12,1) + C(12,2)) / 2^12 = (1 + 12 + 66) / 4096;
+    # two-sided: 2 * 79 / 4096 = 0.0386
+    assert metrics.mcnemar_exact(10, 2) == pytest.approx(79 / 2048) == metrics.mcnemar_exact(2, 10)
+    assert round(metrics.mcnemar_exact(10, 2), 4) == 0.0386
+    assert metrics.mcnemar_exact(0, 5) == pytest.approx(2 / 32)       # all 5 discordant pairs one way
+    assert metrics.mcnemar_exact(0, 0) == 1.0 and metrics.mcnemar_exact(1, 0) == 1.0
+    assert metrics.mcnemar_exact(3, 3) == 1.0                         # 2 * 42/64 capped at 1
+    assert metrics.mcnemar_exact(7, 1) == pytest.approx(2 * (1 + 8) / 256)  # 0.0703
+    assert metrics.mcnemar_exact(500, 500) == 1.0                     # large n: exact big-int arithmetic
+    assert 0 < metrics.mcnemar_exact(400, 300) < 0.001
+    with pytest.raises(ValueError):
+        metrics.mcnemar_exact(-1, 2)
+
+
+def test_paired_counts_and_seed_spread():
+    first = {"p0": True, "p1": True, "p2": False, "p3": False, "only-first": True}
+    second = {"p0": True, "p1": False, "p2": True, "p3": True, "only-second": False}
+    assert metrics.paired_counts(first, second) == (4, 1, 2)  # unpaired keys are left out
+    assert metrics.seed_spread([3.0, 1.0, 2.0]) == (1.0, 2.0, 3.0)
+    assert metrics.seed_spread([4.0, 1.0]) == (1.0, 2.5, 4.0)
+    with pytest.raises(ValueError):
+        metrics.seed_spread([])
+
+
 def test_summarize_groups_and_pass_at_k():
-    recs = [_rec("a/0", "a", True, 2.0, 10.0, 1.0, [2, 4]), _rec("a/0", "a", False, 1.0, 20.0, 2.0, [3]),
-            _rec("a/1", "a", False, 3.0, 30.0, 3.0, [1]), _rec("a/1", "a", False, 4.0, 40.0, 4.0, [2]),
-            _rec("b/0", "b", True, 5.0, 50.0, 5.0, [5], batch=4)]
+    recs = [_rec("a/0", "a", True, 6, (2, 1), True, 10.0, 1.0, [2, 4]),
+            _rec("a/0", "a", False, 4, (4, 0), False, 20.0, 2.0, [3]),
+            _rec("a/1", "a", False, 3, (1, 0), True, 30.0, 3.0, [1]),
+            _rec("a/1", "a", False, 8, (2, 0), True, 40.0, 4.0, [2]),
+            _rec("b/0", "b", True, 5, (5, 0), True, 50.0, 5.0, [5], batch=4)]
     rows = metrics.summarize(recs, ["task"])
     a, b = rows
     assert a["task"] == "a" and a["n"] == 4 and a["n_prompts"] == 2
     assert a["accuracy"] == 0.25
     assert a["pass@1"] == pytest.approx(0.25)
     assert a["pass@2"] == pytest.approx(0.5)  # prompt a/0 passes one of two draws -> 1; a/1 -> 0
-    assert a["tpf"] == pytest.approx(2.5) and a["tokens_per_s"] == pytest.approx(25.0)
+    # 21 tokens / 10 forwards; 3 finished samples end with EOS; per-sample TPFs 2, 1, 3, 4
+    assert a["tpf"] == pytest.approx(2.1) and a["tpf_no_eos"] == pytest.approx(1.8)
+    assert a["tpf_sample_mean"] == pytest.approx(2.5)
+    assert a["tokens_per_s"] == pytest.approx(25.0)
     assert a["tokens_per_s_median"] == pytest.approx(25.0)
     assert a["latency_p50_s"] == pytest.approx(2.5) and a["latency_p90_s"] == pytest.approx(3.7)
     assert a["steps_per_block"] == pytest.approx(12 / 5)  # over all 5 blocks, not per record
-    # 6 tokens: 2 blocks -> at best 1 + 1 denoise and 1 commit forward = 2.0; 1 block -> 6.0
-    assert a["tpf_ceiling"] == pytest.approx((2.0 + 6.0 * 3) / 4)
+    # fewest forwards for 2, 1, 1, 1 blocks: 3 + 1 + 1 + 1
+    assert a["tpf_ceiling"] == pytest.approx(21 / 6)
     assert b["n"] == 1 and b["accuracy"] == 1.0 and "pass@1" not in b and b["batch_size"] == "4"

@@ -25,10 +25,12 @@ def fixture_records() -> list[dict]:
         decode = {"rule": "threshold", "block_len": 4, "residual": "off", "temperature": 0.0, "threshold": tau}
         for task, fewer in TASKS.items():
             for i in range(4):
-                n_tokens = 6
+                n_tokens = 60  # every sample at the curve's TPF: 60 / tpf forwards, ending with EOS
                 recs.append({
                     "prompt_id": f"{task}/heldout/{i}", "task": task, "sample": 0, "verdict": i < correct - fewer,
-                    "n_tokens": n_tokens, "tpf": tpf, "block_steps": [1, 2] if tau == 0.5 else [3, 3, i + 1],
+                    "n_tokens": n_tokens, "finished": True, "tpf": tpf,
+                    "forwards": {"prefill": 1, "step": round(n_tokens / tpf), "commit": 0},
+                    "block_steps": [1, 2] if tau == 0.5 else [3, 3, i + 1],
                     "timing": {"tokens_per_s": tps + i, "total_s": n_tokens / (tps + i), "prefill_s": 0.001},
                     "batch_size": 1, "decode": decode, "config_id": f"{tau}",
                     "model": {"name": model, "id": model, "path": f"/ckpt/{model}"}})

@@ -3,7 +3,12 @@ computed by these functions; tables, plots and the CLI summary aggregate them wi
 
 Formulas
 - TPF = n_tokens / (step_forwards + commit_forwards), n_tokens counting generated tokens up to and
-  including the first EOS; prefill is not a forward here.
+  including the first EOS; prefill is not a forward here. Over a set of samples TPF is a ratio of
+  sums, sum(n_tokens) / sum(forwards) (`pooled_tpf`), never the mean of per-sample ratios (which
+  over-weights short answers); the EOS-free TPF drops each finished sample's EOS token from the
+  numerator. Commit forwards count, so one token per denoising step gives TPF < 1.
+- TPF ceiling over a set: sum(n_tokens) / sum(2 * blocks - 1), the best any block decoder could do on
+  the same outputs (one denoising forward per block, one commit forward between blocks).
 - tokens/s = n_tokens / wall seconds from request start to the row's last token (warm-up excluded by
   the runner).
 - accuracy = fraction of samples the verifier accepts (pass@1 when there is one sample per prompt).
@@ -15,6 +20,10 @@ Formulas
       W(y) = min(exp(-alpha * (1 - y / y_max)), 1),  alpha = 3,  max_drop = 5 points,
   where y_max is the best accuracy among the compared curves (default: this curve's). The first term
   credits the least parallel point as a rectangle from TPF 0; W discounts accuracy lost to parallelism.
+- McNemar exact test (paired outcomes of two systems on the same prompts): with b prompts only the
+  first system gets right and c only the second, p = min(1, 2 * sum_{i<=min(b,c)} C(b+c, i) / 2^(b+c)),
+  the two-sided binomial test of b against Binomial(b + c, 1/2); p = 1 when b + c = 0.
+- Seed spread: min / median / max of a per-seed value (e.g. TPF over each prompt seed's samples).
 """
 from __future__ import annotations
 
@@ -40,6 +49,57 @@ def tpf_ceiling(n_tokens: int, n_blocks: int) -> float:
     if n_blocks <= 0:
         raise ValueError(f"TPF ceiling needs at least one block, got {n_blocks}")
     return n_tokens / (2 * n_blocks - 1)
+
+
+def pooled_tpf(records: Iterable[dict]) -> dict[str, float]:
+    """TPF of a set of records (each with n_tokens, finished and forwards {step, commit}) as a ratio of
+    sums: tpf (tokens incl. EOS / forwards), tpf_no_eos (without the EOS tokens), and the per-sample
+    mean tpf_sample_mean, which is not the TPF of the set and is only shown labelled as such."""
+    recs = list(records)
+    if not recs:
+        raise ValueError("TPF of no records")
+    tokens = sum(r["n_tokens"] for r in recs)
+    eos = sum(1 for r in recs if r["finished"])  # a finished sample's last token is its EOS
+    fwd = [r["forwards"]["step"] + r["forwards"]["commit"] for r in recs]
+    if min(fwd) <= 0:
+        raise ValueError("TPF needs at least one denoising or commit forward per record")
+    return {"tpf": tokens / sum(fwd), "tpf_no_eos": (tokens - eos) / sum(fwd),
+            "tpf_sample_mean": mean([r["n_tokens"] / f for r, f in zip(recs, fwd)])}
+
+
+def pooled_tpf_ceiling(records: Iterable[dict]) -> float:
+    """sum(n_tokens) / sum(2 * blocks - 1) over the records that decoded in blocks (nan if none)."""
+    recs = [r for r in records if r["block_steps"]]
+    if not recs:
+        return float("nan")
+    return sum(r["n_tokens"] for r in recs) / sum(2 * len(r["block_steps"]) - 1 for r in recs)
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Two-sided exact McNemar p-value: b = pairs only the first system got right, c = only the second."""
+    if b < 0 or c < 0:
+        raise ValueError(f"McNemar needs discordant counts >= 0, got b={b}, c={c}")
+    n = b + c
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(b, c) + 1))
+    return min(1.0, 2 * tail / 2 ** n)  # int / int is correctly rounded however large n is
+
+
+def paired_counts(first: dict, second: dict) -> tuple[int, int, int]:
+    """(n, b, c) over the keys both map to a verdict: n paired samples, b right only in first, c only
+    in second."""
+    keys = first.keys() & second.keys()
+    b = sum(1 for k in keys if first[k] and not second[k])
+    c = sum(1 for k in keys if second[k] and not first[k])
+    return len(keys), b, c
+
+
+def seed_spread(values: Sequence[float]) -> tuple[float, float, float]:
+    """(min, median, max) of per-seed values."""
+    if not values:
+        raise ValueError("seed spread of no values")
+    return min(values), percentile(values, 50), max(values)
 
 
 def tokens_per_s(n_tokens: int, seconds: float) -> float:
@@ -105,10 +165,10 @@ def aup(tpfs: Sequence[float], accuracies: Sequence[float], y_max: float | None 
 def summarize(records: Iterable[dict], keys: Sequence[str],
               key_of: Callable[[dict, str], object] | None = None) -> list[dict]:
     """One row per group of records (grouped by `keys`, looked up with key_of(record, key) or
-    record[key]): n samples, accuracy, pass@k (k up to the smallest samples-per-prompt count),
-    means of the stored per-sample TPF, of its ceiling (tpf_ceiling) and of tokens/s, median tokens/s,
-    latency percentiles, mean steps per block over all blocks, and the batch sizes the timings were
-    taken at."""
+    record[key]): n samples, accuracy, pass@k (k up to the smallest samples-per-prompt count), TPF,
+    EOS-free TPF and TPF ceiling as ratios of sums (pooled_tpf; tpf_sample_mean is the per-sample
+    mean), mean and median tokens/s, latency percentiles, mean steps per block over all blocks, and
+    the batch sizes the timings were taken at."""
     get = key_of or (lambda r, k: r[k])
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in records:
@@ -127,9 +187,8 @@ def summarize(records: Iterable[dict], keys: Sequence[str],
         row.update(n=len(recs), n_prompts=len(per_prompt), accuracy=accuracy([r["verdict"] for r in recs]))
         for k in (k for k in PASS_KS if k <= n_min and (k > 1 or n_min > 1)):
             row[f"pass@{k}"] = mean([pass_at_k(len(v), sum(v), k) for v in per_prompt.values()])
-        ceilings = [tpf_ceiling(r["n_tokens"], len(r["block_steps"])) for r in recs if r["block_steps"]]
-        row.update(tpf=mean([r["tpf"] for r in recs]), tpf_ceiling=mean(ceilings) if ceilings else float("nan"),
-                   tokens_per_s=mean(speeds),
+        row.update(pooled_tpf(recs))
+        row.update(tpf_ceiling=pooled_tpf_ceiling(recs), tokens_per_s=mean(speeds),
                    tokens_per_s_median=percentile(speeds, 50))
         row.update({f"latency_p{q}_s": percentile(latency, q) for q in LATENCY_QUANTILES})
         row["steps_per_block"] = mean(steps) if steps else float("nan")
