@@ -17,17 +17,15 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 
+from orl.eval import metrics
 from orl.eval.records import decoder_label, read_records
 from orl.eval.tasks import get_task
 
 
 def row(recs: list[dict]) -> dict:
-    tokens = sum(r["n_tokens"] for r in recs)
-    no_eos = sum(r["n_tokens"] - bool(r["finished"]) for r in recs)  # finished rows end with their EOS
-    fwd = sum(r["forwards"]["step"] + r["forwards"]["commit"] for r in recs)
+    t = metrics.pooled_tpf(recs)  # the one definition of DESIGN section 5
     return {"n": len(recs), "acc": sum(bool(r["verdict"]) for r in recs) / len(recs),
-            "tpf": tokens / max(fwd, 1), "tpf_no_eos": no_eos / max(fwd, 1),
-            "tpf_mean": sum(r["tpf"] for r in recs) / len(recs)}
+            "tpf": t["tpf"], "tpf_no_eos": t["tpf_no_eos"], "tpf_mean": t["tpf_sample_mean"]}
 
 
 def table(records: list[dict], by_size: bool) -> list[tuple[tuple, dict]]:
