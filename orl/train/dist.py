@@ -139,12 +139,13 @@ def shard_rows(batch: Batch, d: Dist) -> Batch:
     """Rows rank::world of a batch built whole (so padding and layout match the single process), on
     this rank's device. A rank with no rows gets row 0 at weight 0: every rank must run the same
     forwards and backwards for DDP, and a zero weight adds nothing to the gradient."""
-    idx = torch.arange(d.rank, batch.tokens.shape[0], d.world)
-    weight = batch.weight[idx] if idx.numel() else torch.zeros_like(batch.weight[:1])
-    if not idx.numel():
-        idx = torch.zeros(1, dtype=torch.long)
     if d.world == 1:
-        idx, weight = slice(None), batch.weight
+        rows, weight = slice(None), batch.weight
+    else:
+        rows = torch.arange(d.rank, batch.tokens.shape[0], d.world)
+        weight = batch.weight[rows]
+        if not rows.numel():
+            rows, weight = torch.zeros(1, dtype=torch.long), torch.zeros_like(batch.weight[:1])
     to = lambda x: None if x is None else x.to(d.device)  # noqa: E731
-    return Batch(to(batch.tokens[idx]), to(batch.pos[idx]), to(batch.mask[idx]), to(batch.targets[idx]), to(weight),
-                 to(batch.read_from))
+    return Batch(to(batch.tokens[rows]), to(batch.pos[rows]), to(batch.mask[rows]), to(batch.targets[rows]),
+                 to(weight), to(batch.read_from))
