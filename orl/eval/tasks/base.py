@@ -99,3 +99,9 @@ class Task:
     def verify(self, prompt: str, output: str) -> bool:
         """True iff the model output (decoded, without EOS) answers the prompt."""
         return self.check(prompt, output.rstrip())
+
+    def reward(self, prompt: str, output: str) -> float:
+        """Credit in [0, 1] for a model output (decoded, without EOS). Pass/fail unless a family gives
+        partial credit by overriding this; ORL keeps rollouts whose reward reaches
+        ORLConfig.keep_reward (docs/TASKS.md), evaluation reports `verify`."""
+        return float(self.verify(prompt, output))
