@@ -122,3 +122,18 @@ def test_cli_eval_then_report(ckpt, tmp_path, capsys):
     assert main(["report", str(out), "--out", str(tmp_path / "rep")]) == 0
     assert (tmp_path / "rep" / "report.html").stat().st_size > 10_000
     assert main(["eval", "--model", str(ckpt), "--tasks", "nope", "--out", str(out), "--no-progress"]) == 2
+
+
+def test_heldout_eval_tpf_is_a_ratio_of_sums():
+    from orl.engine.sequence import Generation
+    from orl.train.heldout import heldout_eval
+
+    class Canned:  # an engine whose answers have different lengths and forward counts
+        model = torch.nn.Linear(1, 1)
+
+        def generate(self, prompts, cfg):
+            shapes = [(4, 1, 0), (12, 5, 1)]  # (tokens, denoising, commit): TPF 4 and 2; mean 3, ratio of sums 16 / 7
+            return [Generation([], [0] * t, "", True, 1, s, c, 0.0, 1.0, [1] * (c + 1)) for t, s, c in shapes]
+
+    res = heldout_eval(Canned(), ("add",), cfg=None, n=2)["add"]
+    assert res["tpf"] == round(16 / 7, 2) == 2.29

@@ -9,7 +9,8 @@ from orl.eval.tasks import get_task
 
 @torch.no_grad()
 def heldout_eval(engine: Engine, tasks: tuple[str, ...], cfg: DecodeConfig, n: int) -> dict:
-    """Accuracy, mean TPF and mean steps per block per family on the first n held-out samples."""
+    """Accuracy, TPF (ratio of sums: all tokens / all forwards, DESIGN section 5) and mean steps per
+    block per family on the first n held-out samples."""
     was_training = engine.model.training
     engine.model.eval()
     res = {}
@@ -19,7 +20,7 @@ def heldout_eval(engine: Engine, tasks: tuple[str, ...], cfg: DecodeConfig, n: i
         gens = engine.generate([s.prompt for s in samples], cfg)
         steps = [k for g in gens for k in g.block_steps]
         res[name] = {"acc": round(sum(task.verify(s.prompt, g.text) for s, g in zip(samples, gens)) / n, 3),
-                     "tpf": round(sum(g.tpf for g in gens) / n, 2),
+                     "tpf": round(sum(g.n_tokens for g in gens) / max(sum(g.forwards for g in gens), 1), 2),
                      "steps_per_block": round(sum(steps) / max(len(steps), 1), 2)}
     engine.model.train(was_training)
     return res
