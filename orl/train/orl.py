@@ -52,6 +52,7 @@ class ORLConfig:
     kl_conf: float = 0.9                # rollout confidence above which a position is anchored
     rollout_reuse: int = 1              # > 1: stale-rollout ablation
     keep: str = "verified"              # "fastest": one verified rollout per prompt (rollout.select_kept)
+    keep_reward: float = 1.0            # a rollout is verified when its reward reaches this (partial credit)
     row_tokens: int = 768
     eval_every: int = 25
     eval_samples: int = 20
@@ -71,6 +72,8 @@ class ORLConfig:
             problems.append("adapter_dim must be > 0 when rollouts use the adapter residual")
         if self.keep not in KEEP:
             problems.append(f"keep must be one of {KEEP}, got {self.keep!r}")
+        if not 0.0 < self.keep_reward <= 1.0:
+            problems.append(f"keep_reward must be in (0, 1], got {self.keep_reward}")
         if not 0.0 < self.eval_threshold <= 1.0:
             problems.append(f"eval_threshold must be in (0, 1], got {self.eval_threshold}")
         if not 0.0 <= self.kl_conf <= 1.0:
@@ -149,7 +152,7 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config
             samples = sample_prompts(cfg.tasks, cfg.prompts_per_update, f"orl|{cfg.seed}|{update}")
             mine = dist.shard(len(samples))  # whole prompts (their groups stay together for keep="fastest")
             rollouts = collect(engine, samples[mine.start:mine.stop], cfg.group_size, rollout_cfg,
-                               seed=cfg.seed * 7919 + update, first=mine.start)
+                               seed=cfg.seed * 7919 + update, first=mine.start, keep_reward=cfg.keep_reward)
             stats = rollout_stats(rollouts, dist)
             gen_tokens += stats["tokens"]
             # stale ablation: the rollout distribution comes from the weights that produced it

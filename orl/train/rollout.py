@@ -1,6 +1,11 @@
 """On-policy rollouts: the serving engine decodes training prompts with the current weights, traces
 every denoising state (canvas + the exact residual it consumed), and the task verifiers keep only
-correct outputs (DESIGN section 4). No gradients flow here."""
+correct outputs (DESIGN section 4). No gradients flow here.
+
+Rewards: a rollout's reward is its task's `reward(prompt, output)` in [0, 1] (0 for an output cut at
+max_new_tokens); pass/fail families give 1.0 iff the verifier accepts. A rollout is `verified`, i.e.
+eligible to be kept, when its reward reaches `keep_reward` (ORLConfig.keep_reward, default 1.0: only
+fully correct outputs), so partial-credit tasks (docs/TASKS.md) choose how much credit is enough."""
 from __future__ import annotations
 
 import random
@@ -10,6 +15,7 @@ import torch
 
 from orl.engine import DecodeConfig, Engine, Generation
 from orl.eval.tasks import SUITE, Sample, get_task
+from orl.eval.tasks.custom import reward_of
 from orl.train.dist import SINGLE, Dist
 
 
@@ -17,7 +23,8 @@ from orl.train.dist import SINGLE, Dist
 class Rollout:
     sample: Sample
     gen: Generation   # with .trace: list[StepRecord]
-    verified: bool
+    verified: bool    # reward >= keep_reward: eligible to supervise training
+    reward: float = 0.0
 
 
 def trained_tasks(manifest: dict) -> tuple[str, ...]:
@@ -35,7 +42,7 @@ def sample_prompts(tasks: tuple[str, ...], n: int, key: str) -> list[Sample]:
 
 @torch.no_grad()
 def collect(engine: Engine, samples: list[Sample], group: int, cfg: DecodeConfig, seed: int,
-            first: int = 0) -> list[Rollout]:
+            first: int = 0, keep_reward: float = 1.0) -> list[Rollout]:
     """`group` rollouts per prompt in one batched decode, each row with its own sampling seed.
     first: the index of samples[0] in the update's prompt list, when each process rolls out a share
     (torchrun): a row's seed depends on its place in the whole list, so the shares decode exactly
@@ -48,7 +55,8 @@ def collect(engine: Engine, samples: list[Sample], group: int, cfg: DecodeConfig
     out = []
     for i, g in enumerate(gens):
         s = samples[i // group]
-        out.append(Rollout(s, g, g.finished and get_task(s.task).verify(s.prompt, g.text)))
+        reward = reward_of(get_task(s.task), s.prompt, g.text) if g.finished else 0.0
+        out.append(Rollout(s, g, reward >= keep_reward, reward))
     return out
 
 
@@ -76,11 +84,13 @@ def select_kept(rollouts: list[Rollout], group: int, keep: str = "verified") -> 
 
 
 def rollout_stats(rollouts: list[Rollout], dist: Dist = SINGLE) -> dict:
-    """Means over the rollouts of every process (one collective under torchrun)."""
+    """Means over the rollouts of every process (one collective under torchrun): reward, the fraction
+    verified (reward >= keep_reward; equal to the reward for pass/fail tasks), TPF, steps per block."""
     steps = [k for r in rollouts for k in r.gen.block_steps]
     sums = dist.all_sum(torch.tensor([len(rollouts), sum(r.verified for r in rollouts), sum(r.gen.tpf for r in rollouts),
-                                      sum(steps), len(steps), sum(r.gen.n_tokens for r in rollouts)],
+                                      sum(steps), len(steps), sum(r.gen.n_tokens for r in rollouts),
+                                      sum(r.reward for r in rollouts)],
                                      dtype=torch.float64)).tolist()
     n = max(sums[0], 1)
-    return {"reward": sums[1] / n, "tpf": sums[2] / n, "steps_per_block": sums[3] / max(sums[4], 1),
-            "tokens": int(sums[5])}
+    return {"reward": sums[6] / n, "verified": sums[1] / n, "tpf": sums[2] / n,
+            "steps_per_block": sums[3] / max(sums[4], 1), "tokens": int(sums[5])}
