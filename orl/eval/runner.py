@@ -77,7 +77,8 @@ def _samples(name: str, task, spec: EvalSpec) -> list[Sample]:
     if isinstance(task, HumanEval):
         return [task.sample(spec.split, i) for i in range(min(spec.limit, len(task)))]
     if hasattr(task, "count"):  # a data file (tasks/datafile.py): its rows of the split, each once
-        return [task.sample(spec.split, i) for i in range(min(spec.limit, task.count(spec.split)))]
+        n = task.count(spec.split) or 1  # an empty split: sample() says how to fill it
+        return [task.sample(spec.split, i) for i in range(min(spec.limit, n))]
     return make_samples(name, spec.split, spec.limit, spec.seed)
 
 
