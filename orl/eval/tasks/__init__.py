@@ -68,7 +68,8 @@ def get_task(name: str) -> Task:
     try:
         return TASKS[name]
     except KeyError:
-        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(TASKS)}") from None
+        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(TASKS)} (a task of your own is registered "
+                         "with --task-module FILE.py or --tasks-file FILE.jsonl; docs/TASKS.md)") from None
 
 
 def make_samples(names: str | Iterable[str], split: str, n: int, seed: int = 0) -> list[Sample]:
