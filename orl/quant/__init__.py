@@ -4,7 +4,7 @@
 
 swaps every nn.Linear of the backbone (attention and MLP projections, experts, the residual adapter)
 for a quantized linear module, in place, and returns the model. The model's code never branches on
-quantization. Kept in the model's dtype, as in gpt-fast's and llama.cpp's usual recipes:
+quantization. Kept in the model's dtype (llama.cpp's recipes also keep the output layer finer):
   - embeddings and lm_head: engines read lm_head.weight (device, dtype) and the tied head is the
     input codebook of the residual context;
   - MoE routers (`mlp.gate`): routing is discrete, and a rounding error there sends a token to another
