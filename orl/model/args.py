@@ -5,6 +5,7 @@ from dataclasses import asdict, dataclass, fields
 
 HIDDEN_ACTS = ("silu", "gelu_tanh")
 LAYER_TYPES = ("full_attention", "sliding_attention")
+ROUTERS = ("softmax", "sigmoid")
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,7 @@ class ModelArgs:
     rope_theta: float = 10000.0
     rotary_fraction: float = 1.0  # partial rotary: only the first fraction of each head is rotated
     qk_norm: bool = True
+    qkv_bias: bool = False  # biases on the q/k/v projections (Qwen2 bodies: Dream, Fast-dLLM v2)
     tie_embeddings: bool = True
     max_seq_len: int = 512
     # tiny models learn positional tasks much faster with an absolute position table on top of RoPE
@@ -35,6 +37,14 @@ class ModelArgs:
     shared_expert_ffn_dim: int = 0  # 0: no shared expert
     norm_topk_prob: bool = True
     moe_every: int = 1  # layer i is MoE when (i + 1) % moe_every == 0 (Qwen3-MoE decoder_sparse_step)
+    first_dense_layers: int = 0  # layers i < this are dense whatever moe_every says (LLaDA2 first_k_dense_replace)
+    # router (orl.model.moe.Router): "softmax" (Qwen3-MoE) or "sigmoid" (LLaDA2: DeepSeek-V3 style scores,
+    # an expert_bias buffer that shifts the choice but not the weights, group-limited top-k, scaled weights)
+    router: str = "softmax"
+    router_bias: bool = False
+    n_group: int = 1
+    topk_group: int = 1
+    routed_scaling: float = 1.0
     # residual adapter g_phi (ORL adapter mode); 0 means the model has no adapter weights
     adapter_dim: int = 0
     adapter_alpha: float = 1.0
@@ -67,6 +77,16 @@ class ModelArgs:
             problems.append(f"n_experts_per_tok must be in [1, n_experts], got {self.n_experts_per_tok}")
         if self.n_experts and self.moe_ffn_dim <= 0:
             problems.append("moe_ffn_dim must be > 0 when n_experts > 0")
+        if self.router not in ROUTERS:
+            problems.append(f"router must be one of {ROUTERS}, got {self.router!r}")
+        if self.n_experts and (self.n_group <= 0 or self.n_experts % self.n_group
+                               or not 0 < self.topk_group <= self.n_group):
+            problems.append(f"n_group ({self.n_group}) must divide n_experts ({self.n_experts}) and "
+                            f"topk_group ({self.topk_group}) be in [1, n_group]")
+        elif self.n_experts and self.n_group > 1 and (self.n_experts // self.n_group < 2 or self.n_experts_per_tok
+                                                      > self.topk_group * self.n_experts // self.n_group):
+            problems.append(f"groups need >= 2 experts (a group scores by its best two) and topk_group "
+                            f"({self.topk_group}) groups >= n_experts_per_tok ({self.n_experts_per_tok}) experts")
         if self.hidden_act not in HIDDEN_ACTS:
             problems.append(f"hidden_act must be one of {HIDDEN_ACTS}, got {self.hidden_act!r}")
         if self.layer_types is not None:
@@ -89,7 +109,7 @@ class ModelArgs:
         return self.layer_types is not None and self.layer_types[i] == "sliding_attention"
 
     def is_moe_layer(self, i: int) -> bool:
-        return self.n_experts > 0 and (i + 1) % self.moe_every == 0
+        return self.n_experts > 0 and i >= self.first_dense_layers and (i + 1) % self.moe_every == 0
 
     def to_dict(self) -> dict:
         return asdict(self)

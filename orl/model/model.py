@@ -16,6 +16,8 @@ from torch import Tensor, nn
 from orl.model.args import ModelArgs
 from orl.model.kv_cache import KVCache
 from orl.model.masks import sliding_window
+from orl.model.mlp import ACTIVATIONS, MLP, gelu_tanh  # noqa: F401 (importers of orl.model.model)
+from orl.model.moe import MoE
 from orl.model.residual import RMSNorm, ResidualAdapter, residual_inputs
 
 
@@ -47,9 +49,9 @@ class Attention(nn.Module):
         self.sliding = args.is_sliding(layer)
         self.scale = args.query_pre_attn_scalar ** -0.5 if args.query_pre_attn_scalar else None
         hd = args.head_dim
-        self.q_proj = nn.Linear(args.dim, args.n_heads * hd, bias=False)
-        self.k_proj = nn.Linear(args.dim, args.n_kv_heads * hd, bias=False)
-        self.v_proj = nn.Linear(args.dim, args.n_kv_heads * hd, bias=False)
+        self.q_proj = nn.Linear(args.dim, args.n_heads * hd, bias=args.qkv_bias)
+        self.k_proj = nn.Linear(args.dim, args.n_kv_heads * hd, bias=args.qkv_bias)
+        self.v_proj = nn.Linear(args.dim, args.n_kv_heads * hd, bias=args.qkv_bias)
         self.o_proj = nn.Linear(args.n_heads * hd, args.dim, bias=False)
         self.q_norm = RMSNorm(hd, args.norm_eps, args.norm_unit_offset) if args.qk_norm else nn.Identity()
         self.k_norm = RMSNorm(hd, args.norm_eps, args.norm_unit_offset) if args.qk_norm else nn.Identity()
@@ -68,49 +70,6 @@ class Attention(nn.Module):
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None], scale=self.scale,
                                            enable_gqa=a.n_heads != a.n_kv_heads)  # [B, H, T, Dh]
         return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
-
-
-def gelu_tanh(x: Tensor) -> Tensor:
-    return F.gelu(x, approximate="tanh")  # transformers' gelu_pytorch_tanh
-
-
-ACTIVATIONS = {"silu": F.silu, "gelu_tanh": gelu_tanh}
-
-
-class MLP(nn.Module):
-    def __init__(self, dim: int, hidden: int, act: str = "silu"):
-        super().__init__()
-        self.act = ACTIVATIONS[act]
-        self.gate_proj = nn.Linear(dim, hidden, bias=False)
-        self.up_proj = nn.Linear(dim, hidden, bias=False)
-        self.down_proj = nn.Linear(hidden, dim, bias=False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
-
-
-class MoE(nn.Module):
-    """Top-k routed experts (+ optional shared expert). Every expert runs on every token and the
-    routing weights zero out the unchosen ones: static shapes and no host sync, at the price of
-    n_experts times the FFN flops (right for tiny models; a grouped kernel is the scale-up path)."""
-
-    def __init__(self, args: ModelArgs):
-        super().__init__()
-        self.k, self.norm_topk = args.n_experts_per_tok, args.norm_topk_prob
-        self.gate = nn.Linear(args.dim, args.n_experts, bias=False)
-        self.experts = nn.ModuleList(MLP(args.dim, args.moe_ffn_dim, args.hidden_act) for _ in range(args.n_experts))
-        self.shared_expert = MLP(args.dim, args.shared_expert_ffn_dim, args.hidden_act) if args.shared_expert_ffn_dim else None
-
-    def forward(self, x: Tensor) -> Tensor:
-        probs = F.softmax(self.gate(x), dim=-1, dtype=torch.float)  # [B, T, E]
-        top_w, top_i = probs.topk(self.k, dim=-1)
-        if self.norm_topk:
-            top_w = top_w / top_w.sum(-1, keepdim=True)
-        w = torch.zeros_like(probs).scatter(-1, top_i, top_w).to(x.dtype)
-        out = sum(w[..., e, None] * expert(x) for e, expert in enumerate(self.experts))
-        if self.shared_expert is not None:
-            out = out + self.shared_expert(x)
-        return out
 
 
 class Block(nn.Module):
