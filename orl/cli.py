@@ -44,7 +44,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
             print(f"block {r.block} step {r.step + 1}: {line}  (+{int(r.committed.sum())})", flush=True)
         elif isinstance(event, DoneEvent):
             gen = event.generations[0]
-    print(gen.text)
+    print(gen.text, flush=True)  # before the note on stderr
+    if not gen.text.strip() and ((manifest.get("recipe") or {}).get("config") or {}).get("tasks"):
+        print("note: this model answers the prompts of the tasks it was trained on; `orl tasks` shows their "
+              "formats, with an example to type", file=sys.stderr)
     stop = "EOS" if gen.finished else "max_new_tokens"
     print(f"tokens: {gen.n_tokens}  forwards: {gen.forwards} ({gen.step_forwards} denoise + "
           f"{gen.commit_forwards} commit)  TPF: {gen.tpf:.2f}  tokens/s: {gen.tokens_per_s:.1f}  "
@@ -55,9 +58,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     import dataclasses
 
+    from orl.cli_tasks import load_task_flags, use_custom_tasks
     from orl.overrides import apply_file, apply_overrides, describe_config
     from orl.presets import get_preset
 
+    custom = load_task_flags(args)  # registered before the config names them
     cfg = get_preset(args.recipe, args.preset)
     if args.base:
         if not hasattr(cfg, "base"):
@@ -66,6 +71,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.config:
         cfg = apply_file(cfg, args.config)
     cfg = apply_overrides(cfg, args.set or [])
+    cfg = use_custom_tasks(cfg, get_preset(args.recipe, args.preset), custom)
     if args.show_config:
         print(f"# orl train --recipe {args.recipe} --preset {args.preset}: {type(cfg).__name__}")
         print(describe_config(cfg))
@@ -110,8 +116,12 @@ def _floats(text: str) -> list[float]:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from orl.cli_tasks import load_task_flags
     from orl.eval.report import eval_summary
     from orl.eval.runner import EvalSpec, run_eval
+
+    custom = load_task_flags(args)
+    tasks = args.tasks.split(",") if args.tasks else custom or ["all"]
 
     decode = {k: v for k, v in dict(rule=args.rule, residual=args.residual, block_len=args.block_len,
                                     max_new_tokens=args.max_new_tokens, temperature=args.temperature,
@@ -119,7 +129,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                                     entropy_bound=args.entropy_bound, chunk_steps=args.chunk_steps,
                                     compile=args.compile or None, cuda_graph=args.cuda_graph or None).items()
               if v is not None}
-    spec = EvalSpec(model=args.model, out=args.out, tasks=args.tasks.split(","), split=args.split, limit=args.limit,
+    spec = EvalSpec(model=args.model, out=args.out, tasks=tasks, split=args.split, limit=args.limit,
                     thresholds=_floats(args.thresholds) if args.thresholds else [args.threshold], decode=decode,
                     batch_size=args.batch_size, n_samples=args.n_samples, seed=args.seed, device=args.device,
                     prompt_style=args.prompt_style, progress=not args.no_progress)
@@ -130,7 +140,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from orl.eval.report import build_report
 
-    print(build_report(args.records, args.out, args.train_logs or []))
+    print(build_report(args.records, args.out, args.train_logs or [], baseline=args.baseline,
+                       threshold=args.headline_threshold, echo=print))
     return 0
 
 
@@ -164,6 +175,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from orl.cli_tasks import add_task_flags  # --task-module / --tasks-file of train and eval
+
     p = argparse.ArgumentParser(prog="orl", description="ORL post-training and the dlmrt inference engine")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks instead of one-line errors")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
@@ -216,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--fresh", action="store_true", help="ignore an existing run in --out")
     s.add_argument("--allow-config-change", action="store_true",
                    help="resume a run in --out although its config differs (the change is logged)")
+    add_task_flags(s)
     s.set_defaults(func=cmd_train)
 
     s = sub.add_parser("serve", help="OpenAI-compatible HTTP server + live denoising page (docs/SERVING.md)")
@@ -236,7 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_serve)
     s = sub.add_parser("eval", help="evaluate a checkpoint on tasks; one JSONL record per sample (resumable)")
     s.add_argument("--model", required=True, help="checkpoint directory")
-    s.add_argument("--tasks", default="all", help="'all' (synthetic families) or comma-separated names, e.g. add,sort,humaneval")
+    s.add_argument("--tasks", help="'all' (synthetic families) or comma-separated names, e.g. add,sort,humaneval "
+                                  "(default: the --task-module / --tasks-file tasks, else all; `orl tasks` lists them)")
     s.add_argument("--split", default="heldout", help="train | heldout")
     s.add_argument("--limit", type=int, default=100, help="samples per task")
     s.add_argument("--threshold", type=float, default=0.9, help="commit threshold (one point)")
@@ -259,12 +274,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--prompt-style", default="auto", help="humaneval prompts: auto | base | chat")
     s.add_argument("--out", required=True, help="records JSONL (appended; finished samples are skipped)")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_task_flags(s)
     s.set_defaults(func=cmd_eval)
 
     s = sub.add_parser("report", help="tables, plots and report.html from evaluation records")
     s.add_argument("records", nargs="+", help="records JSONL files")
     s.add_argument("--out", required=True, help="output directory")
     s.add_argument("--train-logs", nargs="+", metavar="LOG", help="post-training logs (*.log.jsonl): curves plot")
+    s.add_argument("--baseline", metavar="MODEL", help="model name the headline compares the others with "
+                                                       "(default: the first model of the first records file)")
+    s.add_argument("--headline-threshold", type=float, default=0.9,
+                   help="commit threshold of the headline comparison (nearest shared one if absent)")
     s.set_defaults(func=cmd_report)
 
     s = sub.add_parser("bench", help="speed and accuracy of the dLLMs, baseline loops and AR peers: one table")
@@ -292,10 +312,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only a plain Qwen3 directory (no modeling_orl.py); refused if the model needs orl's code")
     s.set_defaults(func=cmd_export)
     from orl.cli_models import add_commands  # import-gguf, fetch (real models)
+    from orl.cli_tasks import add_commands as add_task_commands  # tasks (families, examples, what models know)
     from orl.cli_quant import add_commands as add_quant_commands  # quantize (int8 / fp8 / nvfp4)
 
     add_commands(sub)
     add_quant_commands(sub)
+    add_task_commands(sub)
     return p
 
 
