@@ -117,10 +117,14 @@ def test_cli_eval_then_report(ckpt, tmp_path, capsys):
     rc = main(["eval", "--model", str(ckpt), "--tasks", "add", "--limit", "2", "--thresholds", "0.5,0.9",
                "--block-len", "4", "--max-new-tokens", "8", "--batch-size", "2", "--no-progress", "--out", str(out)])
     assert rc == 0
-    table = capsys.readouterr().out
-    assert "accuracy" in table and "steps_per_block" in table and len(table.strip().splitlines()) == 3
+    table = capsys.readouterr().out.splitlines()
+    assert "acc %" in table[0] and "steps/block" in table[0]
+    # add at 0.5, its pooled row, add at 0.9, its pooled row; then the notes
+    assert [ln.split()[3] for ln in table[1:5]] == ["add", "all", "add", "all"]
+    assert table[5].startswith("acc % = percent of samples")
     assert main(["report", str(out), "--out", str(tmp_path / "rep")]) == 0
     assert (tmp_path / "rep" / "report.html").stat().st_size > 10_000
+    assert "Headline: nothing to compare" in capsys.readouterr().out  # one model
     assert main(["eval", "--model", str(ckpt), "--tasks", "nope", "--out", str(out), "--no-progress"]) == 2
 
 
