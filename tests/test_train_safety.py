@@ -199,3 +199,13 @@ def test_a_failed_eval_leaves_no_empty_records_file(tmp_path, capsys):
     assert "exceeds the context" in run_cli(capsys, "eval", "--model", str(ck), "--tasks", "long", "--limit", "1",
                                              "--max-new-tokens", "64", "--out", str(out), "--no-progress")
     assert not out.exists()
+
+
+def test_a_field_added_since_the_run_started_does_not_block_resume():
+    from orl.train.loop import config_diff
+
+    saved = {"lr": 0.1, "model": {"dim": 8}}
+    new = {"lr": 0.1, "model": {"dim": 8, "topk_group": 1}}
+    assert config_diff(saved, new, defaults={"model": {"topk_group": 1}}) == []
+    assert config_diff(saved, {**new, "model": {"dim": 8, "topk_group": 2}}, defaults={"model": {"topk_group": 1}}) \
+        == ["model.topk_group: '<absent>' -> 2"]

@@ -51,10 +51,21 @@ def _flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
-def config_diff(old: dict, new: dict, free: frozenset[str] = RESUME_FREE) -> list[str]:
-    a, b = _flatten(old), _flatten(new)
+def config_diff(old: dict, new: dict, free: frozenset[str] = RESUME_FREE, defaults: dict | None = None) -> list[str]:
+    """Changed fields, `free` ones aside. A field the saved config lacks (added to orl since the run
+    started) counts as unchanged while it holds its default."""
+    a, b, d = _flatten(old), _flatten(new), _flatten(defaults or {})
     return [f"{k}: {a.get(k, '<absent>')!r} -> {b.get(k, '<absent>')!r}" for k in sorted(a.keys() | b.keys())
-            if a.get(k) != b.get(k) and k.split(".")[-1] not in free]
+            if a.get(k) != b.get(k) and k.split(".")[-1] not in free
+            and not (k not in a and k in d and b.get(k) == d[k])]
+
+
+def _defaults(cfg_type, config: dict) -> dict:
+    """Each field's default (nested configs as their default factories make them)."""
+    try:
+        return config_dict(cfg_type())
+    except TypeError:  # a config without defaults for every field
+        return {}
 
 
 def check_output(*dirs: Path) -> None:
@@ -118,7 +129,8 @@ class TrainLoop:
         if saved is None:
             self.log(f"note: {self.out} records no config; it cannot be compared with this run's")
             return
-        diff = config_diff(saved, self.config, RESUME_FREE | getattr(self.cfg_type, "RESUME_FREE", frozenset()))
+        diff = config_diff(saved, self.config, RESUME_FREE | getattr(self.cfg_type, "RESUME_FREE", frozenset()),
+                           _defaults(self.cfg_type, self.config))
         if diff and not allow:
             raise ResumeError(f"{self.out} holds a run with another config; rerun with the same settings, choose "
                               "another --out, or pass --allow-config-change:\n  " + "\n  ".join(diff))
