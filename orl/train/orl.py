@@ -135,8 +135,9 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config
         require_objective(manifest, "block_diffusion", cfg.base)  # rollouts go through the dLLM engine
         if cfg.rollout.residual == "adapter":
             model = with_adapter(model, cfg.adapter_dim, cfg.adapter_alpha, cfg.seed).to(dist.device)
-    block_len = manifest.get("block_len") or cfg.rollout.block_len
-    rollout_cfg = DecodeConfig(**{**cfg.rollout.to_dict(), "block_len": block_len}).validate()
+    # rollouts decode with the block length the base was trained with, the recipe's other settings
+    rollout_cfg = DecodeConfig.from_manifest(manifest, **{**cfg.rollout.to_dict(), "block_len": None}).validate()
+    block_len = rollout_cfg.block_len
     opt = make_optimizer(model, cfg.lr, adapter_lr=cfg.adapter_lr)
     if state:
         opt.load_state_dict(state["optimizer"])

@@ -84,9 +84,10 @@ def train_rcd(cfg: RCDConfig, out: str | Path, resume: bool = True, allow_config
     ref.eval()
     state = loop.state
     model = load_checkpoint(loop.out, device=dist.device)[0] if state else copy.deepcopy(ref)
-    block_len = manifest.get("block_len") or cfg.rollout.block_len
-    # the data comes from the frozen reference decoding without residual (off-policy)
-    data_cfg = DecodeConfig(**{**cfg.rollout.to_dict(), "block_len": block_len, "residual": "off"}).validate()
+    # the data comes from the frozen reference decoding without residual (off-policy), at its block length
+    data_cfg = DecodeConfig.from_manifest(manifest, **{**cfg.rollout.to_dict(), "block_len": None,
+                                                       "residual": "off"}).validate()
+    block_len = data_cfg.block_len
     opt = make_optimizer(model, cfg.lr)
     if state:
         opt.load_state_dict(state["optimizer"])
