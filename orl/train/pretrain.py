@@ -106,8 +106,8 @@ def stage_of(cfg: PretrainConfig, step: int) -> str:
 
 
 def make_batches(cfg: PretrainConfig, tok, step: int) -> list[Batch]:
-    """One micro-batch per task: a task's rows have similar lengths, so padding to the longest row of a
-    mixed batch (a 66-token `long` row next to an 11-token `add` row) no longer wastes most of the step."""
+    """One micro-batch per task: a task's rows have similar lengths, so little of a step is padding
+    (one mixed batch would pad an 11-token row to the 66 tokens of a `long` row)."""
     rng = random.Random(f"pretrain|{cfg.seed}|{step}")
     ids = special_ids(tok, cfg.model.vocab_size)
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
