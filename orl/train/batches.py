@@ -51,27 +51,28 @@ def ar_batch(pairs: list[tuple[list[int], list[int]]], pad_id: int, eos_id: int)
     return Batch(tokens, pos, mask, targets, weight)
 
 
-def answer_blocks(answer: list[int], eos_id: int, length: int) -> tuple[Tensor, Tensor]:
+def answer_blocks(answer: list[int], eos_id: int, length: int, eos: bool = True) -> tuple[Tensor, Tensor]:
     """answer + EOS padded with EOS to `length` -> tokens [length], weight [length]."""
     toks = torch.full((length,), eos_id, dtype=torch.long)
     toks[: len(answer)] = torch.tensor(answer, dtype=torch.long)
     w = torch.full((length,), TAIL_WEIGHT)
-    w[: len(answer) + 1] = 1.0
+    w[: len(answer) + eos] = 1.0
     return toks, w
 
 
 def diffusion_batch(pairs: list[tuple[list[int], list[int]]], block_len: int, ids, gen: torch.Generator,
-                    copies: int = 1) -> Batch:
+                    copies: int = 1, eos: bool = True) -> Batch:
     """Staircase rows: clean prompt + answer, then `copies` noisy states of every answer block.
+    eos=False: the answers are windows cut from running text, not followed by EOS (orl.train.convert).
 
     Each noisy state masks each position with probability t ~ U(0, 1) (at least one position), and
     the loss is cross-entropy at the masked positions (plain mean: it beat 1/t weighting here).
     """
     prompts, pad = left_pad([p for p, _ in pairs], ids.pad)
     B, P = prompts.shape
-    A = -(-(max(len(a) for _, a in pairs) + 1) // block_len) * block_len
+    A = -(-(max(len(a) for _, a in pairs) + eos) // block_len) * block_len
     n_blocks = A // block_len
-    ans, ans_w = zip(*(answer_blocks(a, ids.eos, A) for _, a in pairs))
+    ans, ans_w = zip(*(answer_blocks(a, ids.eos, A, eos) for _, a in pairs))
     ans, ans_w = torch.stack(ans), torch.stack(ans_w)
     clean = torch.cat([prompts, ans], 1)  # [B, P + A]
     noisy_blocks = [j for _ in range(copies) for j in range(n_blocks)]
