@@ -220,3 +220,37 @@ def test_headline_pairs_an_ar_peer_and_warns_on_few_seeds():
     assert "WARNING: 1 prompt seed(s)" in text and "ar / AR at tau -" in text
     assert "TPF < 1" not in text  # AR: 4 tokens / 4 forwards = 1
     assert "nothing to compare" in headline_text(compare([r for r in recs if r["model"]["name"] == "A"]))
+
+
+def test_plots_stay_readable_with_many_runs(tmp_path):
+    """7 runs x 2 thresholds: every panel has its own legend naming every run, no text labels sit next
+    to points, and no legend covers another panel."""
+    from orl.eval.plots import plot_accuracy, plot_steps_hist, plot_tpf_per_task
+
+    recs = []
+    for m in range(7):
+        for r in fixture_records():
+            if r["model"]["name"] == "m1":
+                recs.append({**r, "model": {"name": f"run-{m}", "id": f"run-{m}"}})
+    rows = summarize_for_plots(recs)
+    figs = [plot_accuracy(rows, "tpf", "TPF", tmp_path / "a.png"), plot_tpf_per_task(rows, tmp_path / "t.png"),
+            plot_steps_hist(recs, tmp_path / "s.png")]
+    for fig in figs:
+        renderer = fig.canvas.get_renderer()
+        for ax in fig.axes:
+            legend = ax.get_legend()
+            assert legend is not None, ax.get_title()
+            names = [t.get_text() for t in legend.get_texts()]
+            assert all(f"run-{m} / threshold L4" in names for m in range(7)), names
+            assert not ax.texts  # thresholds are marker shapes, not annotations
+            box = legend.get_window_extent(renderer)
+            for other in fig.axes:
+                assert not box.overlaps(other.get_window_extent(renderer)), (ax.get_title(), other.get_title())
+    assert (tmp_path / "a.png").read_bytes()[:8] == PNG
+
+
+def summarize_for_plots(recs: list[dict]) -> list[dict]:
+    from orl.eval.report import POOLED, summarize
+
+    return summarize(recs, ("model", "decoder", "task", "threshold")) + \
+        [{**r, "task": POOLED} for r in summarize(recs, ("model", "decoder", "threshold"))]

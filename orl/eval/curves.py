@@ -1,5 +1,5 @@
 """Training curves of post-training runs (ORL and its ablations) from their JSONL logs: the rollouts'
-verified fraction, TPF and steps per block, and the loss terms, per update."""
+verified share (in %), TPF and steps per block, and the loss terms, per update."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-PANELS = (("rollout_reward", "verified fraction of rollouts"), ("rollout_tpf", "rollout TPF"),
+PANELS = (("rollout_reward", "verified rollouts %"), ("rollout_tpf", "rollout TPF"),
           ("rollout_steps_per_block", "rollout steps per block"), ("pred", "L_pred"), ("aec", "L_AEC"))
 
 
@@ -40,21 +40,27 @@ def smooth(values: list[float], window: int) -> list[float]:
     return out
 
 
-def plot_training_curves(paths: list[str | os.PathLike], path: Path, window: int = 10) -> None:
-    """One panel per quantity, one line per log, labelled by the log's file name."""
+def plot_training_curves(paths: list[str | os.PathLike], path: Path, window: int = 10) -> Figure:
+    """One panel per quantity, one line per log, labelled by the log's file name; every panel has its
+    legend beside it, and a log keeps its colour and line style in every panel."""
+    from orl.eval.plots import LEGEND, styles
+
     logs = {Path(p).name.removesuffix(".log.jsonl"): read_log(p) for p in paths}
-    fig = Figure(figsize=(4.2 * 3, 3.2 * 2))
+    style = styles(list(logs))
+    fig = Figure(figsize=(8.2 * 2, 3 * max(3.0, 0.16 * len(logs) + 0.8)), layout="constrained")
     for i, (key, title) in enumerate(PANELS):
-        ax = fig.add_subplot(2, 3, i + 1)
+        ax = fig.add_subplot(3, 2, i + 1)
         for label, rows in logs.items():
             pts = [(r["update"], r[key]) for r in rows if key in r]
             if pts:
-                ax.plot([u for u, _ in pts], smooth([v for _, v in pts], window), label=label)
+                scale = 100.0 if key == "rollout_reward" else 1.0  # accuracy-like numbers are shown in %
+                ax.plot([u for u, _ in pts], smooth([scale * v for _, v in pts], window), label=label, **style[label])
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("update")
         ax.grid(alpha=0.3)
-    fig.axes[0].legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(**LEGEND)
     fig.suptitle(f"post-training curves (trailing mean over {window} updates)")
-    fig.tight_layout(rect=(0, 0, 1, 0.96))
     FigureCanvasAgg(fig)
     fig.savefig(path, dpi=110, bbox_inches="tight")
+    return fig

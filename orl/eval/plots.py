@@ -4,7 +4,7 @@ shapes rather than text labels next to points (which overlap once curves crowd).
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from matplotlib import colormaps
@@ -41,9 +41,10 @@ def _markers(taus: list) -> dict:
     return {t: MARKERS[i % len(MARKERS)] for i, t in enumerate(order)}
 
 
-def _save(fig: Figure, path: Path) -> None:
+def _save(fig: Figure, path: Path) -> Figure:
     FigureCanvasAgg(fig)
     fig.savefig(path, dpi=110, bbox_inches="tight")
+    return fig
 
 
 def _grid(n: int, legend_rows: int) -> tuple[Figure, int, int]:
@@ -53,7 +54,7 @@ def _grid(n: int, legend_rows: int) -> tuple[Figure, int, int]:
     return Figure(figsize=(ncols * 8.2, nrows * height), layout="constrained"), nrows, ncols
 
 
-def plot_accuracy(rows: list[dict], x: str, xlabel: str, path: Path) -> None:
+def plot_accuracy(rows: list[dict], x: str, xlabel: str, path: Path) -> Figure:
     """One panel per task (and all tasks pooled), one curve per model/decoder, one marker per tau."""
     tasks = sorted({r["task"] for r in rows})
     style = styles([_label(r) for r in rows])
@@ -77,7 +78,7 @@ def plot_accuracy(rows: list[dict], x: str, xlabel: str, path: Path) -> None:
         ax.legend(handles, labels, **LEGEND)
         ax.set(title=task, xlabel=xlabel, ylabel="accuracy %", ylim=(-3, 103))
         ax.grid(alpha=0.3)
-    _save(fig, path)
+    return _save(fig, path)
 
 
 def _by_threshold(items: list, tau_of) -> dict:
@@ -87,7 +88,7 @@ def _by_threshold(items: list, tau_of) -> dict:
     return dict(sorted(out.items(), key=lambda kv: -1.0 if kv[0] is None else kv[0]))
 
 
-def plot_tpf_per_task(rows: list[dict], path: Path) -> None:
+def plot_tpf_per_task(rows: list[dict], path: Path) -> Figure:
     """One panel per threshold: TPF (ratio of sums) per task, one bar per model/decoder."""
     panels = _by_threshold(rows, lambda r: r["threshold"])
     tasks = sorted({r["task"] for r in rows})
@@ -106,11 +107,11 @@ def plot_tpf_per_task(rows: list[dict], path: Path) -> None:
         ax.set(ylabel="TPF (ratio of sums)", title=f"tokens per forward by task, tau {_tau(tau)}")
         ax.axhline(1.0, color="0.5", linewidth=0.6)
         ax.legend(**LEGEND)
-    _save(fig, path)
+    return _save(fig, path)
 
 
-def plot_steps_hist(records: list[dict], path: Path) -> None:
-    """One panel per threshold: distribution of denoising steps per block, one line per model/decoder."""
+def plot_steps_hist(records: list[dict], path: Path) -> Figure:
+    """One panel per threshold: fraction of blocks decoded in k denoising steps, one line per model/decoder."""
     panels = _by_threshold([r for r in records if r["block_steps"]], lambda r: r["decode"]["threshold"])
     label_of = lambda r: f"{group_value(r, 'model')} / {group_value(r, 'decoder')}"  # noqa: E731
     style = styles([label_of(r) for r in records])
@@ -121,10 +122,11 @@ def plot_steps_hist(records: list[dict], path: Path) -> None:
         series: dict[str, list[int]] = defaultdict(list)
         for r in recs:
             series[label_of(r)] += r["block_steps"]
-        for label, steps in sorted(series.items()):
-            ax.hist(steps, bins=[b - 0.5 for b in range(1, top + 2)], histtype="step", density=True, label=label,
-                    color=style[label]["color"], linestyle=style[label]["linestyle"])
+        for label, steps in sorted(series.items()):  # lines, not overlapping histogram outlines
+            counts = Counter(steps)
+            ax.plot(range(1, top + 1), [counts[k] / len(steps) for k in range(1, top + 1)], marker="o", markersize=3,
+                    label=label, **style[label])
         ax.set(xlabel="denoising steps per block", ylabel="fraction of blocks", title=f"steps per block, tau {_tau(tau)}")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend(**LEGEND)
-    _save(fig, path)
+    return _save(fig, path)
