@@ -44,7 +44,17 @@ def report(tmp_path_factory):
         w.write([r for r in fixture_records() if r["model"]["name"] == "m1"])
     with RecordWriter(d / "b.jsonl") as w:
         w.write([r for r in fixture_records() if r["model"]["name"] == "m2"])
-    return build_report([d / "a.jsonl", d / "b.jsonl"], d / "out").parent
+    return build_report([d / "a.jsonl", d / "b.jsonl"], d / "out", train_logs=[train_log(d)]).parent
+
+
+def train_log(d):
+    import json
+
+    log = d / "orl-x.log.jsonl"
+    rows = [{"update": u, "rollout_reward": u / 10, "rollout_tpf": 2 + u / 10, "rollout_steps_per_block": 4 - u / 10,
+             "pred": 0.5, "aec": 0.01} for u in range(1, 11)]
+    log.write_text("\n".join(json.dumps(r) for r in rows) + '\n{"eval_only": 1}\n')
+    return log
 
 
 def read_csv(path) -> list[dict]:
@@ -109,7 +119,7 @@ def test_aup_table_matches_metrics(report):
 def test_html_is_self_contained_and_holds_the_tables(report):
     page = (report / "report.html").read_text()
     srcs = re.findall(r"src='([^']*)'", page)
-    assert len(srcs) == 4 and all(s.startswith("data:image/png;base64,") for s in srcs)
+    assert len(srcs) == 5 and all(s.startswith("data:image/png;base64,") for s in srcs)  # + training curves
     assert all(base64.b64decode(s.split(",", 1)[1]).startswith(PNG) for s in srcs)
     assert "http" not in page.replace("http-equiv", "")  # nothing fetched from elsewhere
     assert page.count("<table>") == 5 and "threshold L4" in page  # headline (m2 vs m1) + 4 tables
@@ -132,24 +142,15 @@ def test_eval_summary_lists_each_task_and_threshold_and_a_pooled_row():
     assert "TPF < 1" in eval_summary(low) and "commit forward" in eval_summary(low)
 
 
-def test_training_curves_from_trainer_logs(tmp_path):
-    import json
-
+def test_training_curves_from_trainer_logs(report, tmp_path):
     from orl.eval import curves
 
-    log = tmp_path / "orl-x.log.jsonl"
-    rows = [{"update": u, "rollout_reward": u / 10, "rollout_tpf": 2 + u / 10, "rollout_steps_per_block": 4 - u / 10,
-             "pred": 0.5, "aec": 0.01} for u in range(1, 11)]
-    log.write_text("\n".join(json.dumps(r) for r in rows) + '\n{"eval_only": 1}\n')
+    log = train_log(tmp_path)
     assert [r["update"] for r in curves.read_log(log)] == list(range(1, 11))
     assert curves.smooth([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
-    recs = tmp_path / "r.jsonl"
-    with RecordWriter(recs) as w:
-        w.write(fixture_records())
-    build_report([recs], tmp_path / "rep", train_logs=[log])
-    png = (tmp_path / "rep" / "training_curves.png").read_bytes()
+    png = (report / "training_curves.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "training_curves.png" in (tmp_path / "rep" / "report.md").read_text()
+    assert "training_curves.png" in (report / "report.md").read_text()
     empty = tmp_path / "empty.log.jsonl"
     empty.write_text('{"step": 1}\n')
     with pytest.raises(ValueError, match="no per-update records"):
