@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from orl.presets import orl
+from orl.presets import convert, orl
 from orl.presets.pretrain import smoke_base, tiny_ar, tiny_base, tiny_base5, tiny_base7
 
 PRESETS: dict[str, dict[str, Callable]] = {
@@ -12,6 +12,8 @@ PRESETS: dict[str, dict[str, Callable]] = {
             "fastest": orl.fastest,
             "smoke": orl.smoke},
     "rcd": {"rcd": orl.rcd, "smoke": orl.rcd_smoke},
+    "convert": {"gemma_convert": convert.gemma_convert, "gemma_convert16": convert.gemma_convert16,
+                "smoke": convert.smoke},
 }
 
 

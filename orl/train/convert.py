@@ -1,0 +1,264 @@
+"""The convert recipe (issue 22 item 1): a pretrained AR checkpoint -> a block-diffusion LM.
+
+The QwenDLM / Dream / Fast-dLLM v2 route: the converted model keeps the AR shift (ModelArgs
+.shift_logits: the state at position i - 1 predicts token i, where AR pretraining put that skill) and
+learns to fill masked blocks under the staircase training mask the pretrain recipe uses
+(batches.diffusion_batch): clean context + answer blocks, then a noisy copy of every block, loss on
+the masked positions only. Rows are windows of offline text (orl.train.corpus).
+
+What keeps a 262k-vocabulary model trainable on a CPU: the head runs only at the masked positions,
+a chunk at a time with the gradients computed in the same pass (orl.train.chunked_ce), so no
+[tokens, V] logits tensor ever exists; bf16 autocast; activation checkpointing per block (a knob);
+optionally frozen embeddings (with tied embeddings that freezes the head too, a third fewer head
+matmuls and no optimizer state for 168M of gemma-3-270m's 268M weights).
+
+Resume, logs, cadence and atomic checkpoints are orl.train.loop.TrainLoop's; every batch and noise
+draw is a pure function of (seed, step), so a resumed run continues bit for bit.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import ClassVar
+
+import torch
+from torch.utils.checkpoint import checkpoint
+from tqdm import tqdm
+
+from orl.model.model import Transformer
+from orl.model.vocab import special_ids
+from orl.train.batches import Batch, diffusion_batch
+from orl.train.chunked_ce import chunked_ce_sum, chunked_predict
+from orl.train.corpus import STREAMS, CorpusConfig, build_corpus, corpus_key, corpus_summary, fixed_windows, windows
+from orl.train.dist import SINGLE, Dist, setup, shard_rows
+from orl.train.loop import TrainLoop, check_fields, make_optimizer
+
+
+@dataclass(frozen=True)
+class ConvertConfig:
+    base: str = ""                      # the AR checkpoint directory (`orl train --base`)
+    corpus: CorpusConfig = field(default_factory=CorpusConfig)
+    data_dir: str = ""                  # where the corpus is built; empty: $ORL_CACHE/corpus/<key>
+    block_len: int = 4
+    window: int = 160                   # tokens per row: `context` clean tokens, then answer blocks
+    context: int = 32
+    mix: tuple[int, ...] = (8, 0, 0)    # rows per step from the code / tasks / distill streams
+    noisy_copies: int = 1
+    steps: int = 1000
+    lr: float = 2e-5
+    min_lr_frac: float = 0.1
+    warmup: int = 50
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    bf16: bool = True
+    checkpointing: bool = True          # recompute each block's activations in backward
+    freeze_embeddings: bool = False
+    ce_chunk: int = 128                 # positions per head chunk: [ce_chunk, V] fp32 logits at most
+    seed: int = 0
+    eval_every: int = 100
+    eval_windows: int = 16              # held-out windows of the periodic eval
+    save_every: int = 50
+    threads: int = 0
+    RESUME_FREE: ClassVar[frozenset[str]] = frozenset({"data_dir", "eval_windows"})
+
+    def __post_init__(self):
+        problems = check_fields(self, positive=("block_len", "window", "context", "noisy_copies", "steps", "lr",
+                                                "grad_clip", "ce_chunk", "eval_every", "eval_windows", "save_every"),
+                                non_negative=("warmup", "weight_decay", "threads"))
+        if self.context >= self.window or (self.window - self.context) % self.block_len:
+            problems.append(f"window - context ({self.window} - {self.context}) must be a positive multiple of "
+                            f"block_len ({self.block_len})")
+        if len(self.mix) != len(STREAMS) or min(self.mix) < 0 or sum(self.mix) == 0:
+            problems.append(f"mix {self.mix} must give a row count >= 0 for each stream {STREAMS}")
+        elif self.mix[1] and not self.corpus.tasks:
+            problems.append("mix asks for task rows but corpus.tasks is empty")
+        elif self.mix[2] and not self.corpus.distill_prompts:
+            problems.append("mix asks for distill rows but corpus.distill_prompts is 0")
+        if not 0.0 <= self.min_lr_frac <= 1.0:
+            problems.append(f"min_lr_frac must be in [0, 1], got {self.min_lr_frac}")
+        if problems:
+            raise ValueError("invalid ConvertConfig: " + "; ".join(problems))
+
+    @property
+    def rows_per_step(self) -> int:
+        return sum(self.mix)
+
+
+def lr_at(cfg: ConvertConfig, step: int) -> float:
+    warmup = min(cfg.warmup, cfg.steps // 10)
+    if step < warmup:
+        return cfg.lr * (step + 1) / warmup
+    frac = min((step - warmup) / max(1, cfg.steps - warmup), 1.0)
+    return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def to_diffusion(model: Transformer) -> Transformer:
+    """The same weights with the shifted read-out (nothing is copied: the tensors are shared)."""
+    args = replace(model.args, shift_logits=True)
+    with torch.device("meta"):
+        out = Transformer(args)
+    out.load_state_dict(model.state_dict(), strict=True, assign=True)
+    if args.tie_embeddings:
+        out.lm_head.weight = out.model.embed_tokens.weight
+    return out
+
+
+def checkpoint_blocks(model: Transformer) -> None:
+    """Activation checkpointing per block: each block's forward is recomputed in backward. Set on the
+    instances, so parameter names and checkpoints are unchanged."""
+    for layer in model.model.layers:
+        layer.forward = functools.partial(checkpoint, layer.forward, use_reentrant=False)
+
+
+def masked_loss_sum(model, batch: Batch, chunk: int) -> torch.Tensor:
+    """Sum of weight x CE over the positions with weight > 0 (the masked ones): the body runs on the
+    whole row, the head only there, under the shifted read-out (batch.read_from)."""
+    core = getattr(model, "module", model)
+    h = model(batch.tokens, batch.pos, batch.mask, return_hidden=True)
+    b, t = (batch.weight > 0).nonzero(as_tuple=True)  # one host sync per micro-batch (the count varies)
+    src = batch.read_from[t] if core.args.shift_logits and batch.read_from is not None else t
+    return chunked_ce_sum(h[b, src], core.lm_head.weight, batch.targets[b, t], batch.weight[b, t], chunk,
+                          core.args.final_logit_softcap)
+
+
+def row_pairs(rows: torch.Tensor, context: int) -> list[tuple[list[int], list[int]]]:
+    return [(r[:context].tolist(), r[context:].tolist()) for r in rows]
+
+
+def make_batches(cfg: ConvertConfig, streams: dict, ids, step: int) -> list[Batch]:
+    """One micro-batch per stream with rows this step."""
+    gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+    out = []
+    for name, n in zip(STREAMS, cfg.mix):
+        if n:
+            rows = windows(streams["code_train" if name == "code" else name], n, cfg.window, gen)
+            out.append(diffusion_batch(row_pairs(rows, cfg.context), cfg.block_len, ids, gen, cfg.noisy_copies,
+                                       eos=False))
+    return out
+
+
+def train_step(model, opt, batches: list[Batch], cfg: ConvertConfig, lr: float, dist: Dist = SINGLE) -> tuple[float, float]:
+    """One optimizer step: the weighted mean masked CE over all micro-batches; (loss, grad norm)."""
+    for g in opt.param_groups:
+        g["lr"] = lr
+    total_w = torch.stack([b.weight.sum() for b in batches]).sum().clamp(min=1e-6)
+    opt.zero_grad(set_to_none=True)
+    sums = []
+    for i, batch in enumerate(batches):
+        rows = shard_rows(batch, dist)
+        with dist.no_sync(model, skip=i < len(batches) - 1):
+            with torch.autocast(dist.device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
+                s = masked_loss_sum(model, rows, cfg.ce_chunk)
+            (s * (dist.world / total_w)).backward()
+        sums.append(s.detach())
+    params = [p for p in getattr(model, "module", model).parameters() if p.requires_grad]
+    norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+    opt.step()
+    loss = dist.all_sum(torch.stack(sums)).sum() / total_w
+    return float(loss), float(norm)
+
+
+@torch.no_grad()
+def evaluate(model: Transformer, streams: dict, cfg: ConvertConfig, ids, batch_rows: int = 4) -> dict:
+    """Held-out code windows, every answer block fully masked: the mean CE and the one-shot prediction
+    (argmax of every position from one forward) per token and per whole block. A training-time curve;
+    the engine's iterative decoding is measured by benchmarks/convert_eval.py."""
+    was = model.training
+    model.eval()
+    rows = fixed_windows(streams["code_heldout"], cfg.eval_windows, cfg.window)
+    ce_sum, hits, n, blocks_hit, n_blocks = 0.0, 0, 0, 0, 0
+    for k in range(0, len(rows), batch_rows):
+        b = diffusion_batch(row_pairs(rows[k:k + batch_rows], cfg.context), cfg.block_len, ids,
+                            torch.Generator().manual_seed(0), 1, eos=False)
+        start = b.tokens.shape[1] - (cfg.window - cfg.context)   # the noisy copies, one per block
+        b.tokens[:, start:] = ids.mask
+        with torch.autocast(b.tokens.device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
+            h = model(b.tokens, b.pos, b.mask, return_hidden=True)
+        src = b.read_from[start:] if model.args.shift_logits else torch.arange(start, b.tokens.shape[1])
+        hs = h[:, src].flatten(0, 1)
+        tgt = b.targets[:, start:].flatten()
+        ce, top = chunked_predict(hs, model.lm_head.weight, tgt, cfg.ce_chunk, model.args.final_logit_softcap)
+        ok = (top == tgt).view(len(b.tokens), -1, cfg.block_len)
+        ce_sum, hits, n = ce_sum + float(ce.sum()), hits + int(ok.sum()), n + ok.numel()
+        blocks_hit, n_blocks = blocks_hit + int(ok.all(-1).sum()), n_blocks + ok.shape[0] * ok.shape[1]
+    model.train(was)
+    return {"heldout_loss": round(ce_sum / n, 4), "oneshot_token_acc": round(hits / n, 4),
+            "oneshot_block_match": round(blocks_hit / n_blocks, 4), "windows": len(rows)}
+
+
+def _digest(manifest: dict, prefix: str = "") -> str:
+    files = {k: v for k, v in (manifest.get("files") or {}).items() if k.startswith(prefix)}
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+
+
+def load_base(cfg: ConvertConfig, device) -> tuple[Transformer, object, dict]:
+    from orl.checkpoint import CheckpointError, load_checkpoint
+
+    if not cfg.base:
+        raise ValueError("the convert recipe needs an AR checkpoint: --base DIR (e.g. the one `orl fetch "
+                         "gemma-3-270m` writes)")
+    model, tok, manifest = load_checkpoint(cfg.base, device=device)
+    if manifest.get("objective") == "block_diffusion" or model.args.shift_logits:
+        raise CheckpointError(f"{cfg.base} is already a block-diffusion model; convert takes an autoregressive one")
+    if tok.mask_id is None:
+        raise CheckpointError(f"{cfg.base}: the tokenizer has no mask token; block diffusion needs one")
+    return model, tok, manifest
+
+
+def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_config_change: bool = False,
+            log=tqdm.write) -> Transformer:
+    from orl.checkpoint import load_checkpoint
+    from orl.fetch import cache_dir
+
+    dist = setup()
+    loop = TrainLoop(cfg, out, cfg.steps, "step", resume=resume, allow_config_change=allow_config_change, log=log,
+                     dist=dist)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    teacher, tok, base_manifest = load_base(cfg, dist.device)
+    key = corpus_key(cfg.corpus, _digest(base_manifest, "tokenizer"), _digest(base_manifest), cfg.seed)
+    data_dir = Path(cfg.data_dir) if cfg.data_dir else cache_dir() / "corpus" / key
+    streams = build_corpus(tok, cfg.corpus, data_dir, model=teacher, seed=cfg.seed, log=log)
+    model = load_checkpoint(loop.out, device=dist.device)[0] if loop.state else to_diffusion(teacher)
+    del teacher
+    if cfg.freeze_embeddings:
+        model.model.embed_tokens.weight.requires_grad_(False)
+    opt = make_optimizer(model, cfg.lr, cfg.weight_decay)
+    if loop.state:
+        opt.load_state_dict(loop.state["optimizer"])
+    if cfg.checkpointing:
+        checkpoint_blocks(model)
+    ids = special_ids(tok, model.args.vocab_size)
+    extra = {"base": cfg.base, "base_files_sha256": _digest(base_manifest), "corpus": corpus_summary(data_dir)}
+    model.train()
+    ddp = dist.wrap(model)
+    t_last, tokens_since = time.perf_counter(), 0
+    for step in loop.steps():
+        batches = make_batches(cfg, streams, ids, step)
+        loss, norm = train_step(ddp, opt, batches, cfg, lr_at(cfg, step), dist)
+        done = step + 1
+        tokens_since += cfg.rows_per_step * cfg.window
+        dt = time.perf_counter() - t_last
+        rec = {"step": done, "loss": round(loss, 5), "lr": lr_at(cfg, step), "grad_norm": round(norm, 4),
+               "tokens_seen": done * cfg.rows_per_step * cfg.window, "tok_s": round(tokens_since / dt, 1)}
+        t_last, tokens_since = time.perf_counter(), 0
+        loop.bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{rec['tok_s']:.0f}")
+        if dist.main and loop.due(done, cfg.eval_every):
+            rec["heldout"] = evaluate(model, streams, cfg, ids)
+            log(f"step {done} held-out {json.dumps(rec['heldout'])}")
+        loop.write(rec)
+        if loop.due(done, cfg.save_every):
+            model.eval()
+            manifest = {"objective": "block_diffusion", "block_len": cfg.block_len, "residual_mode": "off",
+                        "recipe": {"name": "convert", "config": loop.config, "step": done,
+                                   "tokens_seen": rec["tokens_seen"], "heldout": rec.get("heldout"), **extra}}
+            loop.save(model, tok, manifest, opt, done)
+            model.train()
+    loop.finish()
+    model.eval()
+    return model

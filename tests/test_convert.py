@@ -1,0 +1,187 @@
+"""The convert recipe (AR checkpoint -> block diffusion): chunked CE, masked-only loss, no full
+logits tensor, the offline corpus, a run from the CLI that resumes exactly."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from orl.checkpoint import load_checkpoint, save_checkpoint
+from orl.model.args import ModelArgs
+from orl.model.model import Transformer
+from orl.model.vocab import special_ids
+from orl.presets import get_preset
+from orl.tokenizer import CharTokenizer
+from orl.train import convert as cv
+from orl.train.batches import weighted_ce_sum
+from orl.train.chunked_ce import chunked_ce_sum, chunked_predict
+from orl.train.corpus import CorpusConfig, code_streams, python_files, split_of
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+TOK = CharTokenizer()
+V, D = 512, 32  # vocabulary rows beyond the tokenizer's: a head wider than the hidden size
+
+
+def write_sources(root, n: int = 40) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        body = "".join(f"def f{i}_{j}(x):\n    return x * {i + j} + {j}\n\n" for j in range(6))
+        (root / f"m{i}.py").write_text(f"# module {i}\n{body}")
+    (root / "sub").mkdir(exist_ok=True)
+    (root / "sub" / "copy.py").write_text((root / "m0.py").read_text())  # a duplicate: counted once
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ar")
+    torch.manual_seed(0)
+    m = Transformer(ModelArgs(vocab_size=V, dim=D, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=16, ffn_dim=64,
+                              max_seq_len=128))
+    save_checkpoint(m, TOK, d / "base", {"objective": "autoregressive"})
+    write_sources(d / "src")
+    return d
+
+
+def smoke_cfg(base, **kw) -> cv.ConvertConfig:
+    cfg = get_preset("convert", "smoke")
+    return replace(cfg, base=str(base / "base"), data_dir=str(base / "corpus"),
+                   corpus=replace(cfg.corpus, roots=(str(base / "src"),)), **kw)
+
+
+@pytest.mark.parametrize("softcap,frozen", [(None, False), (30.0, False), (None, True)])
+def test_chunked_ce_equals_full_ce(softcap, frozen):
+    torch.manual_seed(0)
+    h = torch.randn(37, 16, dtype=torch.float32, requires_grad=True)
+    W = torch.randn(300, 16, dtype=torch.float32, requires_grad=not frozen)
+    tgt, w = torch.randint(0, 300, (37,)), torch.rand(37, dtype=torch.float32)
+    got = chunked_ce_sum(h, W, tgt, w, chunk=8, softcap=softcap)
+    got.backward()
+    gh, gW = h.grad.clone(), None if frozen else W.grad.clone()
+    h.grad, W.grad = None, None
+    logits = h @ W.T
+    if softcap:
+        logits = torch.tanh(logits / softcap) * softcap
+    ref = (torch.nn.functional.cross_entropy(logits, tgt, reduction="none") * w).sum()
+    ref.backward()
+    assert torch.allclose(got, ref, atol=1e-5, rtol=1e-6)  # a sum of 37 CEs ~ 200: fp32 ulp 1.5e-5
+    assert torch.allclose(gh, h.grad, atol=1e-5, rtol=0)
+    assert frozen or torch.allclose(gW, W.grad, atol=1e-5, rtol=0)
+    ce, top = chunked_predict(h.detach(), W.detach(), tgt, chunk=8, softcap=softcap)
+    assert torch.allclose(ce, torch.nn.functional.cross_entropy(logits.detach(), tgt, reduction="none"), atol=1e-5)
+    assert torch.equal(top, logits.argmax(-1))
+
+
+def diffusion_rows(base, seed=0):
+    cfg = smoke_cfg(base)
+    model, tok, _ = load_checkpoint(base / "base")
+    model = cv.to_diffusion(model).train()
+    ids = special_ids(tok, V)
+    rows = torch.randint(3, tok.vocab_size, (3, cfg.window), generator=torch.Generator().manual_seed(seed))
+    batch = cv.diffusion_batch(cv.row_pairs(rows, cfg.context), cfg.block_len, ids,
+                               torch.Generator().manual_seed(seed), eos=False)
+    return cfg, model, batch
+
+
+def test_loss_is_on_masked_positions_only_and_equals_the_full_loss(base):
+    cfg, model, batch = diffusion_rows(base)
+    assert model.args.shift_logits and batch.weight.sum() > 0
+    masked = batch.tokens == TOK.mask_id
+    assert torch.equal(batch.weight > 0, masked)  # every loss position is a masked one, and vice versa
+    got = cv.masked_loss_sum(model, batch, chunk=4)
+    logits = model(batch.tokens, batch.pos, batch.mask, read_from=batch.read_from)
+    assert torch.allclose(got, weighted_ce_sum(logits, batch), atol=1e-5)
+    # targets where nothing is masked do not matter
+    batch.targets = torch.where(masked, batch.targets, (batch.targets + 1) % TOK.vocab_size)
+    assert torch.allclose(cv.masked_loss_sum(model, batch, chunk=4), got, atol=1e-6)
+
+
+class HeadOutputs(TorchDispatchMode):
+    """Rows of every matmul output that spans the vocabulary."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows: list[int] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.overloadpacket in (torch.ops.aten.mm, torch.ops.aten.addmm, torch.ops.aten.bmm) and out.shape[-1] == V:
+            self.rows.append(out.numel() // V)
+        return out
+
+
+def test_training_step_never_materialises_the_full_logits(base):
+    cfg, model, batch = diffusion_rows(base)
+    n_masked = int((batch.weight > 0).sum())
+    assert n_masked > 4 * 2
+    with HeadOutputs() as seen:  # the detector sees a plain forward's [B * T, V] logits
+        model(batch.tokens, batch.pos, batch.mask)
+    assert max(seen.rows) == batch.tokens.numel()
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    with HeadOutputs() as seen:
+        cv.train_step(model, opt, [batch], replace(cfg, ce_chunk=4), lr=0.0)
+    assert seen.rows and max(seen.rows) <= 4 and sum(seen.rows) == n_masked
+
+
+def test_corpus_is_deduplicated_split_by_hash_deterministic_and_disjoint(base):
+    files = python_files((str(base / "src"),), 10**6)
+    assert len(files) == 40 and files == python_files((str(base / "src"),), 10**6)
+    assert files == sorted(files, key=lambda f: f["sha256"])
+    cfg = CorpusConfig(roots=(str(base / "src"),), heldout_frac=0.3, train_tokens=10**6, heldout_tokens=10**6)
+    streams, used = code_streams(TOK, cfg)
+    splits = {f["sha256"]: f["split"] for f in used}
+    assert set(splits.values()) == {"train", "heldout"}
+    assert all(split_of(s, 0.3) == sp for s, sp in splits.items())
+    assert len(splits) == len(used) == 40
+    assert sum(f["tokens"] for f in used if f["split"] == "train") == len(streams["code_train"])
+    again, _ = code_streams(TOK, cfg)
+    assert all(torch.equal(streams[k], again[k]) for k in streams)
+
+
+def test_recipe_runs_from_the_cli_and_resumes_exactly(base, tmp_path, monkeypatch):
+    from orl.cli import main
+
+    cfg = smoke_cfg(base)
+    whole = cv.convert(cfg, tmp_path / "whole", log=lambda *_: None)
+    real = cv.make_batches
+
+    def stop_at_3(c, s, i, step):
+        if step == 2:
+            raise KeyboardInterrupt  # after step 2's checkpoint
+        return real(c, s, i, step)
+
+    monkeypatch.setattr(cv, "make_batches", stop_at_3)
+    with pytest.raises(KeyboardInterrupt):
+        cv.convert(cfg, tmp_path / "cut", log=lambda *_: None)
+    monkeypatch.setattr(cv, "make_batches", real)
+    argv = ["train", "--recipe", "convert", "--preset", "smoke", "--base", cfg.base, "--out", str(tmp_path / "cut"),
+            "--set", f"data_dir={cfg.data_dir}", "--set", f"corpus.roots={cfg.corpus.roots[0]}"]
+    assert main(argv) == 0
+    resumed, _, manifest = load_checkpoint(tmp_path / "cut")
+    for (n, a), b in zip(whole.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a, b), n
+    assert manifest["objective"] == "block_diffusion" and manifest["block_len"] == cfg.block_len
+    assert manifest["model_args"]["shift_logits"] is True
+    rec = manifest["recipe"]
+    assert rec["name"] == "convert" and rec["step"] == cfg.steps and rec["base"] == cfg.base
+    corpus = json.loads((base / "corpus" / "corpus.json").read_text())
+    assert rec["corpus"]["files_sha256"] == corpus["files_sha256"] and corpus["n_files"]["heldout"] > 0
+    log = [json.loads(x) for x in (tmp_path / "cut.log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if "step" in r][-2:] == [3, 4] and "heldout" in log[-1]
+    # the converted checkpoint decodes under the block-diffusion engine
+    from orl.engine import DecodeConfig, Engine
+
+    gen = Engine(resumed, TOK).generate_ids([[5, 6, 7]], DecodeConfig(block_len=4, max_new_tokens=4))[0]
+    assert 1 <= len(gen.token_ids) <= 4
+
+
+def test_bad_settings_are_named(base):
+    with pytest.raises(ValueError, match="multiple of block_len"):
+        replace(smoke_cfg(base), window=25)
+    with pytest.raises(ValueError, match="distill"):
+        replace(smoke_cfg(base), mix=(1, 0, 1))
+    with pytest.raises(ValueError, match="--base"):
+        cv.convert(replace(smoke_cfg(base), base=""), base / "none")
