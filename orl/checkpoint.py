@@ -25,7 +25,7 @@ from orl.model import ModelArgs, Transformer
 from orl.model.families import family_for, get_family
 from orl.model.families.common import config_dtype, dtype_from_name, dtype_name
 from orl.quant import QuantizationError, kind_of_spec, quantization_of, quantize, quantized_names
-from orl.tokenizer import CharTokenizer, HFTokenizer, TokenizerError, load_tokenizer
+from orl.tokenizer import CharTokenizer, HFTokenizer, TokenizerError, load_tokenizer, resolve_special_ids
 
 FORMAT_VERSION = 1
 SINGLE = "model.safetensors"
@@ -145,7 +145,7 @@ def load_checkpoint(directory: str | os.PathLike, device: str | torch.device = "
         raise CheckpointError(f"{d / MANIFEST}: {e}") from None
     verify_checksums(d, manifest)
     tokenizer = _load_tokenizer(d, manifest, args)
-    tensors = family.to_native(_read_tensors(d))
+    tensors = family.to_native(_read_tensors(d), args)  # published names -> orl.model's (orl.model.families)
     _check_sizes(args, tensors, d)  # before any module is built: a forged n_layers must not allocate
     with torch.device("meta"):
         model = Transformer(args)
@@ -184,6 +184,8 @@ def _read_config(d: Path) -> tuple[dict, ModelArgs, torch.dtype, ModuleType]:
     m = {"format_version": None, "family": cfg["model_type"], "model_args": args.to_dict(),
          "dtype": dtype_name(dtype), "block_len": None, "residual_mode": "off", "quantization": None,
          "recipe": None, "git_commit": None, "source": "config.json"}
+    if hasattr(family, "manifest_from_config"):  # a published dLLM: its layout, block size, mask / EOS tokens
+        m.update(_parsed(cfg_path, lambda: family.manifest_from_config(cfg)))
     return m, args, dtype, family
 
 
@@ -270,8 +272,11 @@ def _load_tokenizer(d: Path, manifest: dict, args: ModelArgs) -> Tokenizer:
     if tok.vocab_size > args.vocab_size:
         raise CheckpointError(f"{d}: tokenizer has {tok.vocab_size} tokens, the model's embedding only {args.vocab_size}")
     # a base LM's tokenizer may lack a mask token that the diffusion manifest assigns
-    if manifest.get("mask_id") is not None and tok.mask_id is None:
-        tok.mask_id = manifest["mask_id"]
+    resolve_special_ids(tok, manifest)  # mask / EOS ids decided in one place (orl.tokenizer)
+    if manifest.get("objective") == "block_diffusion" and tok.mask_id is None:
+        raise CheckpointError(f"{d}: no mask token: the config gives no mask_token_id and the tokenizer has "
+                              f"no {manifest.get('mask_token') or 'mask'!r} token (nor a mask_token in "
+                              "tokenizer_config.json); a diffusion model needs one")
     for name in ("mask_id", "eos_id", "pad_id"):
         tid, mid = getattr(tok, name), manifest.get(name)
         if mid is not None and tid != mid:

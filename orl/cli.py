@@ -28,8 +28,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
                  seed=args.seed, chunk_steps=args.chunk_steps, compile=args.compile, cuda_graph=args.cuda_graph)
     DecodeConfig.from_manifest({}, **flags).validate()  # bad flags fail before the weights load
     model, tok, manifest = load_checkpoint(args.model, device=resolve_device(args.device))  # orl.json, once
-    if manifest.get("objective") == "autoregressive" or manifest.get("source") == "config.json":
-        if manifest.get("source") == "config.json":
+    # a config.json without orl.json is a causal LM unless its family reader says it is a dLLM (objective)
+    plain_causal = manifest.get("source") == "config.json" and manifest.get("objective") is None
+    if manifest.get("objective") == "autoregressive" or plain_causal:
+        if plain_causal:
             print(f"note: {args.model} has no orl.json: a plain causal LM, not a diffusion model; "
                   "decoding it with the autoregressive decoder", file=sys.stderr)
         return generate_autoregressive(args, model, tok)

@@ -128,6 +128,9 @@ class HFTokenizer:
     def decode(self, ids, skip_special: bool = True) -> str:
         return self.tok.decode([int(i) for i in ids], skip_special_tokens=skip_special)
 
+    def token_id(self, token: str) -> int | None:
+        return self.tok.token_to_id(token)
+
     def token_str(self, i: int) -> str:
         return self.tok.id_to_token(int(i)) or ""
 
@@ -144,6 +147,27 @@ class HFTokenizer:
         self.tok.save(str(Path(directory, "tokenizer.json")))
         if self.config:
             Path(directory, "tokenizer_config.json").write_text(json.dumps(self.config, indent=1))
+
+
+def resolve_special_ids(tok, manifest: dict) -> None:
+    """The one place special ids are decided (DESIGN section 2: from the tokenizer / config, never
+    literals). mask: the tokenizer's own mask token, else the manifest's mask_id (orl.json, or a
+    published config's mask_token_id), else the family's published mask token string if the
+    vocabulary has it. EOS: the tokenizer's eos first, then the config's eos_token_id(s) and the
+    family's end-of-turn tokens (tok.eos_ids; tok.eos_id stays the first)."""
+    lookup = getattr(tok, "token_id", None)
+    if tok.mask_id is None:
+        if manifest.get("mask_id") is not None:
+            tok.mask_id = manifest["mask_id"]
+        elif manifest.get("mask_token") and lookup is not None:
+            tok.mask_id = lookup(manifest["mask_token"])
+    named = [lookup(t) for t in manifest.get("eos_tokens") or ()] if lookup is not None else []
+    eos = [tok.eos_id, *(manifest.get("eos_ids") or ()), *named]
+    tok.eos_ids = tuple(dict.fromkeys(int(i) for i in eos if i is not None))
+    if tok.eos_id is None and tok.eos_ids:
+        tok.eos_id = tok.eos_ids[0]
+        if getattr(tok, "pad_id", 0) is None:
+            tok.pad_id = tok.eos_id
 
 
 def load_tokenizer(directory: str | os.PathLike, mask_token: str | None = None):

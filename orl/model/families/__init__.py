@@ -4,9 +4,12 @@ from __future__ import annotations
 from types import ModuleType
 
 from orl.model.args import ModelArgs
-from orl.model.families import gemma3, qwen3
+from orl.model.families import dream, fast_dllm_v2, gemma3, llada, llada2_moe, qwen2, qwen3, sdar
 
-FAMILIES: dict[str, ModuleType] = {t: qwen3 for t in qwen3.MODEL_TYPES} | {t: gemma3 for t in gemma3.MODEL_TYPES}
+# every module: MODEL_TYPES, args_from_config(cfg), to_native(tensors, args); the dLLM families also
+# manifest_from_config(cfg) (layout, block size, mask / EOS tokens); qwen3 and gemma3 also write configs
+FAMILIES: dict[str, ModuleType] = {t: m for m in (qwen3, gemma3, qwen2, llada, dream, sdar, fast_dllm_v2, llada2_moe)
+                                   for t in m.MODEL_TYPES}
 
 
 def get_family(model_type: str | None) -> ModuleType:

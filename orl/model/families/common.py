@@ -26,3 +26,50 @@ def dtype_name(dtype: torch.dtype) -> str:
 def config_dtype(cfg: dict) -> torch.dtype:
     # transformers 5 writes "dtype", older versions "torch_dtype"; absent means fp32 (HF's default)
     return dtype_from_name(cfg.get("dtype") or cfg.get("torch_dtype") or "float32")
+
+
+# ---------------------------------------------------------------- shared by the dLLM family readers
+
+LAYOUTS = ("prompt_block", "absolute_grid", "full_sequence")
+
+
+class Problems(list):
+    """Every unsupported option of one config, raised together so one edit fixes the file."""
+
+    def flag(self, cfg: dict, key: str, bad, why: str = "") -> None:
+        """Name `key` when cfg has it set to a value `bad` accepts (a callable) or equals."""
+        if key in cfg and (bad(cfg[key]) if callable(bad) else cfg[key] == bad):
+            self.append(f"{key}={cfg[key]!r}" + (f" ({why})" if why else ""))
+
+    def raise_if_any(self, family: str) -> None:
+        if self:
+            raise UnsupportedConfig(f"unsupported {family} option(s): " + "; ".join(self))
+
+
+def default_rope(cfg: dict, problems: Problems) -> tuple[float, float]:
+    """(rope_theta, partial_rotary_factor) from the 4.x keys or 5.x rope_parameters; only default RoPE."""
+    params = cfg.get("rope_parameters") or {}
+    for key, src in (("rope_parameters", params), ("rope_scaling", cfg.get("rope_scaling") or {})):
+        kind = src.get("rope_type", src.get("type", "default"))
+        if kind != "default":
+            problems.append(f"{key} type {kind!r} (only default RoPE)")
+    theta = params.get("rope_theta", cfg.get("rope_theta", 10000.0))
+    return float(theta), float(params.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)))
+
+
+def token_ids(value) -> list[int]:
+    """eos_token_id and friends: absent, one id, or a list of ids."""
+    if value is None:
+        return []
+    return [int(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
+
+
+def decode_defaults(layout: str, block_len: int | None, mask_token: str, cfg: dict, **extra) -> dict:
+    """The manifest fields a published dLLM's config.json implies (orl.checkpoint folds them into the
+    manifest of a directory without orl.json): the engine layout, the published block size, the mask
+    id if the config has one (else the tokenizer's `mask_token`, the string the family's tokenizer
+    uses), and every EOS id the config lists."""
+    assert layout in LAYOUTS, layout
+    return {"objective": "block_diffusion", "layout": layout, "block_len": block_len,
+            "mask_id": cfg.get("mask_token_id"), "mask_token": mask_token,
+            "eos_ids": token_ids(cfg.get("eos_token_id")), **extra}

@@ -117,5 +117,5 @@ def _int_if_whole(x: float) -> int | float:
     return int(x) if float(x).is_integer() else x  # transformers' strict config types it int
 
 
-def to_native(tensors: dict[str, Tensor]) -> dict[str, Tensor]:
+def to_native(tensors: dict[str, Tensor], args: ModelArgs | None = None) -> dict[str, Tensor]:
     return tensors

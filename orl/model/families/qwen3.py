@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from orl.model.args import ModelArgs
-from orl.model.families.common import UnsupportedConfig, dtype_name
+from orl.model.families.common import Problems, UnsupportedConfig, default_rope, dtype_name
 
 MODEL_TYPES = ("qwen3", "qwen3_moe")
 _FUSED = re.compile(r"^(model\.layers\.\d+\.mlp\.experts)\.(gate_up_proj|down_proj)$")
@@ -26,46 +26,38 @@ def family_name(args: ModelArgs) -> str:
     return "qwen3_moe" if args.n_experts else "qwen3"
 
 
-def _rope(cfg: dict) -> tuple[float, float]:
-    """(rope_theta, partial_rotary_factor) from either the 4.x keys or 5.x `rope_parameters`."""
-    params = cfg.get("rope_parameters") or {}
-    scaling = cfg.get("rope_scaling") or {}
-    for src, key in ((params, "rope_parameters"), (scaling, "rope_scaling")):
-        kind = src.get("rope_type", src.get("type", "default"))
-        if kind != "default":
-            raise UnsupportedConfig(f"{key} type {kind!r} is not supported (only default RoPE)")
-    theta = params.get("rope_theta", cfg.get("rope_theta", 10000.0))
-    fraction = params.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
-    return float(theta), float(fraction)
+def body_args(cfg: dict, problems: Problems, moe: bool) -> dict:
+    """ModelArgs fields of a Qwen3 / Qwen3-MoE body (SDAR and TraDo use the same keys); unsupported
+    options go to `problems`."""
+    problems.flag(cfg, "attention_bias", True, "no projection biases in a Qwen3 body")
+    problems.flag(cfg, "hidden_act", lambda v: v != "silu", "only silu")
+    problems.flag(cfg, "use_sliding_window", True, "full attention only")
+    problems.flag(cfg, "mlp_only_layers", lambda v: bool(v))
+    theta, fraction = default_rope(cfg, problems)
+    n_heads = cfg["num_attention_heads"]
+    kw = {}
+    if moe:
+        kw = dict(n_experts=cfg.get("num_experts", cfg.get("num_local_experts")),
+                  n_experts_per_tok=cfg["num_experts_per_tok"], moe_ffn_dim=cfg["moe_intermediate_size"],
+                  norm_topk_prob=bool(cfg.get("norm_topk_prob", False)),
+                  moe_every=cfg.get("decoder_sparse_step", 1))
+    return dict(
+        vocab_size=cfg["vocab_size"], dim=cfg["hidden_size"], n_layers=cfg["num_hidden_layers"],
+        n_heads=n_heads, n_kv_heads=cfg.get("num_key_value_heads", n_heads),
+        head_dim=cfg.get("head_dim") or cfg["hidden_size"] // n_heads, ffn_dim=cfg["intermediate_size"],
+        norm_eps=cfg.get("rms_norm_eps", 1e-6), rope_theta=theta, rotary_fraction=fraction, qk_norm=True,
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        max_seq_len=cfg.get("max_position_embeddings", 32768), **kw)
 
 
 def args_from_config(cfg: dict) -> ModelArgs:
     model_type = cfg.get("model_type")
     if model_type not in MODEL_TYPES:
         raise UnsupportedConfig(f"model_type {model_type!r} is not a Qwen3 family type {MODEL_TYPES}")
-    if cfg.get("attention_bias"):
-        raise UnsupportedConfig("attention_bias=true is not supported")
-    if cfg.get("hidden_act", "silu") != "silu":
-        raise UnsupportedConfig(f"hidden_act {cfg['hidden_act']!r} is not supported (only silu)")
-    if cfg.get("use_sliding_window"):
-        raise UnsupportedConfig("use_sliding_window=true is not supported (full attention only)")
-    if cfg.get("mlp_only_layers"):
-        raise UnsupportedConfig(f"mlp_only_layers={cfg['mlp_only_layers']} is not supported")
-    theta, fraction = _rope(cfg)
-    n_heads = cfg["num_attention_heads"]
-    moe = {}
-    if model_type == "qwen3_moe":
-        moe = dict(n_experts=cfg.get("num_experts", cfg.get("num_local_experts")),
-                   n_experts_per_tok=cfg["num_experts_per_tok"], moe_ffn_dim=cfg["moe_intermediate_size"],
-                   norm_topk_prob=bool(cfg.get("norm_topk_prob", False)),
-                   moe_every=cfg.get("decoder_sparse_step", 1))
-    return ModelArgs(
-        vocab_size=cfg["vocab_size"], dim=cfg["hidden_size"], n_layers=cfg["num_hidden_layers"],
-        n_heads=n_heads, n_kv_heads=cfg.get("num_key_value_heads", n_heads),
-        head_dim=cfg.get("head_dim") or cfg["hidden_size"] // n_heads, ffn_dim=cfg["intermediate_size"],
-        norm_eps=cfg.get("rms_norm_eps", 1e-6), rope_theta=theta, rotary_fraction=fraction, qk_norm=True,
-        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        max_seq_len=cfg.get("max_position_embeddings", 32768), **moe)
+    problems = Problems()
+    kw = body_args(cfg, problems, moe=model_type == "qwen3_moe")
+    problems.raise_if_any("Qwen3")
+    return ModelArgs(**kw)
 
 
 def config_from_args(args: ModelArgs, dtype: torch.dtype) -> dict:
@@ -87,8 +79,11 @@ def config_from_args(args: ModelArgs, dtype: torch.dtype) -> dict:
                    decoder_sparse_step=args.moe_every, mlp_only_layers=[])
     # features Qwen3 cannot express: transformers would load such a directory as a different model,
     # so say so where a person reads it; orl.json is what orl loads them from
-    extras = {k: getattr(args, k) for k in ("learned_pos", "shift_logits", "adapter_dim", "shared_expert_ffn_dim")
-              if getattr(args, k)}
+    plain = ModelArgs()
+    extras = {k: getattr(args, k) for k in ("learned_pos", "shift_logits", "adapter_dim", "shared_expert_ffn_dim",
+                                            "qkv_bias", "first_dense_layers", "router", "router_bias", "n_group",
+                                            "topk_group", "routed_scaling")
+              if getattr(args, k) != getattr(plain, k)}
     if not args.qk_norm:
         extras["qk_norm"] = False
     if extras:
@@ -96,7 +91,7 @@ def config_from_args(args: ModelArgs, dtype: torch.dtype) -> dict:
     return cfg
 
 
-def to_native(tensors: dict[str, Tensor]) -> dict[str, Tensor]:
+def to_native(tensors: dict[str, Tensor], args: ModelArgs | None = None) -> dict[str, Tensor]:
     """Split transformers' fused expert tensors into orl's (and the on-disk) per-expert names."""
     out = {}
     for name, t in tensors.items():
