@@ -1,8 +1,8 @@
 """`orl demo`: the shipped base dLLM vs its ORL post-trained version on held-out prompts, side by
-side (accuracy / TPF / tokens/s, batch 1, same decoder), then one example's denoising step by step."""
+side (accuracy in %, TPF as a ratio of sums with and without EOS, tokens/s at batch 1, same decoder;
+the accuracy difference with its paired McNemar p), then one example's denoising step by step."""
 from __future__ import annotations
 
-import statistics
 import sys
 from pathlib import Path
 
@@ -10,18 +10,22 @@ import torch
 
 from orl.cli_format import format_step
 from orl.engine import DecodeConfig, DoneEvent, Engine, StepEvent
+from orl.eval import metrics
 from orl.eval.tasks import get_task, task_names
 
 
 def _score(engine: Engine, cfg: DecodeConfig, samples) -> dict:
     engine.generate(samples[0].prompt, cfg)  # warm-up, excluded from timings
-    ok, tpf, tps = [], [], []
+    ok, recs, tps = [], [], []
     for s in samples:
         g = engine.generate(s.prompt, cfg)[0]
         ok.append(get_task(s.task).verify(s.prompt, g.text))
-        tpf.append(g.tpf)
+        recs.append({"n_tokens": g.n_tokens, "finished": g.finished,
+                     "forwards": {"step": g.step_forwards, "commit": g.commit_forwards}})
         tps.append(g.tokens_per_s)
-    return {"acc": sum(ok) / len(ok), "tpf": statistics.mean(tpf), "tok_s": statistics.mean(tps)}
+    tpf = metrics.pooled_tpf(recs)  # a ratio of sums over the prompts, DESIGN section 5
+    return {"acc": sum(ok) / len(ok), "ok": ok, "tpf": tpf["tpf"], "tpf_no_eos": tpf["tpf_no_eos"],
+            "tok_s": metrics.mean(tps)}
 
 
 def run_demo(base: str | Path, orl: str | Path, per_task: int = 6,
@@ -42,12 +46,22 @@ def run_demo(base: str | Path, orl: str | Path, per_task: int = 6,
             rows[name] = _score(*engines[name], samples)
     print(f"\n{len(samples)} held-out prompts ({per_task} per task), batch 1, threshold {threshold}, "
           f"block {engines['base'][1].block_len}\n", file=out)
-    print(f"{'model':<6} {'residual':<9} {'accuracy':>9} {'TPF':>6} {'tokens/s':>9}", file=out)
+    print(f"{'model':<6} {'residual':<9} {'acc %':>6} {'TPF':>6} {'TPF noEOS':>10} {'tok/s (batch 1)':>16}", file=out)
     for name, r in rows.items():
-        print(f"{name:<6} {engines[name][1].residual:<9} {r['acc']:>9.1%} {r['tpf']:>6.2f} {r['tok_s']:>9.1f}", file=out)
+        print(f"{name:<6} {engines[name][1].residual:<9} {100 * r['acc']:>6.1f} {r['tpf']:>6.2f} {r['tpf_no_eos']:>10.2f} "
+              f"{r['tok_s']:>16.1f}", file=out)
     if "orl" in rows:
-        print(f"\nORL / base: TPF x{rows['orl']['tpf'] / rows['base']['tpf']:.2f}, "
-              f"tokens/s x{rows['orl']['tok_s'] / rows['base']['tok_s']:.2f}", file=out)
+        b, o = rows["base"], rows["orl"]
+        _, only_base, only_orl = metrics.paired_counts(dict(enumerate(b["ok"])), dict(enumerate(o["ok"])))
+        print(f"\nORL / base: TPF x{o['tpf'] / b['tpf']:.2f}, tokens/s x{o['tok_s'] / b['tok_s']:.2f}, "
+              f"accuracy {100 * (o['acc'] - b['acc']):+.1f} points (paired McNemar p = "
+              f"{metrics.mcnemar_exact(only_base, only_orl):.3g}: {only_orl} prompts only ORL gets right, "
+              f"{only_base} only the base)", file=out)
+    print("TPF = all tokens incl. EOS / all forwards (denoising + commit) over these prompts; noEOS without the "
+          "EOS tokens; tok/s = mean over prompts, one at a time, warm-up excluded.", file=out)
+    if any(r["tpf"] < 1 for r in rows.values()):
+        print("TPF < 1: the commit forward between blocks counts too, so one token per denoising step ends below 1.",
+              file=out)
     for name, (engine, cfg) in engines.items():
         print(f"\n{name}: {example!r} step by step ('_' masked, [x] committed at that step)", file=out)
         gen = None
