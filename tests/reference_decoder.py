@@ -10,8 +10,9 @@ Semantics (DESIGN section 3): the prompt is block 0; answer blocks of `block_len
 shorter when max_new_tokens is not a multiple of it; each block starts as mask tokens with a cold
 residual (z = 0, a = 0); each step commits >= 1 unresolved position; with eos_fill, unresolved
 positions after a resolved EOS become EOS; a resolved block is appended as clean context (the
-engine's commit forward, counted unless it is the last block or the row finished); output stops at
-the first EOS.
+engine's commit forward, counted unless it is the last block or the row finished, or fused into the
+next block's first step with cfg.fused_commit, where that step's forward is the one counted); output
+stops at the first EOS.
 """
 from __future__ import annotations
 
@@ -217,7 +218,7 @@ def reference_generate(model, prompt: list[int], cfg: DecodeConfig, *, mask_id: 
         if finished or j == n_blocks - 1:
             break
         committed.extend(canvas)  # the commit forward: the block becomes clean context
-        commits += 1
+        commits += not cfg.fused_commit
     return RefResult(out, finished, block_steps, sum(block_steps), commits, records)
 
 

@@ -190,3 +190,40 @@ def test_cache_buffers_shape_and_length_is_device_tensor():
     cache.length.fill_(7)
     cache.reset()
     assert cache.length.item() == 0 and not cache.k.any() and not cache.v.any()
+
+
+@pytest.mark.parametrize("variant", ["gqa_qknorm", "moe"])
+def test_fused_commit_forward_equals_commit_then_step(variant):
+    """The fused forward over [clean block k | masked block k + 1] (staircase mask) writes the same
+    K/V as the commit forward of block k followed by the first step of block k + 1, and gives the
+    same logits and carried state (shifted read-out, adapter residual, a left-padded batch)."""
+    import copy
+
+    from orl.engine import DecodeConfig, Engine
+    from orl.engine.decode import block_forward, fused_forward
+    from orl.tokenizer import CharTokenizer
+
+    tok = CharTokenizer()
+    kw = {**VARIANTS[variant], "vocab_size": tok.vocab_size, "shift_logits": True, "adapter_dim": 16}
+    torch.manual_seed(0)
+    args = ModelArgs(dim=32, n_layers=3, n_heads=4, head_dim=8, ffn_dim=48, max_seq_len=64, **kw)
+    eng = Engine(Transformer(args).eval(), tok)
+    cfg = DecodeConfig(block_len=L, max_new_tokens=3 * L, residual="adapter")
+    prompts = [tok.encode("hello"), tok.encode("a")]
+    st, P = eng.setup(prompts, cfg)
+    eng.begin_block(st, cfg, P, 0, [True, True])
+    st.canvas.copy_(tokens(L, 2, seed=3) % 60 + 4)  # block 0, resolved
+    st.unresolved.zero_()
+    fused_st = copy.deepcopy(st)
+    with torch.no_grad():
+        eng.runner.commit(st, cfg)                               # unfused: the commit forward, ...
+        eng.begin_block(st, cfg, P, 1, [True, True])
+        want = block_forward(eng.model, st, cfg, eng.ids)        # ... then block 1's first step
+        eng.begin_block(fused_st, cfg, P, 1, [True, True], fused=True)
+        got = fused_forward(eng.model, fused_st, cfg, eng.ids)
+    keep = ~st.banned
+    torch.testing.assert_close(got[..., keep], want[..., keep], atol=1e-5, rtol=1e-5)
+    end = P + 2 * L
+    torch.testing.assert_close(fused_st.cache.k[..., :end, :], st.cache.k[..., :end, :], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(fused_st.cache.v[..., :end, :], st.cache.v[..., :end, :], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(fused_st.carry, st.carry, atol=1e-5, rtol=1e-5)

@@ -102,6 +102,43 @@ def test_topk_one_token_per_step_matches_reference(engine):
         assert g.block_steps == [8, 3]
 
 
+# ---------------------------------------------------------------- fused commit forward
+
+@pytest.mark.parametrize("rule", list(RULES))
+def test_unfused_commit_matches_reference(engine, rule):
+    """The separate commit forward (fused_commit=False) is the same decoder: a forward more per block."""
+    for L, prompt, n in CASES[:2]:
+        g = assert_same_as_reference(engine, prompt, cfg_of(rule, "rcd", L, n, fused_commit=False))
+        assert g.commit_forwards == len(g.block_steps) - 1
+
+
+@pytest.mark.parametrize("which", ["plain", "shifted", "eos"])
+def test_fused_commit_equals_unfused(engine, shifted_engine, eos_engine, which):
+    """Same tokens and steps; the fused forward is each block's first step, so a block costs one
+    forward less (TPF ceiling L instead of L / 2), counted once. Batched, every residual mode, sampled
+    too, and the shifted read-out, whose block-start token is read off the fused clean half."""
+    eng = {"plain": engine, "shifted": shifted_engine, "eos": eos_engine}[which]
+    prompts = ["abc def", "hi", "hello world!"]
+    for residual in RESIDUALS:
+        for temperature in (0.0, 0.8):
+            cfg = cfg_of("threshold", residual, 4, 18, temperature=temperature)
+            fused = eng.generate(prompts, cfg, seeds=[1, 2, 3])
+            plain = eng.generate(prompts, dataclasses.replace(cfg, fused_commit=False), seeds=[1, 2, 3])
+            for f, p in zip(fused, plain):
+                assert (f.token_ids, f.finished, f.block_steps) == (p.token_ids, p.finished, p.block_steps)
+                assert f.commit_forwards == 0 and p.commit_forwards == len(p.block_steps) - 1
+                assert f.forwards == p.forwards - p.commit_forwards
+
+
+def test_fused_commit_reaches_tpf_block_len():
+    """A model certain of every position decodes a block in one step: TPF L fused, L / 2 unfused."""
+    eng = Engine(random_model(vocab_size=V, eos_bias=-1e4, head_std=50.0), TOK)
+    cfg = DecodeConfig(block_len=4, max_new_tokens=16, rule="threshold", threshold=1e-6)
+    fused, plain = eng.generate("hi", cfg)[0], eng.generate("hi", dataclasses.replace(cfg, fused_commit=False))[0]
+    assert fused.block_steps == plain.block_steps == [1, 1, 1, 1] and fused.token_ids == plain.token_ids
+    assert fused.tpf == 4.0 and plain.tpf == 16 / 7
+
+
 @pytest.fixture(scope="module")
 def shifted_engine():
     """A Dream-style shifted read-out: token i is read off position i - 1, so the first token of each
@@ -309,9 +346,9 @@ class ForwardCounter:
         self.handle.remove()
 
 
-@pytest.mark.parametrize("eos_fill", [True, False])
-def test_eos_stops_the_answer_and_the_blocks(eos_engine, eos_fill):
-    cfg = cfg_of("threshold", "rcd", 4, 18, eos_fill=eos_fill)
+@pytest.mark.parametrize("eos_fill,fused", [(True, True), (False, True), (True, False)])
+def test_eos_stops_the_answer_and_the_blocks(eos_engine, eos_fill, fused):
+    cfg = cfg_of("threshold", "rcd", 4, 18, eos_fill=eos_fill, fused_commit=fused)
     counter = ForwardCounter(eos_engine.model)
     try:
         g = eos_engine.generate("abc def", cfg)[0]
@@ -322,7 +359,8 @@ def test_eos_stops_the_answer_and_the_blocks(eos_engine, eos_fill):
     n_blocks = -(-g.n_tokens // 4)
     assert 1 < n_blocks < 5, "EOS must fall in a middle block for this test"
     assert len(g.block_steps) == n_blocks                      # no block after the EOS block runs
-    assert g.commit_forwards == n_blocks - 1                   # no commit forward for the EOS block
+    # no commit forward for the EOS block; fused, the others ride on the next block's first step
+    assert g.commit_forwards == (0 if fused else n_blocks - 1)
     assert counter.n == 1 + g.step_forwards + g.commit_forwards
     assert g.text == TOK.decode(g.token_ids[:-1])
 
@@ -338,9 +376,10 @@ def test_forced_eos_first_token():
         assert g.tpf == 1 / g.step_forwards
 
 
-@pytest.mark.parametrize("max_new,block_len", [(1, 8), (5, 8), (8, 8), (17, 8), (13, 4)])
-def test_max_new_tokens_respected(no_eos_engine, max_new, block_len):
-    cfg = cfg_of("threshold", "rcd", block_len, max_new)
+@pytest.mark.parametrize("max_new,block_len,fused", [(1, 8, True), (5, 8, True), (8, 8, True), (17, 8, True),
+                                                     (13, 4, True), (17, 8, False), (13, 4, False)])
+def test_max_new_tokens_respected(no_eos_engine, max_new, block_len, fused):
+    cfg = cfg_of("threshold", "rcd", block_len, max_new, fused_commit=fused)
     counter = ForwardCounter(no_eos_engine.model)
     try:
         g = no_eos_engine.generate("hello", cfg)[0]
@@ -350,27 +389,36 @@ def test_max_new_tokens_respected(no_eos_engine, max_new, block_len):
     assert g.n_tokens == max_new and not g.finished and TOK.eos_id not in g.token_ids
     assert len(g.block_steps) == n_blocks
     assert g.step_forwards == sum(g.block_steps)
-    assert g.commit_forwards == n_blocks - 1                   # the final block is not committed
+    assert g.commit_forwards == (0 if fused else n_blocks - 1)  # the final block is not committed
     assert counter.n == 1 + g.step_forwards + g.commit_forwards
     assert g.forwards == g.step_forwards + g.commit_forwards
     assert g.tpf == pytest.approx(max_new / (g.step_forwards + g.commit_forwards))
     assert g.tokens_per_s > 0 and g.total_s >= g.prefill_s > 0
 
 
-def test_commit_forward_is_a_one_step_chunk_of_the_runner(engine, monkeypatch):
+@pytest.mark.parametrize("fused", [False, True])
+def test_commit_forward_is_a_one_step_chunk_of_the_runner(engine, monkeypatch, fused):
     """Without a trace every forward after the prefill goes through the ChunkRunner (compiled / captured
     in those modes): the steps as chunks of chunk_steps, each commit forward as a chunk of one step
-    (one forward, not chunk_steps of them). The engine itself never runs an eager step."""
+    (one forward, not chunk_steps of them), or, fused, inside the first chunk of the next block. The
+    engine itself never runs an eager step."""
     import orl.engine.engine as engine_module
 
     chunks = []
     call = type(engine.runner).__call__
-    monkeypatch.setattr(type(engine.runner), "__call__", lambda self, st, cfg: (chunks.append(cfg.chunk_steps),
-                                                                               call(self, st, cfg))[1])
+    monkeypatch.setattr(type(engine.runner), "__call__",
+                        lambda self, st, cfg, fused=False: (chunks.append((cfg.chunk_steps, fused)),
+                                                            call(self, st, cfg, fused))[1])
     monkeypatch.setattr(engine_module, "denoise_step", None)  # calling it would raise
-    g = engine.generate("hello", cfg_of("threshold", "rcd", 8, 30, chunk_steps=3))[0]
-    assert chunks.count(1) == g.commit_forwards == len(g.block_steps) - 1 == 3
-    assert chunks.count(3) + chunks.count(1) == len(chunks)
+    g = engine.generate("hello", cfg_of("threshold", "rcd", 8, 30, chunk_steps=3, fused_commit=fused))[0]
+    n = len(g.block_steps)
+    assert n == 4
+    if fused:  # the first chunk of every block after the first
+        assert g.commit_forwards == 0 and chunks.count((3, True)) == n - 1
+        assert [c for c in chunks if c[0] == 1] == []
+    else:
+        assert chunks.count((1, False)) == g.commit_forwards == n - 1 and not any(f for _, f in chunks)
+    assert {c for c, _ in chunks} == {3} | ({1} if not fused else set())
 
 
 def test_block_buffers_follow_the_slot_layout(engine):

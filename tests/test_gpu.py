@@ -6,6 +6,10 @@ skipped without CUDA, so it imports and reports "skipped" on a CPU machine.
   counts as the eager loop, for every commit rule and residual mode, greedy and sampled, across a
   left-padded batch; one graph serves every block and later requests (other prompt lengths).
   Capture itself proves the loop has no host sync: a sync inside torch.cuda.graph raises.
+- Graphs are keyed by code, not numbers: requests with other thresholds, temperatures, factors and
+  seeds replay the graphs captured for the first one (captures counted), prompts are padded to a
+  length bucket whose prefill graph serves them, and a later request runs no eager forward.
+- The fused commit forward (default) and the separate one give the same tokens under graphs.
 - torch.compile of the step on the GPU (inductor, Triton kernels) gives the eager tokens.
 - A bf16 model decodes (eager and CUDA graph agree, no banned or out-of-range token, finite
   confidences).
@@ -68,8 +72,8 @@ def test_cuda_graph_matches_eager(model, rule, residual, chunk):
     if chunk != 1:
         one = Engine(model, TOK).generate(PROMPTS, dataclasses.replace(cfg, chunk_steps=1))
         assert not first_mismatch(one, graphed), first_mismatch(one, graphed)
-    # one captured graph served every block; with chunk > 1 the commit forward is its own 1-step graph
-    assert len(graph_engine.runner._graphs) == (1 if chunk == 1 else 2)
+    # one prefill graph (one bucket), one chunk graph for every block, one for the fused first chunk
+    assert graph_engine.runner.captures == 3
 
 
 @pytest.mark.parametrize("chunk", [1, 4])
@@ -82,15 +86,47 @@ def test_cuda_graph_sampling_matches_eager(model, chunk):
 
 
 def test_one_graph_serves_later_requests(model):
-    """Positions, cache lengths and seeds are device buffers: a new request with other prompt lengths
-    replays the graph captured for the first one and still matches eager."""
-    cfg = dataclasses.replace(cfg_of("factor", "rcd"), cuda_graph=True, chunk_steps=4)
+    """Positions, cache lengths, seeds and the rule's numbers are device buffers: a new request with
+    other prompt lengths (same bucket), another factor, temperature and seeds replays the graphs
+    captured for the first one, runs no eager forward, and still matches eager."""
+    cfg = dataclasses.replace(cfg_of("factor", "rcd", temperature=0.7), cuda_graph=True, chunk_steps=4)
     eng, ref = Engine(model, TOK), Engine(model, TOK)
-    for prompts in (PROMPTS, ["a longer prompt than before", "x"], ["hi", "hello"]):
+    requests = [(PROMPTS, cfg), (["a longer one", "x"], dataclasses.replace(cfg, factor=2.5, temperature=1.2, seed=4)),
+                (["hi", "hello"], dataclasses.replace(cfg, factor=0.8, temperature=0.4, seed=9))]
+    for i, (prompts, c) in enumerate(requests):
+        calls = []
+        hook = model.register_forward_pre_hook(lambda m, a: calls.append(1))
+        try:
+            got = eng.generate(prompts, c)
+        finally:
+            hook.remove()
+        want = ref.generate(prompts, dataclasses.replace(c, cuda_graph=False))
+        assert not first_mismatch(want, got), (prompts, first_mismatch(want, got))
+        if i:  # replays run no Python forward: the hook never fires
+            assert not calls
+    assert eng.runner.captures == 3  # prefill (bucket 16), the 4-step chunk, the fused first chunk
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_fused_commit_under_graphs(model, fused):
+    cfg = dataclasses.replace(cfg_of("threshold", "adapter", fused_commit=fused), cuda_graph=True, chunk_steps=2)
+    eager = Engine(model, TOK).generate(PROMPTS, dataclasses.replace(cfg, cuda_graph=False, fused_commit=not fused))
+    graphed = Engine(model, TOK).generate(PROMPTS, cfg)
+    for e, g in zip(eager, graphed):
+        assert (e.token_ids, e.block_steps) == (g.token_ids, g.block_steps)
+        assert g.forwards == e.forwards + (-e.commit_forwards if fused else g.commit_forwards)
+
+
+def test_prefill_buckets_under_graphs(model):
+    """Prompts of 3 to 40 tokens: four buckets, four prefill graphs, the eager tokens."""
+    cfg = dataclasses.replace(cfg_of("threshold", "off"), cuda_graph=True)
+    eng, ref = Engine(model, TOK), Engine(model, TOK)
+    for n in (3, 11, 20, 30, 40, 7):
+        prompts = ["ab" * (n // 2) + "c" * (n % 2), "q"]
         got = eng.generate(prompts, cfg)
         want = ref.generate(prompts, dataclasses.replace(cfg, cuda_graph=False))
-        assert not first_mismatch(want, got), (prompts, first_mismatch(want, got))
-    assert len(eng.runner._graphs) == 2  # the 4-step chunk and the 1-step commit forward
+        assert not first_mismatch(want, got), (n, first_mismatch(want, got))
+    assert sum(k[1][0] == "prefill" for k in eng.runner._graphs) == 4  # 16, 24, 32, 48
 
 
 def test_compile_on_gpu_matches_eager():

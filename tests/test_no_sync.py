@@ -65,7 +65,7 @@ def engine():
 
 
 def cfg_of(rule, residual, temperature=0.0, chunk_steps=3) -> DecodeConfig:
-    return DecodeConfig(block_len=8, max_new_tokens=13, rule=rule, residual=residual, temperature=temperature,
+    return DecodeConfig(block_len=8, max_new_tokens=21, rule=rule, residual=residual, temperature=temperature,
                         chunk_steps=chunk_steps, **RULES[rule])
 
 
@@ -112,13 +112,13 @@ def test_run_chunk_has_no_host_sync(engine, rule, residual, temperature):
     st, P = prepared(engine, cfg)
     mode = NoHostSync()
     for j in (0, 1):  # two blocks: the steps of block 1 read the per-block buffers prepare_block rewrote
-        if j:
-            engine.begin_block(st, cfg, P, j, [True, True])  # host work between blocks (not the loop)
-            assert int(st.slots[0]) == P + cfg.block_len
+        if j:  # host work between blocks (not the loop); block 1 starts with the fused commit forward
+            engine.begin_block(st, cfg, P, j, [True, True], fused=True)
+            assert int(st.slots[0]) == P + cfg.block_len and int(st.fslots[0]) == P
         before = int(st.unresolved.sum())
         with torch.no_grad(), mode:
-            for _ in range(4):          # 12 steps: the block resolves, then no-op / commit-forward steps
-                done = run_chunk(engine.model, st, cfg, engine.ids)
+            for i in range(4):          # 12 steps: the block resolves, then no-op / commit-forward steps
+                done = run_chunk(engine.model, st, cfg, engine.ids, fused=j == 1 and i == 0)
         assert int(st.unresolved.sum()) < before and bool(done)
         assert int(st.steps.min()) >= 1
     assert mode.ops, "the dispatch mode saw no op: it would prove nothing"
@@ -142,9 +142,10 @@ def test_prepare_block_has_no_host_sync(engine):
 
 # ---------------------------------------------------------------- (a) fullgraph compile
 
-@pytest.mark.parametrize("rule,residual,temperature", [
-    ("threshold", "rcd", 0.0), ("topk", "adapter", 0.8), ("factor", "off", 0.8), ("entropy", "rcd", 0.0)])
-def test_run_chunk_compiles_fullgraph_and_matches_eager(engine, rule, residual, temperature):
+@pytest.mark.parametrize("rule,residual,temperature,fused", [
+    ("threshold", "rcd", 0.0, True), ("topk", "adapter", 0.8, True), ("factor", "off", 0.8, False),
+    ("entropy", "rcd", 0.0, False)])
+def test_run_chunk_compiles_fullgraph_and_matches_eager(engine, rule, residual, temperature, fused):
     cfg = cfg_of(rule, residual, temperature, chunk_steps=1)
     st, P = prepared(engine, cfg)
     eager_st, compiled_st = copy.deepcopy(st), copy.deepcopy(st)
@@ -154,17 +155,42 @@ def test_run_chunk_compiles_fullgraph_and_matches_eager(engine, rule, residual, 
     # the same function through inductor inside the engine
     fn = torch.compile(run_chunk, fullgraph=True, backend="aot_eager")
     with torch.no_grad():
-        for j in (0, 1):
-            if j:  # the next block: new buffer contents, same compiled code (it reads them as inputs)
+        for j in (0, 1, 2) if fused else (0, 1):
+            if j:  # the next block: new buffer contents, same compiled code (it reads them as inputs);
+                # fused: blocks 1 and 2 start with the fused commit forward (its own compiled variant)
                 for s in (eager_st, compiled_st):
-                    engine.begin_block(s, cfg, P, j, [True, True])
-            for _ in range(4):
-                d_eager = run_chunk(engine.model, eager_st, cfg, engine.ids)
-                with torch.compiler.set_stance("fail_on_recompile") if j else contextlib.nullcontext():
-                    d_comp = fn(engine.model, compiled_st, cfg, engine.ids)
+                    engine.begin_block(s, cfg, P, j, [True, True], fused=fused)
+            for i in range(4):
+                first = fused and j > 0 and i == 0
+                d_eager = run_chunk(engine.model, eager_st, cfg, engine.ids, first)
+                with torch.compiler.set_stance("fail_on_recompile") if j == 2 or (j and not fused) else contextlib.nullcontext():
+                    d_comp = fn(engine.model, compiled_st, cfg, engine.ids, first)
                 assert bool(d_eager) == bool(d_comp)
                 assert_same_state(eager_st, compiled_st)
     assert not torch.equal(eager_st.canvas, st.canvas)  # it did decode
+
+
+def test_request_numbers_are_step_inputs_not_constants(engine):
+    """tau, temperature, factor, the entropy bound, the topk steps and T_res live in st.knobs: a compiled
+    step (like a captured graph) serves every value without recompiling, and reads the new values."""
+    torch._dynamo.reset()
+    fn = torch.compile(run_chunk, fullgraph=True, backend="eager")
+    for rule in RULES:
+        base = dataclasses.replace(cfg_of(rule, "rcd", temperature=0.8, chunk_steps=1), seed=3)
+        other = dataclasses.replace(base, threshold=0.2, temperature=1.7, factor=3.0, entropy_bound=0.2,
+                                    steps_per_block=2, residual_temperature=0.5)
+        outs = []
+        for i, cfg in enumerate((base, other)):
+            st, _ = prepared(engine, cfg)
+            eager_st = copy.deepcopy(st)
+            with torch.no_grad(), (torch.compiler.set_stance("fail_on_recompile") if i else contextlib.nullcontext()):
+                fn(engine.model, st, base, engine.ids)  # the first request's cfg: only the code choice counts
+            with torch.no_grad():
+                run_chunk(engine.model, eager_st, cfg, engine.ids)
+            assert_same_state(st, eager_st)
+            outs.append((st.canvas.clone(), st.z.clone()))
+        assert not (torch.equal(*[o[0] for o in outs]) and torch.equal(*[o[1] for o in outs])), rule
+    torch._dynamo.reset()
 
 
 # ---------------------------------------------------------------- the checks can fail
@@ -177,9 +203,9 @@ SYNCS = {
 
 
 def syncing_commit(orig, kind="bool"):
-    def commit_positions(cfg, conf, entropy, candidates, step, n_valid):
+    def commit_positions(cfg, conf, entropy, candidates, step, n_valid, knobs=None):
         if SYNCS[kind](candidates):
-            return orig(cfg, conf, entropy, candidates, step, n_valid)
+            return orig(cfg, conf, entropy, candidates, step, n_valid, knobs)
         return candidates
     return commit_positions
 

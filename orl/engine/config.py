@@ -42,6 +42,7 @@ class DecodeConfig:
     seed: int = 0
     chunk_steps: int = 1           # denoising steps between two host checks of "block done"
     eos_fill: bool = True          # a committed EOS resolves every later position of its block as EOS
+    fused_commit: bool = True      # commit forward of block k + first step of block k + 1 in one forward
     compile: bool = False          # torch.compile the step function (CPU/GPU)
     cuda_graph: bool = False       # capture chunks of steps as CUDA graphs (GPU only)
 

@@ -6,8 +6,15 @@ whose block is finished are predicated no-ops: they still run the forward (stati
 state does not change. A step over a fully resolved block is exactly the block's commit forward.
 
 What is constant within a block (attention mask, positions, cache slots) or a request (the banned
-tokens) is built once, outside the steps, into buffers of the state: on a CPU at batch 1 every op
-costs a few microseconds of dispatch, and rebuilding them every step made the step ~1.13x its forward.
+tokens, the rule's numbers in `knobs`) is built once, outside the steps, into buffers of the state: on
+a CPU at batch 1 every op costs a few microseconds of dispatch, and rebuilding them every step made
+the step ~1.13x its forward.
+
+Fused commit forward (DecodeConfig.fused_commit): the first step of block k + 1 runs one forward over
+2L tokens [clean block k | noisy block k + 1] under the staircase mask of training (the clean half
+sees the cache and itself, the noisy half the clean blocks and itself). It writes block k's clean K/V
+and block k + 1's noisy K/V, and returns block k + 1's logits, so the separate commit forward is
+gone: one forward per block fewer, and a block decoded in one step costs one forward (TPF <= L).
 """
 from __future__ import annotations
 
@@ -18,6 +25,7 @@ from torch import Tensor
 
 from orl.engine.commit import commit_positions
 from orl.engine.config import DecodeConfig
+from orl.engine.knobs import DeviceKnobs
 from orl.engine.sampling import hash_uniform, select_tokens
 from orl.model.kv_cache import KVCache
 from orl.model.masks import see_self_if_blind, visibility
@@ -43,11 +51,18 @@ class DecodeState:
     global_step: Tensor  # [B] denoising steps since the request started (noise counter)
     seed: Tensor         # [B] sampling seed of each row
     banned: Tensor       # [V] bool: ids that are never valid outputs (SpecialIds.banned), set at allocation
+    knobs: DeviceKnobs   # the request's tau, temperature, factor, ... (loaded by Engine.setup)
     # per-block inputs of the step, written by `prepare_block` (constant while the block denoises)
     mask: Tensor         # [B, L, S] bool attention mask of the block's queries over the cache
     pos: Tensor          # [B, L] RoPE positions of the block
     slots: Tensor        # [L] cache slots of the block
     n_valid: Tensor      # [B] positions of the block within max_new_tokens (topk schedule)
+    # inputs of the fused step, written by `prepare_block(fused=True)`: the previous block's clean
+    # tokens and the mask / positions / slots of the 2L queries [clean block k | noisy block k + 1]
+    prev: Tensor         # [B, L]
+    fmask: Tensor        # [B, 2L, S] bool
+    fpos: Tensor         # [B, 2L]
+    fslots: Tensor       # [2L]
     # per-step outputs for traces, written only by steps with record=True
     last_x: Tensor       # [B, L] token proposed at every position
     last_conf: Tensor    # [B, L]
@@ -68,8 +83,9 @@ class DecodeState:
                    prompt_end=z(()), start=z(()), canvas=z(B, L), unresolved=z(B, L, dtype=torch.bool),
                    z=z(B, L, D, dtype=dt), a=z(B, L, dtype=dt), carry=z(B, D, dtype=dt),
                    steps=z(B), global_step=z(B), seed=z(B),
-                   banned=banned_mask(model.args.vocab_size, ids.banned, dev),
+                   banned=banned_mask(model.args.vocab_size, ids.banned, dev), knobs=DeviceKnobs.allocate(dev),
                    mask=z(B, L, S, dtype=torch.bool), pos=z(B, L), slots=z(L), n_valid=z(B),
+                   prev=z(B, L), fmask=z(B, 2 * L, S, dtype=torch.bool), fpos=z(B, 2 * L), fslots=z(2 * L),
                    last_x=z(B, L), last_conf=z(B, L, dtype=torch.float),
                    last_entropy=z(B, L, dtype=torch.float), last_commit=z(B, L, dtype=torch.bool))
 
@@ -101,20 +117,32 @@ def prefill(model: Transformer, st: DecodeState, tokens: Tensor) -> None:
     st.carry.copy_(h[:, -1])
 
 
-def prepare_block(st: DecodeState) -> None:
+def prepare_block(st: DecodeState, fused: bool = False) -> None:
     """Per-block inputs of the step for the block at st.start: attention mask, positions, slots,
     n_valid. They depend only on the slot layout, so they are built here once per block (the engine
     calls this after setting st.start) instead of in every step; written with copy_ into static
-    buffers, so compiled steps and captured CUDA graphs, which read them by address, stay valid."""
-    L = st.block_len
-    slots = st.start + torch.arange(L, device=st.start.device)
+    buffers, so compiled steps and captured CUDA graphs, which read them by address, stay valid.
+    fused: also the inputs of the fused step (the block before this one must be an answer block,
+    its clean tokens in st.prev)."""
+    L, dev = st.block_len, st.start.device
+    slots = st.start + torch.arange(L, device=dev)
     k_block, k_state = slot_meta(st)
-    q_block = (1 + (st.start - st.prompt_end) // L).expand(L)
+    block = 1 + (st.start - st.prompt_end) // L
+    q_block = block.expand(L)
     mask = visibility(q_block, torch.ones_like(q_block), k_block, k_state, st.valid)  # [B, L, S]
     st.mask.copy_(see_self_if_blind(mask))
     st.pos.copy_(slots[None] - st.pad[:, None])
     st.slots.copy_(slots)
     st.n_valid.copy_(st.valid[:, slots].sum(-1))
+    if fused:
+        # the staircase rule over [clean block k (state 0) | noisy block k + 1 (state 1)]: the clean
+        # half sees the clean blocks <= k, the noisy half the clean blocks <= k and itself
+        half = torch.arange(2 * L, device=dev) >= L
+        fslots = st.start - L + torch.arange(2 * L, device=dev)
+        fmask = visibility(block - 1 + half.long(), half.long(), k_block, k_state, st.valid)  # [B, 2L, S]
+        st.fmask.copy_(see_self_if_blind(fmask))
+        st.fpos.copy_(fslots[None] - st.pad[:, None])
+        st.fslots.copy_(fslots)
 
 
 def block_forward(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: SpecialIds) -> Tensor:
@@ -132,20 +160,46 @@ def block_forward(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: S
     return logits.masked_fill(st.banned, float("-inf"))
 
 
+def fused_forward(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: SpecialIds) -> Tensor:
+    """The commit forward of the previous block (st.prev, resolved) and the first step of the current
+    one in one forward over 2L tokens -> the current block's logits [B, L, V], banned ids at -inf.
+    Same inputs per half as the two forwards it replaces: the clean half has no residual (resolved),
+    the noisy half the current z / a (a cold start: zero). A shifted model reads the current block's
+    first token off the previous block's last clean position, now in this forward (h[:, L - 1]),
+    which also becomes the carry of rows still denoising."""
+    L = st.block_len
+    residual = {}
+    if cfg.residual != "off":
+        zeros = torch.zeros_like(st.unresolved)
+        residual = dict(z=torch.cat([torch.zeros_like(st.z), st.z], 1), a=torch.cat([torch.zeros_like(st.a), st.a], 1),
+                        unresolved=torch.cat([zeros, st.unresolved], 1))
+    h = model(torch.cat([st.prev, st.canvas], 1), st.fpos, st.fmask, cache=st.cache, slots=st.fslots,
+              mask_id=ids.mask, residual=cfg.residual, return_hidden=True, **residual)
+    last_clean, h = h[:, L - 1], h[:, L:]
+    logits = model.read_out(h, before=last_clean)
+    if model.args.shift_logits:
+        resolved = ~st.unresolved.any(-1, keepdim=True)  # [B, 1]: as block_forward, for finished rows
+        st.carry.copy_(torch.where(resolved, h[:, -1], last_clean))
+    return logits.masked_fill(st.banned, float("-inf"))
+
+
 def denoise_step(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: SpecialIds,
-                 record: bool = False) -> None:
+                 record: bool = False, fused: bool = False) -> None:
     """One denoising step of every row (a no-op for rows whose block is resolved), in place.
     record (a Python constant, like cfg): also write the step's outputs (st.last_*) for a trace; the
     entropy is computed only for the entropy rule or a trace. Traces run this eagerly step by step;
-    the compiled / captured chunks never record, so they skip that work."""
-    logits = block_forward(model, st, cfg, ids)
+    the compiled / captured chunks never record, so they skip that work. fused: the block's first
+    step, fused with the previous block's commit forward (`fused_forward`).
+    cfg chooses the code (rule, residual mode, greedy or sampled, EOS fill); the numbers come from
+    st.knobs, so one compiled or captured step serves every tau, temperature, factor and bound."""
+    logits = (fused_forward if fused else block_forward)(model, st, cfg, ids)
     B, L, V = logits.shape
     active = st.unresolved.any(-1)  # [B]
     noise = None
     if cfg.temperature > 0:
         noise = hash_uniform(st.seed, st.global_step, L, V)
-    x, conf, ent = select_tokens(logits, cfg.temperature, noise, entropy=record or cfg.rule == "entropy")
-    commit = commit_positions(cfg, conf, ent, st.unresolved, st.steps, st.n_valid)
+    x, conf, ent = select_tokens(logits, st.knobs.temperature, noise, entropy=record or cfg.rule == "entropy")
+    commit = commit_positions(cfg, conf, ent, st.unresolved, st.steps, st.n_valid, st.knobs)
     canvas = torch.where(commit, x, st.canvas)
     unresolved = st.unresolved & ~commit
     if cfg.eos_fill:
@@ -155,7 +209,7 @@ def denoise_step(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: Sp
         canvas = torch.where(after & unresolved, ids.eos, canvas)
         unresolved = unresolved & ~after
     if cfg.residual != "off":
-        z, a = residual_state(logits, model.model.embed_tokens.weight, cfg.residual_temperature)
+        z, a = residual_state(logits, model.model.embed_tokens.weight, st.knobs.residual_temperature)
         st.z.copy_(torch.where(active[:, None, None], z, st.z))
         st.a.copy_(torch.where(active[:, None], a, st.a))
     st.canvas.copy_(canvas)
@@ -169,8 +223,10 @@ def denoise_step(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: Sp
         st.last_commit.copy_(commit)
 
 
-def run_chunk(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: SpecialIds) -> Tensor:
-    """cfg.chunk_steps denoising steps unrolled; returns [] bool 'every row's block is resolved'."""
-    for _ in range(cfg.chunk_steps):
-        denoise_step(model, st, cfg, ids)
+def run_chunk(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: SpecialIds,
+              fused: bool = False) -> Tensor:
+    """cfg.chunk_steps denoising steps unrolled, the first one fused with the previous block's commit
+    forward when fused; returns [] bool 'every row's block is resolved'."""
+    for i in range(cfg.chunk_steps):
+        denoise_step(model, st, cfg, ids, fused=fused and i == 0)
     return ~st.unresolved.any()

@@ -8,11 +8,11 @@ from typing import Iterator
 import torch
 
 from orl.engine.config import DecodeConfig
-from orl.engine.decode import DecodeState, denoise_step, prefill, prepare_block
+from orl.engine.decode import DecodeState, denoise_step, prepare_block
 from orl.engine.events import BlockEvent, DoneEvent, Event, StepEvent
 from orl.engine.graph import ChunkRunner
 from orl.engine.loaded import LoadedModel
-from orl.engine.request import Clock, check_request, encode_prompts
+from orl.engine.request import Clock, check_request, encode_prompts, prefill_length
 from orl.engine.sequence import Generation, Row
 from orl.engine.trace import TraceRecorder
 from orl.model.model import Transformer
@@ -73,30 +73,40 @@ class Engine(LoadedModel):
     @torch.no_grad()
     def setup(self, prompt_ids: list[list[int]], cfg: DecodeConfig,
               seeds: list[int] | None = None) -> tuple[DecodeState, int]:
-        """Check a request (cfg already validated), fill the static buffers of its batch shape and
-        prefill the prompts (left padded to the longest). Returns the state and the padded prompt
-        length P (the answer starts at slot P). Raises ValueError naming the problem before any
-        forward runs."""
+        """Check a request (cfg already validated), fill the static buffers of its batch shape (the
+        request's numbers too: st.knobs) and prefill the prompts (left padded to the longest; on the
+        CUDA-graph path further, to the prompt length bucket whose prefill graph serves it). Returns
+        the state and the padded prompt length P (the answer starts at slot P). Raises ValueError
+        naming the problem before any forward runs."""
         L, n_blocks = cfg.block_len, cfg.n_blocks
         P, seeds = check_request(prompt_ids, n_blocks * L, f"{n_blocks} blocks of {L}", self.max_len, seeds, cfg.seed)
         st = self.state(len(prompt_ids), L)
         tokens, pad = left_pad(prompt_ids, self.pad_id)
+        if cfg.cuda_graph:
+            bucket = prefill_length(P, n_blocks * L, self.max_len)
+            tokens = torch.nn.functional.pad(tokens, (bucket - P, 0), value=self.pad_id)
+            pad, P = pad + (bucket - P), bucket
         slot = torch.arange(self.max_len)
         st.valid.copy_((slot[None] >= pad[:, None]) & (slot[None] < P + cfg.max_new_tokens))
         st.pad.copy_(pad)
         st.prompt_end.fill_(P)
         st.global_step.zero_()
         st.seed.copy_(torch.tensor(seeds, dtype=torch.long))
-        prefill(self.model, st, tokens.to(self.device))
+        st.knobs.load(cfg)
+        self.runner.prefill(st, tokens.to(self.device), cfg)
         return st, P
 
-    def begin_block(self, st: DecodeState, cfg: DecodeConfig, P: int, j: int, live: list[bool]) -> int:
+    def begin_block(self, st: DecodeState, cfg: DecodeConfig, P: int, j: int, live: list[bool],
+                    fused: bool = False) -> int:
         """Set up answer block j: canvas of mask tokens (pad beyond max_new_tokens), unresolved only
         for live rows, cold residual (z = 0, a = 0), step counters zeroed, and the block's attention
-        mask / positions / slots, which its steps read. Returns its valid length."""
+        mask / positions / slots, which its steps read. fused (j > 0): keep block j - 1's resolved
+        canvas as the clean half of the fused first step. Returns its valid length."""
         L = cfg.block_len
         n_valid = min(L, cfg.max_new_tokens - j * L)
         dev = self.device
+        if fused:
+            st.prev.copy_(st.canvas)
         st.start.fill_(P + j * L)
         in_block = torch.arange(L, device=dev) < n_valid
         live_t = torch.tensor(live, device=dev)
@@ -105,7 +115,7 @@ class Engine(LoadedModel):
         st.z.zero_()
         st.a.zero_()
         st.steps.zero_()
-        prepare_block(st)
+        prepare_block(st, fused)
         return n_valid
 
     @torch.no_grad()
@@ -120,17 +130,20 @@ class Engine(LoadedModel):
         last = cfg.n_blocks - 1
         for j in range(cfg.n_blocks):
             live = [not r.finished for r in rows]
-            n_valid = self.begin_block(st, cfg, P, j, live)
+            # the commit forward of block j - 1 rides on block j's first step (fused), or ran alone below
+            fused = cfg.fused_commit and j > 0
+            n_valid = self.begin_block(st, cfg, P, j, live, fused)
             while True:
                 if recorder is not None:  # traces need every step's state, so one step per host check
                     recorder.before(st)
-                    denoise_step(self.model, st, cfg, self.ids, record=True)
+                    denoise_step(self.model, st, cfg, self.ids, record=True, fused=fused)
                     recorder.after(st, j)
                     done = not bool(st.unresolved.any())
                     if step_events:
                         yield StepEvent(j, recorder.rows[0][-1], n_valid)
                 else:
-                    done = bool(self.runner(st, cfg))  # the one host sync per chunk
+                    done = bool(self.runner(st, cfg, fused))  # the one host sync per chunk
+                fused = False
                 if done:
                     break
             block = st.canvas[:, :n_valid].cpu().tolist()
@@ -143,6 +156,8 @@ class Engine(LoadedModel):
                              [self.tokenizer.decode(r.token_ids) for r in rows])
             if all(r.finished for r in rows) or j == last:
                 break
+            if cfg.fused_commit:
+                continue  # the next block's first step writes this block's clean K/V (one forward)
             # commit forward: the resolved canvas writes the block's clean K/V (an all-resolved step),
             # compiled / captured like the steps
             self.runner.commit(st, cfg)

@@ -52,3 +52,15 @@ class Clock:
 
     def __call__(self) -> float:
         return self._now() - self.start
+
+
+def prefill_length(P: int, answer_slots: int, max_len: int, smallest: int = 16) -> int:
+    """The padded prompt length a captured prefill runs at: the smallest bucket >= P (16, 24, 32, 48,
+    64, 96, ...: powers of two and 1.5 times them, so at most a third of the slots are padding once
+    P > 16) whose answer still fits the context; P itself when none does. Left padding is exact (pad
+    keys are invisible, positions start at each row's first token), so a bucket changes no token;
+    it only lets one graph serve every prompt length up to it."""
+    bucket = smallest
+    while bucket < P:
+        bucket = bucket * 3 // 2 if bucket & (bucket - 1) == 0 else bucket * 4 // 3
+    return bucket if bucket + answer_slots <= max_len else P

@@ -42,13 +42,15 @@ def unit_interval(x: Tensor) -> Tensor:
     return ((x >> 8).float() + 0.5) / float(1 << 23)
 
 
-def select_tokens(logits: Tensor, temperature: float, noise: Tensor | None,
+def select_tokens(logits: Tensor, temperature: float | Tensor, noise: Tensor | None,
                   entropy: bool = True) -> tuple[Tensor, Tensor, Tensor | None]:
     """logits [B, L, V] -> token [B, L], confidence p(token) [B, L], entropy [B, L] (nats; None when
     entropy=False: only the entropy rule and traces read it, and it costs a pass over [B, L, V]).
-    Sampling is the Gumbel-max trick: argmax(logits / T + Gumbel), no multinomial, no sync."""
+    Sampling is the Gumbel-max trick: argmax(logits / T + Gumbel), no multinomial, no sync.
+    Greedy when noise is None (or T is the Python 0.0); T may be a 0-d device tensor (the engine's
+    DeviceKnobs), which is never compared on the host."""
     logp = torch.log_softmax(logits.float(), dim=-1)
-    if temperature == 0.0 or noise is None:
+    if noise is None or (not isinstance(temperature, Tensor) and temperature == 0.0):
         top, x = logp.max(-1)  # the first maximal index, as argmax; its value is log p(token)
     else:
         gumbel = -torch.log(-torch.log(noise))
