@@ -76,6 +76,7 @@ def _rec(pid: str, task: str, verdict: bool, tokens: int, fwd: tuple[int, int], 
 
 def test_tpf_ceiling():
     assert metrics.tpf_ceiling(4, 1) == 4.0 and metrics.tpf_ceiling(40, 3) == 8.0
+    assert metrics.tpf_ceiling(40, 3, fused=True) == pytest.approx(40 / 3)  # no commit forwards of their own
     with pytest.raises(ValueError, match="block"):
         metrics.tpf_ceiling(4, 0)
 
@@ -90,6 +91,8 @@ def test_pooled_tpf_is_a_ratio_of_sums():
     assert t["tpf_sample_mean"] == pytest.approx(3.0)
     # ceiling: 1 block -> 1 forward, 3 blocks -> 3 denoising + 2 commit forwards
     assert metrics.pooled_tpf_ceiling(recs) == pytest.approx(24 / 6)
+    fused = [{**r, "decode": {"fused_commit": True}} for r in recs]  # the commit rides on the next block
+    assert metrics.pooled_tpf_ceiling(fused) == pytest.approx(24 / 4)
     assert math.isnan(metrics.pooled_tpf_ceiling([{**recs[0], "block_steps": []}]))
     with pytest.raises(ValueError, match="no records"):
         metrics.pooled_tpf([])

@@ -43,12 +43,13 @@ def tpf(n_tokens: int, step_forwards: int, commit_forwards: int) -> float:
     return n_tokens / forwards
 
 
-def tpf_ceiling(n_tokens: int, n_blocks: int) -> float:
+def tpf_ceiling(n_tokens: int, n_blocks: int, fused: bool = False) -> float:
     """The highest TPF any block decoder can reach on this output: one denoising forward per block and
-    one commit forward between blocks (DESIGN section 5). Short answers cap the possible speed-up."""
+    one commit forward between blocks (DESIGN section 5), none with the fused commit forward (it is the
+    next block's first step). Short answers cap the possible speed-up."""
     if n_blocks <= 0:
         raise ValueError(f"TPF ceiling needs at least one block, got {n_blocks}")
-    return n_tokens / (2 * n_blocks - 1)
+    return n_tokens / (n_blocks if fused else 2 * n_blocks - 1)
 
 
 def pooled_tpf(records: Iterable[dict]) -> dict[str, float]:
@@ -68,11 +69,14 @@ def pooled_tpf(records: Iterable[dict]) -> dict[str, float]:
 
 
 def pooled_tpf_ceiling(records: Iterable[dict]) -> float:
-    """sum(n_tokens) / sum(2 * blocks - 1) over the records that decoded in blocks (nan if none)."""
+    """sum(n_tokens) / sum(fewest forwards) over the records that decoded in blocks (nan if none): 2 *
+    blocks - 1, or blocks for a decode with the fused commit forward (its record's decode settings)."""
     recs = [r for r in records if r["block_steps"]]
     if not recs:
         return float("nan")
-    return sum(r["n_tokens"] for r in recs) / sum(2 * len(r["block_steps"]) - 1 for r in recs)
+    fused = [bool(r.get("decode", {}).get("fused_commit")) for r in recs]  # records before it: unfused
+    return sum(r["n_tokens"] for r in recs) / sum(len(r["block_steps"]) if f else 2 * len(r["block_steps"]) - 1
+                                                  for r, f in zip(recs, fused))
 
 
 def mcnemar_exact(b: int, c: int) -> float:
