@@ -360,3 +360,43 @@ def test_train_uses_the_custom_tasks_unless_the_config_names_tasks(tmp_path, cap
     assert main(["train", "--recipe", "orl", "--preset", "smoke", "--tasks-file", str(data), "--set", "tasks=qa,split",
                  "--show-config"]) == 0
     assert re.search(r"\ntasks +tuple +\('qa', 'split'\)", capsys.readouterr().out)
+
+
+# --- docs/TASKS.md ----------------------------------------------------------------------------------
+
+def test_the_walkthrough_files_load_and_its_commands_parse(tmp_path, monkeypatch):
+    import shlex
+    from pathlib import Path
+
+    from orl.cli import build_parser
+
+    doc = (Path(__file__).parents[1] / "docs" / "TASKS.md").read_text()
+    files = dict(re.findall(r"<!-- file: (\S+) -->\n```\w*\n(.*?)```", doc, re.S))
+    assert set(files) == {"my_tasks.py", "qa.jsonl"}
+    for name, body in files.items():
+        (tmp_path / name).write_text(body)
+    monkeypatch.chdir(tmp_path)  # the commands name the files relative to where they run
+    assert load_tasks(["my_tasks.py"], ["qa.jsonl"]) == ["cumsum_credit", "reverse", "qa"]
+    credit, reverse = get_task("cumsum_credit"), get_task("reverse")
+    s = credit.sample("train", 0)
+    sums = s.answer.split(",")
+    assert reward_of(credit, s.prompt, s.answer) == 1.0 and credit.verify(s.prompt, s.answer)
+    wrong = ",".join(sums[:3] + ["0"] + sums[4:])
+    assert reward_of(credit, s.prompt, wrong) == pytest.approx(3 / len(sums))
+    assert reward_of(credit, s.prompt, s.answer + ",1") == pytest.approx(len(sums) / (len(sums) + 1))
+    r = reverse.sample("heldout", 0)
+    assert reverse.verify(r.prompt, r.answer) and reward_of(reverse, r.prompt, r.answer[1:]) == 0.0
+    qa = get_task("qa")
+    assert qa.verify("half of 7:", "3.50") and qa.verify("capital of France:", "paris")
+    commands = [line for block in re.findall(r"```bash\n(.*?)```", doc, re.S) for line in block.splitlines()
+                if line.startswith("orl ")]
+    assert len(commands) == 9
+    parser = build_parser()
+    for line in commands:
+        argv = shlex.split(line)[1:]
+        args = parser.parse_args(argv)
+        assert args.func.__name__ == f"cmd_{args.cmd}"
+        if args.cmd == "tasks":  # instant: run it
+            assert main(argv + ["--samples", "5"]) == 0
+        elif args.cmd == "train":  # every --set is a real setting with a valid value
+            assert main(argv + ["--show-config"]) == 0
