@@ -101,7 +101,9 @@ class HFTokenizer:
             raise TokenizerError(f"cannot read {cfg_path}: {e}") from e
         if not isinstance(self.config, dict):
             raise TokenizerError(f"{cfg_path} must hold a JSON object")
-        self.chat_template = self.config.get("chat_template")
+        # transformers 5 saves the template as chat_template.jinja, and prefers that file when both exist
+        jinja = d / "chat_template.jinja"
+        self.chat_template = jinja.read_text() if jinja.is_file() else self.config.get("chat_template")
 
         def special(name: str, override: str | None = None) -> int | None:
             tok = override or self.config.get(name)
@@ -134,14 +136,15 @@ class HFTokenizer:
     def token_str(self, i: int) -> str:
         return self.tok.id_to_token(int(i)) or ""
 
-    def apply_chat_template(self, messages: list[dict]) -> str:
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, **template_kwargs) -> str:
+        """The prompt text transformers' apply_chat_template(tokenize=False) renders (orl.chat_template);
+        template_kwargs reach the template as variables (e.g. enable_thinking=False)."""
         if not self.chat_template:
             raise TokenizerError("this tokenizer has no chat_template in tokenizer_config.json")
-        import jinja2
+        from orl.chat_template import named_tokens, render
 
-        env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
-        return env.from_string(self.chat_template).render(messages=messages, add_generation_prompt=True,
-                                                          **{k: v for k, v in self.config.items() if isinstance(v, str)})
+        return render(self.chat_template, messages, named_tokens(self.config),
+                      add_generation_prompt=add_generation_prompt, **template_kwargs)
 
     def save(self, directory: str | os.PathLike) -> None:
         self.tok.save(str(Path(directory, "tokenizer.json")))
