@@ -148,10 +148,10 @@ def test_recipe_runs_from_the_cli_and_resumes_exactly(base, tmp_path, monkeypatc
     whole = cv.convert(cfg, tmp_path / "whole", log=lambda *_: None)
     real = cv.make_batches
 
-    def stop_at_3(c, s, i, step):
+    def stop_at_3(c, s, i, step, *a):
         if step == 2:
             raise KeyboardInterrupt  # after step 2's checkpoint
-        return real(c, s, i, step)
+        return real(c, s, i, step, *a)
 
     monkeypatch.setattr(cv, "make_batches", stop_at_3)
     with pytest.raises(KeyboardInterrupt):

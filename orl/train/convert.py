@@ -34,7 +34,8 @@ from orl.model.model import Transformer
 from orl.model.vocab import special_ids
 from orl.train.batches import Batch, diffusion_batch
 from orl.train.chunked_ce import chunked_ce_sum, chunked_predict
-from orl.train.corpus import STREAMS, CorpusConfig, build_corpus, corpus_key, corpus_summary, fixed_windows, windows
+from orl.train.corpus import (STREAMS, CorpusConfig, build_corpus, corpus_key, corpus_summary, fixed_windows, windows,
+                              with_bos)
 from orl.train.dist import SINGLE, Dist, setup, shard_rows
 from orl.train.loop import TrainLoop, check_fields, make_optimizer
 
@@ -130,13 +131,13 @@ def row_pairs(rows: torch.Tensor, context: int) -> list[tuple[list[int], list[in
     return [(r[:context].tolist(), r[context:].tolist()) for r in rows]
 
 
-def make_batches(cfg: ConvertConfig, streams: dict, ids, step: int) -> list[Batch]:
-    """One micro-batch per stream with rows this step."""
+def make_batches(cfg: ConvertConfig, streams: dict, ids, step: int, bos: int | None = None) -> list[Batch]:
+    """One micro-batch per stream with rows this step (each row starting with `bos`, if given)."""
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
     out = []
     for name, n in zip(STREAMS, cfg.mix):
         if n:
-            rows = windows(streams["code_train" if name == "code" else name], n, cfg.window, gen)
+            rows = with_bos(windows(streams["code_train" if name == "code" else name], n, cfg.window, gen), bos)
             out.append(diffusion_batch(row_pairs(rows, cfg.context), cfg.block_len, ids, gen, cfg.noisy_copies,
                                        eos=False))
     return out
@@ -164,13 +165,14 @@ def train_step(model, opt, batches: list[Batch], cfg: ConvertConfig, lr: float, 
 
 
 @torch.no_grad()
-def evaluate(model: Transformer, streams: dict, cfg: ConvertConfig, ids, batch_rows: int = 4) -> dict:
+def evaluate(model: Transformer, streams: dict, cfg: ConvertConfig, ids, bos: int | None = None,
+             batch_rows: int = 4) -> dict:
     """Held-out code windows, every answer block fully masked: the mean CE and the one-shot prediction
     (argmax of every position from one forward) per token and per whole block. A training-time curve;
     the engine's iterative decoding is measured by benchmarks/convert_eval.py."""
     was = model.training
     model.eval()
-    rows = fixed_windows(streams["code_heldout"], cfg.eval_windows, cfg.window)
+    rows = with_bos(fixed_windows(streams["code_heldout"], cfg.eval_windows, cfg.window), bos)
     ce_sum, hits, n, blocks_hit, n_blocks = 0.0, 0, 0, 0, 0
     for k in range(0, len(rows), batch_rows):
         b = diffusion_batch(row_pairs(rows[k:k + batch_rows], cfg.context), cfg.block_len, ids,
@@ -233,13 +235,13 @@ def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_conf
         opt.load_state_dict(loop.state["optimizer"])
     if cfg.checkpointing:
         checkpoint_blocks(model)
-    ids = special_ids(tok, model.args.vocab_size)
+    ids, bos = special_ids(tok, model.args.vocab_size), getattr(tok, "bos_id", None)
     extra = {"base": cfg.base, "base_files_sha256": _digest(base_manifest), "corpus": corpus_summary(data_dir)}
     model.train()
     ddp = dist.wrap(model)
     t_last, tokens_since = time.perf_counter(), 0
     for step in loop.steps():
-        batches = make_batches(cfg, streams, ids, step)
+        batches = make_batches(cfg, streams, ids, step, bos)
         loss, norm = train_step(ddp, opt, batches, cfg, lr_at(cfg, step), dist)
         done = step + 1
         tokens_since += cfg.rows_per_step * cfg.window
@@ -249,7 +251,7 @@ def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_conf
         t_last, tokens_since = time.perf_counter(), 0
         loop.bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{rec['tok_s']:.0f}")
         if dist.main and loop.due(done, cfg.eval_every):
-            rec["heldout"] = evaluate(model, streams, cfg, ids)
+            rec["heldout"] = evaluate(model, streams, cfg, ids, bos)
             log(f"step {done} held-out {json.dumps(rec['heldout'])}")
         loop.write(rec)
         if loop.due(done, cfg.save_every):

@@ -190,3 +190,11 @@ def fixed_windows(stream: torch.Tensor, n: int, length: int) -> torch.Tensor:
         raise ValueError(f"a stream of {len(stream)} tokens has no window of {length}")
     starts = torch.linspace(0, len(stream) - length - 1, n).long()
     return stream[starts[:, None] + torch.arange(length)].long()
+
+
+def with_bos(rows: torch.Tensor, bos_id: int | None) -> torch.Tensor:
+    """Windows start mid-document; a model that always saw BOS first (Gemma) gets it in place of the
+    window's first token, as every input it was pretrained on began."""
+    if bos_id is not None:
+        rows[:, 0] = bos_id
+    return rows

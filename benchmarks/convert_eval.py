@@ -1,0 +1,139 @@
+"""The converted model against its AR original, side by side on the same held-out text (issue 22 item 3).
+
+    python benchmarks/convert_eval.py --ar ~/.cache/orl/gemma-3-270m --dlm runs/gemma-convert \
+        --corpus ~/.cache/orl/corpus/<key> --windows 32 --context 64 --free-tokens 32 --out results.json
+
+Held-out windows come from the corpus's held-out code stream (files the run never trained on), evenly
+spaced, each starting with BOS as training rows do. Measured:
+  next block   the true prefix (`context` tokens) given, the next B tokens predicted: the AR original
+               greedily one by one (orl.engine.ar.ARDecoder), the converted model as one block under
+               the engine (threshold rule); exact match of the whole block and per-token accuracy
+               against the text, and the two models' block agreement.
+  free running greedy continuations of `free_tokens` from the same prefixes: per-position agreement
+               with the AR original's and the mean length of the agreed prefix.
+  TPF          tokens / (denoising + commit forwards), a ratio of sums over all continuations
+               (orl.eval.metrics.pooled_tpf); the AR decoder's is 1 by definition.
+  tokens/s     batch 1, one prompt at a time, generated tokens / wall seconds summed over prompts,
+               prefill included, for both decoders on the same threads.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from orl.engine import DecodeConfig, Engine  # noqa: E402
+from orl.engine.ar import ARConfig, ARDecoder  # noqa: E402
+from orl.eval.metrics import pooled_tpf  # noqa: E402
+from orl.train.corpus import fixed_windows, with_bos  # noqa: E402
+
+
+def held_out_rows(stream: torch.Tensor, n: int, length: int, bos: int | None) -> list[list[int]]:
+    return with_bos(fixed_windows(stream, n, length), bos).tolist()
+
+
+def padded(ids: list[int], n: int, eos: int) -> list[int]:
+    """A generation cut at EOS, filled with EOS to n tokens (what the text would need to match)."""
+    return (ids + [eos] * n)[:n]
+
+
+def next_block(ar: ARDecoder, dlm: Engine, rows: list[list[int]], context: int, block: int, threshold: float,
+               eos: int, batch: int = 8) -> dict:
+    prefixes, truth = [r[:context] for r in rows], [r[context:context + block] for r in rows]
+    ar_out, dlm_out, recs = [], [], []
+    for k in range(0, len(rows), batch):
+        part = prefixes[k:k + batch]
+        ar_out += [padded(g.token_ids, block, eos) for g in ar.generate_ids(part, ARConfig(max_new_tokens=block))]
+        gens = dlm.generate_ids(part, DecodeConfig(block_len=block, max_new_tokens=block, threshold=threshold))
+        dlm_out += [padded(g.token_ids, block, eos) for g in gens]
+        recs += [record(g) for g in gens]
+
+    def scores(pred):
+        return {"block_exact": sum(p == t for p, t in zip(pred, truth)) / len(truth),
+                "token_acc": sum(a == b for p, t in zip(pred, truth) for a, b in zip(p, t)) / (len(truth) * block)}
+
+    agree = sum(a == d for a, d in zip(ar_out, dlm_out)) / len(rows)
+    return {"n": len(rows), "block": block, "context": context, "ar": scores(ar_out), "dlm": scores(dlm_out),
+            "dlm_block_agrees_with_ar": agree, "dlm_tpf": pooled_tpf(recs)["tpf"]}
+
+
+def record(g) -> dict:
+    return {"n_tokens": g.n_tokens, "finished": g.finished, "forwards": {"step": g.step_forwards,
+                                                                           "commit": g.commit_forwards}}
+
+
+def free_running(ar: ARDecoder, dlm: Engine, prefixes: list[list[int]], n: int, block: int, threshold: float,
+                 eos: int) -> dict:
+    """Batch-1 continuations of each prefix by both decoders: agreement, TPF, tokens/s."""
+    agree_pos, agree_prefix, recs = 0, 0, []
+    ar_tok = ar_s = dlm_tok = dlm_s = 0.0
+    for p in prefixes:
+        t = time.perf_counter()
+        a = ar.generate_ids([p], ARConfig(max_new_tokens=n))[0]
+        ar_s += time.perf_counter() - t
+        t = time.perf_counter()
+        d = dlm.generate_ids([p], DecodeConfig(block_len=block, max_new_tokens=n, threshold=threshold))[0]
+        dlm_s += time.perf_counter() - t
+        ar_tok, dlm_tok = ar_tok + a.n_tokens, dlm_tok + d.n_tokens
+        recs.append(record(d))
+        x, y = padded(a.token_ids, n, eos), padded(d.token_ids, n, eos)
+        same = [i == j for i, j in zip(x, y)]
+        agree_pos += sum(same)
+        agree_prefix += same.index(False) if False in same else n
+    k = len(prefixes)
+    return {"n": k, "new_tokens": n, "position_agreement": agree_pos / (k * n), "mean_agreed_prefix": agree_prefix / k,
+            "dlm_tpf": pooled_tpf(recs)["tpf"], "ar_tok_s": ar_tok / ar_s, "dlm_tok_s": dlm_tok / dlm_s,
+            "speedup": (dlm_tok / dlm_s) / (ar_tok / ar_s)}
+
+
+def evaluate(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows: int, context: int, block: int | None,
+             threshold: float, free_tokens: int, free_prompts: int) -> dict:
+    from orl.checkpoint import load_checkpoint
+
+    ar_model, tok, _ = load_checkpoint(ar_dir)
+    dlm_model, dtok, manifest = load_checkpoint(dlm_dir)
+    block = block or manifest.get("block_len") or 4
+    ar, dlm = ARDecoder(ar_model, tok), Engine(dlm_model, dtok)
+    rows = held_out_rows(stream, windows, context + block, getattr(tok, "bos_id", None))
+    out = {"ar": ar_dir, "dlm": dlm_dir, "dlm_recipe_step": (manifest.get("recipe") or {}).get("step"),
+           "threshold": threshold, "threads": torch.get_num_threads(),
+           "next_block": next_block(ar, dlm, rows, context, block, threshold, tok.eos_id)}
+    out["free_running"] = free_running(ar, dlm, [r[:context] for r in rows[:free_prompts]], free_tokens, block,
+                                       threshold, tok.eos_id)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ar", required=True, help="the AR original's checkpoint")
+    ap.add_argument("--dlm", required=True, help="the converted checkpoint")
+    ap.add_argument("--corpus", required=True, help="the corpus directory (tokens.safetensors: code_heldout)")
+    ap.add_argument("--windows", type=int, default=32)
+    ap.add_argument("--context", type=int, default=64)
+    ap.add_argument("--block", type=int, help="default: the converted model's block_len")
+    ap.add_argument("--threshold", type=float, default=0.9)
+    ap.add_argument("--free-tokens", type=int, default=32)
+    ap.add_argument("--free-prompts", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", help="write the JSON here too")
+    args = ap.parse_args()
+    from safetensors.torch import load_file
+
+    torch.set_num_threads(args.threads)
+    stream = load_file(Path(args.corpus) / "tokens.safetensors")["code_heldout"]
+    res = evaluate(args.ar, args.dlm, stream, args.windows, args.context, args.block, args.threshold,
+                   args.free_tokens, args.free_prompts)
+    text = json.dumps(res, indent=1)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
