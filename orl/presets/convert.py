@@ -23,6 +23,17 @@ def gemma_convert16() -> ConvertConfig:
     return replace(gemma_convert(), block_len=16)
 
 
+def gemma_convert_short() -> ConvertConfig:
+    """A first conversion that fits one session on a shared 2-core CPU (docs/RESULTS-gemma.md): the
+    gemma_convert corpus, rows of 96 tokens (32 of context, 16 blocks of 4), 4 rows per step (2 code,
+    1 task text, 1 self-distilled), frozen embeddings (tied: the head too), a whole cosine schedule
+    over 60 steps."""
+    from dataclasses import replace
+
+    return replace(gemma_convert(), window=96, context=32, mix=(2, 1, 1), steps=60, warmup=5, lr=5e-5,
+                   freeze_embeddings=True, eval_every=20, eval_windows=16, save_every=10)
+
+
 def smoke() -> ConvertConfig:
     """Seconds-long run for tests: a tiny base, a few hundred files' worth of tokens, a few steps."""
     corpus = CorpusConfig(train_tokens=20_000, heldout_tokens=4_000, heldout_frac=0.2, tasks=("constr",),
