@@ -223,7 +223,7 @@ def summarise(d: Decoder) -> dict:
 
 
 def fmt_table(rows: list[dict]) -> str:
-    head = ["decoder", "tokens", "tok/s", "TPF", "forwards", "prefill ms", "wall ms", "fwd ms", "overhead"]
+    head = ["decoder", "tokens", "tok/s (batch 1)", "TPF", "forwards", "prefill ms", "wall ms", "fwd ms", "overhead"]
     body = []
     for r in rows:
         body.append([r["decoder"], str(r["tokens"]), f"{r['tok_s']:.1f}", f"{r['tpf']:.2f}", str(r["forwards"]),
@@ -324,6 +324,12 @@ def main(argv=None) -> int:
     print(fmt_table(rows))
     print("# tok/s: median over rounds of tokens / wall; wall: request start -> last token (prefill included);")
     print("# fwd ms: median bare block forward, same mode; overhead = wall / (forwards x fwd ms)")
+    print("# TPF = tokens up to and including EOS / forwards (denoising steps + the forwards between blocks: "
+          "dlmrt's commit, (b)'s cache refresh; prefill excluded)")
+    if low := [r["decoder"] for r in rows if r["tpf"] < 1]:
+        print(f"# TPF < 1 ({', '.join(low)}): forwards that yield no counted token count too: the forwards "
+              "between blocks, and the loops' steps on the positions after EOS in its block (dlmrt fills them "
+              "with EOS at once), so about one token per step ends below 1")
 
     engine_rows = [r for r in rows if r["decoder"].startswith("dlmrt")]
     a = next((r for r in rows if r["decoder"].startswith("(a)")), None)

@@ -51,8 +51,9 @@ NOTES = (
     "TPF = all generated tokens up to and including EOS / all forwards (denoising + commit), a ratio of sums over "
     "the prompts; noEOS without the EOS tokens; acc % = percent of prompts the task's verifier accepts.",
 )
-TPF_BELOW_1 = ("TPF < 1 ({rows}): forwards that produce no counted token count too: the commit forward between "
-               "blocks, and, under a fixed schedule, the steps spent on the positions after EOS in the last block.")
+TPF_BELOW_1 = ("TPF < 1 ({rows}): forwards that yield no counted token count too: the forwards between blocks "
+               "(dlmrt's commit, (d)'s cache refresh), and the loops' steps on the positions after EOS in its "
+               "block (dlmrt fills them with EOS at once).")
 
 
 @dataclass
