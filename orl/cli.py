@@ -259,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--model", required=True, help="checkpoint directory")
     s.add_argument("--tasks", help="'all' (synthetic families) or comma-separated names, e.g. add,sort,humaneval "
                                   "(default: the --task-module / --tasks-file tasks, else all; `orl tasks` lists them)")
-    s.add_argument("--split", default="heldout", help="train | heldout")
+    s.add_argument("--split", default="heldout", help="train | heldout | beyond (tasks v7: sizes past the training range)")
     s.add_argument("--limit", type=int, default=100, help="samples per task")
     s.add_argument("--threshold", type=float, default=0.9, help="commit threshold (one point)")
     s.add_argument("--thresholds", help="comma-separated thresholds to sweep; overrides --threshold")
@@ -299,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--orl", help="dLLM after ORL (b); its manifest gives residual mode and block length")
     s.add_argument("--ar", help="autoregressive checkpoint: (e) orl's AR decoder, (f) transformers generate")
     s.add_argument("--tasks", default="all", help="'all' or comma-separated task names")
-    s.add_argument("--split", default="heldout", help="train | heldout")
+    s.add_argument("--split", default="heldout", help="train | heldout | beyond (tasks v7: sizes past the training range)")
     s.add_argument("--limit", type=int, default=20, help="samples per task")
     s.add_argument("--threshold", type=float, default=0.9, help="commit threshold tau of (a), (b), (d)")
     s.add_argument("--max-new-tokens", type=int, default=64)
