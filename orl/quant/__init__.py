@@ -3,11 +3,12 @@
     model = quantize(model, "int8" | "fp8" | "nvfp4")
 
 swaps every nn.Linear of the backbone (attention and MLP projections, experts, the residual adapter)
-for a quantized linear module, in place, and returns the model. The model's code never branches on
+for a quantized linear module, in place, and returns the model; a bias (Qwen2's q/k/v) stays a plain
+parameter in the model dtype. The model's code never branches on
 quantization. Kept in the model's dtype (llama.cpp's recipes also keep the output layer finer):
   - embeddings and lm_head: engines read lm_head.weight (device, dtype) and the tied head is the
     input codebook of the residual context;
-  - MoE routers (`mlp.gate`): routing is discrete, and a rounding error there sends a token to another
+  - MoE routers (`mlp.gate`, orl.model.moe.Router): routing is discrete, and a rounding error there sends a token to another
     expert rather than perturbing it.
 The checkpoint manifest's `quantization` field is `spec(kind)`; orl.checkpoint builds the plain
 model on the meta device, applies the same transform and loads the quantized tensors into it.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from orl.model.moe import MoE
 from orl.quant.base import NonFiniteWeightError, QuantizationError, QuantLinear
 from orl.quant.fp8 import Fp8Linear
 from orl.quant.int8 import Int8Linear
@@ -50,11 +52,15 @@ def quantize(model: nn.Module, kind: str) -> nn.Module:
     for name, q in swaps:
         parent, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent), child, q)
+    for mod in model.modules():
+        if isinstance(mod, MoE):  # drop the stacked full-precision expert weights of the grouped path
+            mod.pack()            # (it cannot run quantized experts; the dense path does)
     return model
 
 
 def _quantizable(name: str, mod: nn.Module) -> bool:
-    return type(mod) is nn.Linear and name.startswith("model.") and not name.endswith(".mlp.gate")
+    # exact nn.Linear: the MoE router is an nn.Linear subclass (orl.model.moe.Router) and stays as it is
+    return type(mod) is nn.Linear and name.startswith("model.")
 
 
 def quantized_modules(model: nn.Module) -> dict[str, QuantLinear]:
@@ -88,9 +94,10 @@ def kind_of_spec(value) -> str | None:
 
 
 def quantized_names(model: nn.Module) -> set[str]:
-    """State-dict names of the quantized tensors (their dtypes are the format's, not the model's)."""
+    """State-dict names of the quantized tensors (their dtypes are the format's, not the model's; a
+    bias is a plain tensor in the model dtype)."""
     return {f"{name}.{b}" for name, m in quantized_modules(model).items()
-            for b in m.state_dict()}
+            for b, t in m._buffers.items() if t is not None and b not in m._non_persistent_buffers_set}
 
 
 def weight_bytes(model: nn.Module) -> dict[str, int]:

@@ -20,30 +20,38 @@ class NonFiniteWeightError(QuantizationError):
 
 
 class QuantLinear(nn.Module):
-    """Base: y = x W^T without bias, W stored quantized. Subclasses define `kind`, `quantize_weight`
-    (fp weight [N, K] -> buffers), `empty_buffers` (shapes and dtypes only), `dequantize` and `forward`."""
+    """Base: y = x W^T (+ bias), W stored quantized in buffers; a bias (Qwen2's q/k/v) stays an
+    unquantized parameter in the model dtype. Subclasses define `kind`, `quantize_weight` (fp weight
+    [N, K] -> buffers), `empty_buffers` (shapes and dtypes only), `dequantize` and `matmul`."""
 
     kind: str = ""
 
-    def __init__(self, in_features: int, out_features: int, buffers: dict[str, Tensor]):
+    def __init__(self, in_features: int, out_features: int, buffers: dict[str, Tensor], bias: Tensor | None = None):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         for name, t in buffers.items():
             self.register_buffer(name, t)
+        self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
         self.path = self.choose_path()
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, name: str) -> "QuantLinear":
-        if linear.bias is not None:
-            raise QuantizationError(f"{name}: a Linear with a bias cannot be quantized ({cls.kind} is weight-only, no bias)")
         w = linear.weight.detach()
+        bias = None if linear.bias is None else linear.bias.detach()
         cls.check_shape(w.shape, name)
         if w.is_meta:  # a model built for loading: the same structure, the values come from the checkpoint
-            return cls(w.shape[1], w.shape[0], cls.empty_buffers(w.shape[0], w.shape[1], w.device))
+            return cls(w.shape[1], w.shape[0], cls.empty_buffers(w.shape[0], w.shape[1], w.device), bias)
         if not bool(torch.isfinite(w).all()):
             raise NonFiniteWeightError(f"{name}.weight holds inf or nan values; {cls.kind} cannot represent them "
                                        "(fix or retrain the model before quantizing)")
-        return cls(w.shape[1], w.shape[0], cls.quantize_weight(w))
+        return cls(w.shape[1], w.shape[0], cls.quantize_weight(w), bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = self.matmul(x)
+        return y if self.bias is None else y + self.bias
+
+    def matmul(self, x: Tensor) -> Tensor:
+        raise NotImplementedError
 
     @classmethod
     def check_shape(cls, shape: torch.Size, name: str) -> None:
@@ -74,9 +82,12 @@ class QuantLinear(nn.Module):
                    if b is not None and n not in self._non_persistent_buffers_set)
 
     def _apply(self, fn, recurse=True):
-        """Only the device part of a conversion applies: model.to(torch.bfloat16) must not turn int8 or
-        float8 storage (both "floating" for float8) or the fp32 scales into bf16; the forward computes
-        in the activations' dtype anyway. A probe of a dtype no conversion touches reveals the device."""
+        """Only the device part of a conversion applies to the buffers: model.to(torch.bfloat16) must not
+        turn int8 or float8 storage (float8 counts as floating) or the fp32 scales into bf16; the forward
+        computes in the activations' dtype anyway. A probe of a dtype no conversion touches reveals the
+        device. The bias converts as every parameter does."""
+        if self.bias is not None:
+            self.bias = nn.Parameter(fn(self.bias.data), requires_grad=False)
         for name, buf in self._buffers.items():
             if buf is None:
                 continue

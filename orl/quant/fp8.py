@@ -75,7 +75,7 @@ class Fp8Linear(QuantLinear):
         aligned = self.in_features % 16 == 0 and self.out_features % 16 == 0  # _scaled_mm's alignment
         return "native" if aligned and on_native_fp8_device(self.weight.device) else "emulated"
 
-    def forward(self, x: Tensor) -> Tensor:
+    def matmul(self, x: Tensor) -> Tensor:
         if self.path == "native":
             y = scaled_mm_rowwise(x.reshape(-1, self.in_features), self.weight, self.weight_scale)
             return y.to(x.dtype).view(*x.shape[:-1], self.out_features)

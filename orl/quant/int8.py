@@ -58,7 +58,7 @@ class Int8Linear(QuantLinear):
     def path_for(self, dtype: torch.dtype) -> str:
         return self.path if dtype in (torch.bfloat16, torch.float16) else "dequantize"
 
-    def forward(self, x: Tensor) -> Tensor:
+    def matmul(self, x: Tensor) -> Tensor:
         scale = self.weight_scale.to(x.dtype)
         if self.path_for(x.dtype) == "int8pack_mm":
             y = torch._weight_int8pack_mm(x.reshape(-1, self.in_features), self.weight, scale)

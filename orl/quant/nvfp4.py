@@ -99,8 +99,8 @@ class NVFP4Linear(QuantLinear):
     weight_scale: Tensor         # float8_e4m3fn [N, K / 16]
     weight_global_scale: Tensor  # fp32 []
 
-    def __init__(self, in_features: int, out_features: int, buffers: dict[str, Tensor]):
-        super().__init__(in_features, out_features, buffers)
+    def __init__(self, in_features: int, out_features: int, buffers: dict[str, Tensor], bias: Tensor | None = None):
+        super().__init__(in_features, out_features, buffers, bias)
         # not saved: a constant, kept as a buffer so that it moves with the module and the forward
         # builds no tensor from host data (a host-to-device copy inside the decode loop); never on the
         # meta device, where a model is built for loading and nothing would fill it in
@@ -129,5 +129,5 @@ class NVFP4Linear(QuantLinear):
     def choose_path(self) -> str:
         return "emulated"
 
-    def forward(self, x: Tensor) -> Tensor:
+    def matmul(self, x: Tensor) -> Tensor:
         return F.linear(x, self.dequantize(x.dtype))
