@@ -128,18 +128,20 @@ def build_report(paths: list[str | os.PathLike], out: str | os.PathLike, train_l
     sources = ", ".join(str(p) for p in [*paths, *train_logs])
     shown_tables = {n: display(rows, shown.get(n)) for n, rows in tables.items()}
     table_notes = {n: notes(rows) for n, rows in (("summary", task_rows), ("overall", pooled))}
-    head = [(block_rows(b), block_notes(b)) for b in blocks] or \
-        [([], [headline_text([])])]
+    head = [(f"{b['b'][0]} (B) vs {b['a'][0]} (A)", block_rows(b), block_notes(b)) for b in blocks] or \
+        [("", [], [headline_text([])])]
     md = [f"# Evaluation report\n\n{len(records)} records from {sources}. Definitions: DESIGN.md section 5 "
           "and orl/eval/metrics.py.\n", "## Headline\n"]
-    md += [(markdown_table(rows) + "\n\n" if rows else "") + "\n".join(f"- {n}" for n in ns) + "\n" for rows, ns in head]
+    md += [(f"### {t}\n\n" if t else "") + (markdown_table(rows) + "\n\n" if rows else "") +
+           "\n".join(f"- {n}" for n in ns) + "\n" for t, rows, ns in head]
     md += [f"## {TITLES[n]}\n\n{markdown_table(rows)}\n" + "".join(f"\n- {x}" for x in table_notes.get(n, [])) + "\n"
            for n, rows in shown_tables.items()]
     md += [f"## {t}\n\n![{t}]({f})\n" for f, t in plots.items()]
     (d / "report.md").write_text("\n".join(md))
 
     li = lambda ns: "<ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in ns) + "</ul>"  # noqa: E731
-    heads = "".join((html_table(rows) if rows else "") + li(ns) for rows, ns in head)
+    heads = "".join((f"<h3>{html.escape(t)}</h3>" if t else "") + (html_table(rows) if rows else "") + li(ns)
+                    for t, rows, ns in head)
     imgs = "".join(f"<h2>{t}</h2><img alt='{t}' src='data:image/png;base64,"
                    f"{base64.b64encode((d / f).read_bytes()).decode()}'>" for f, t in plots.items())
     tabs = "".join(f"<h2>{TITLES[n]}</h2>{html_table(rows)}{li(table_notes.get(n, []))}" for n, rows in shown_tables.items())
