@@ -64,13 +64,16 @@ def test_bytes_read_per_forward():
 
 
 def test_jobs_in_priority_order_and_budget(capsys):
-    args = scale.parse_args(["--tiny", "--device", "cpu", "--shapes", "qwen3-4b,llada2-mini", "--budget-s", "0"])
+    args = scale.parse_args(["--tiny", "--device", "cpu", "--shapes", "qwen3-4b,llada2-mini,qwen3-0.6b",
+                             "--budget-s", "0"])
     order = scale.jobs(args)
-    assert order[:4] == [("qwen3-4b", "dlmrt", "base"), ("qwen3-4b", "dlmrt", "fp8"), ("qwen3-4b", "hf", "base"),
-                         ("qwen3-4b", "prefix", "base")]
-    assert len(order) == 12
+    # the first two shapes (the targets) pair by pair, then the rest shape by shape
+    assert order[:6] == [("qwen3-4b", "dlmrt", "base"), ("llada2-mini", "dlmrt", "base"), ("qwen3-4b", "dlmrt", "fp8"),
+                         ("llada2-mini", "dlmrt", "fp8"), ("qwen3-4b", "hf", "base"), ("llada2-mini", "hf", "base")]
+    assert order[12:14] == [("qwen3-0.6b", "dlmrt", "base"), ("qwen3-0.6b", "dlmrt", "fp8")]
+    assert len(order) == 18 == len(set(order))
     rows, _ = scale.run(args)
-    assert len(rows) == 12 and all(r["note"].startswith("skipped: budget") for r in rows)
+    assert len(rows) == 18 and all(r["note"].startswith("skipped: budget") for r in rows)
 
 
 def test_bad_tpf_is_refused():

@@ -113,7 +113,9 @@ class ChunkRunner:
                 prefill(self.model, st, tokens)
             return
         key = prefill_key(tokens.shape[1])
-        buf = self._inputs.setdefault((id(st), key), torch.empty_like(tokens))
+        if (id(st), key) not in self._inputs:  # the graph reads its prompt from this buffer, by address
+            self._inputs[(id(st), key)] = torch.empty_like(tokens)
+        buf = self._inputs[(id(st), key)]
         buf.copy_(tokens)
         self._replay(st, key, lambda: prefill(self.model, st, buf))
 
