@@ -74,15 +74,17 @@ class Engine(LoadedModel):
     def setup(self, prompt_ids: list[list[int]], cfg: DecodeConfig,
               seeds: list[int] | None = None) -> tuple[DecodeState, int]:
         """Check a request (cfg already validated), fill the static buffers of its batch shape (the
-        request's numbers too: st.knobs) and prefill the prompts (left padded to the longest; on the
-        CUDA-graph path further, to the prompt length bucket whose prefill graph serves it). Returns
+        request's numbers too: st.knobs) and prefill the prompts (left padded to the longest; on a
+        CUDA device further, to the prompt length bucket whose prefill graph serves it). Returns
         the state and the padded prompt length P (the answer starts at slot P). Raises ValueError
         naming the problem before any forward runs."""
         L, n_blocks = cfg.block_len, cfg.n_blocks
         P, seeds = check_request(prompt_ids, n_blocks * L, f"{n_blocks} blocks of {L}", self.max_len, seeds, cfg.seed)
         st = self.state(len(prompt_ids), L)
         tokens, pad = left_pad(prompt_ids, self.pad_id)
-        if cfg.cuda_graph:
+        if cfg.cuda_graph or self.device.type == "cuda":
+            # a length bucket: one prefill graph serves many prompt lengths; eager CUDA decodes use the
+            # same buckets, so eager and captured runs have the same shapes (and the same roundings)
             bucket = prefill_length(P, n_blocks * L, self.max_len)
             tokens = torch.nn.functional.pad(tokens, (bucket - P, 0), value=self.pad_id)
             pad, P = pad + (bucket - P), bucket
