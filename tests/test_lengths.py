@@ -56,3 +56,25 @@ def test_tiny_orl7_rollouts_fit_long7():
     cfg = get_preset("orl", "tiny_orl7")
     longest = max(len(get_task(n).sample("train", i).answer) for n in SUITE_V7 for i in range(300))
     assert longest + 1 <= cfg.rollout.max_new_tokens  # in-range answers + EOS fit the rollout budget
+
+
+def test_eval_runs_the_beyond_split(tmp_path):
+    """`orl eval --split beyond` end to end (the shipped base on two long7 prompts past 20 digits), and
+    benchmarks/length_table.py reads its records: ratio-of-sums TPF, not the per-sample mean."""
+    import importlib.util
+    from pathlib import Path
+
+    from orl.eval.runner import EvalSpec, run_eval
+
+    root = Path(__file__).resolve().parent.parent
+    recs = run_eval(EvalSpec(model=str(root / "checkpoints" / "orl-tiny-base"), out=str(tmp_path / "r.jsonl"),
+                             tasks=["long7"], split="beyond", limit=2, decode={"max_new_tokens": 112}, progress=False))
+    assert [r["split"] for r in recs] == ["beyond"] * 2
+    assert all(len(r["prompt"]) - len("cumsum:=") > 20 for r in recs)
+    spec = importlib.util.spec_from_file_location("length_table", root / "benchmarks" / "length_table.py")
+    lt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lt)
+    rows = dict(lt.table(recs, by_size=False))
+    (key,) = [k for k in rows if k[-1] == "long7"]
+    fwd = sum(r["forwards"]["step"] + r["forwards"]["commit"] for r in recs)
+    assert rows[key]["tpf"] == pytest.approx(sum(r["n_tokens"] for r in recs) / fwd)
