@@ -10,12 +10,20 @@ form (fp32, bf16, int8, fp8, nvfp4) -
   path      the kernel the quantized layers ran ("emulated" = dequantize in software).
 Each quantized form is saved and loaded back through the checkpoint manifest before it is measured.
 
+With --gemma (default: the imported gemma-3-270m in $ORL_CACHE when it is there) a second table gives
+an autoregressive real model's bytes, next-token logit error and top-1 agreement against its fp32
+weights on fixed text (the source of Python's `textwrap` module, --gemma-chunks x 128 tokens); those
+forms are quantized in memory (the tiny rows already go through checkpoints).
+
     .venv/bin/python benchmarks/quant_accuracy.py [--limit 40] [--models checkpoints/orl-tiny-base ...]
+                                                  [--gemma DIR | --gemma none]
 """
 from __future__ import annotations
 
 import argparse
+import inspect
 import math
+import os
 import platform
 import tempfile
 import time
@@ -27,8 +35,9 @@ from orl.checkpoint import load_checkpoint, save_checkpoint
 from orl.cli_quant import CARRIED, quantize_checkpoint
 from orl.eval.runner import EvalSpec, run_eval
 from orl.eval.tasks import make_samples, task_names
+from orl.model.masks import causal
 from orl.model.vocab import special_ids
-from orl.quant import KINDS, linear_paths, weight_bytes
+from orl.quant import KINDS, linear_paths, quantize, weight_bytes
 from orl.train.batches import diffusion_batch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,16 +130,71 @@ def table(rows: list[dict], limit: int) -> str:
     return "\n".join(lines)
 
 
+def gemma_rows(directory: Path, kinds: list[str], chunks: int, seq: int = 128) -> list[dict]:
+    import textwrap
+
+    model, tok, _ = load_checkpoint(directory)
+    ids = tok.encode(inspect.getsource(textwrap))
+    bos = [ids.pop(0)] if getattr(tok, "bos_id", None) is not None else []  # each chunk opens with BOS
+    n = seq - len(bos)
+    tokens = torch.tensor([bos + ids[i * n:(i + 1) * n] for i in range(chunks)])
+    pos, mask = torch.arange(seq).expand(chunks, seq), causal(seq)[None].expand(chunks, seq, seq)
+
+    def next_token_logits(m) -> list[torch.Tensor]:
+        with torch.no_grad():  # one chunk at a time: [seq, 262144] fp32 logits are 128 MiB
+            return [m(tokens[i:i + 1], pos[i:i + 1], mask[i:i + 1])[0] for i in range(chunks)]
+
+    ref = next_token_logits(model)
+    rows = []
+    for kind in ["fp32", "bf16"] + kinds:
+        t0 = time.perf_counter()
+        m = load_checkpoint(directory, dtype=torch.bfloat16)[0] if kind == "bf16" else \
+            model if kind == "fp32" else quantize(load_checkpoint(directory)[0], kind)
+        got = ref if kind == "fp32" else next_token_logits(m)
+        err = sum(float((g - r).pow(2).sum()) for g, r in zip(got, ref)) ** 0.5 / sum(float(r.pow(2).sum()) for r in ref) ** 0.5
+        top1 = sum(int((g.argmax(-1) == r.argmax(-1)).sum()) for g, r in zip(got, ref)) / (chunks * seq)
+        rows.append({"form": kind, "bytes": weight_bytes(m), "rel_err": err, "top1": top1,
+                     "path": ", ".join(p.split(":")[1] for p in linear_paths(m, m.model.embed_tokens.weight.dtype)) or "-",
+                     "seconds": time.perf_counter() - t0})
+        del m
+    return rows
+
+
+def gemma_table(rows: list[dict]) -> str:
+    mib = 2**20
+    kept = min(r["bytes"]["other"] for r in rows if r["form"] in KINDS)
+    lines = ["| model | form | kernel | weights MiB | backbone linears MiB | next-token logit rel. err | top-1 agree |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lin = r["bytes"]["quantized"] if r["form"] in KINDS else r["bytes"]["total"] - kept * (1 if r["form"] == "fp32" else 0.5)
+        lines.append(f"| gemma-3-270m | {r['form']} | {r['path']} | {r['bytes']['total'] / mib:.1f} | {lin / mib:.1f} | "
+                     f"{r['rel_err']:.4f} | {100 * r['top1']:.1f}% |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--models", nargs="+", type=Path, default=MODELS)
+    p.add_argument("--models", nargs="*", type=Path, default=MODELS)
     p.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
     p.add_argument("--limit", type=int, default=40, help="held-out prompts per family")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--gemma", default="auto", help="imported gemma-3-270m directory, 'auto' ($ORL_CACHE) or 'none'")
+    p.add_argument("--gemma-chunks", type=int, default=4, help="128-token chunks of text for gemma's logits")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
+    gemma = Path(os.environ.get("ORL_CACHE") or Path.home() / ".cache/orl") / "gemma-3-270m" \
+        if args.gemma == "auto" else None if args.gemma == "none" else Path(args.gemma)
+    if gemma is not None and not (gemma / "orl.json").exists():
+        print(f"(no gemma-3-270m at {gemma}: `orl fetch gemma-3-270m` imports it; its table is skipped)\n")
+        gemma = None
+    if gemma is not None:
+        g_rows = gemma_rows(gemma, args.kinds, args.gemma_chunks)
+        print(gemma_table(g_rows))
+        print(f"\n{args.gemma_chunks} x 128 tokens of textwrap.py; {sum(r['seconds'] for r in g_rows):.0f} s\n")
+    if not args.models:
+        return
     rows = []
     with tempfile.TemporaryDirectory() as work:
         for m in args.models:
