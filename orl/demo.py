@@ -60,8 +60,8 @@ def run_demo(base: str | Path, orl: str | Path, per_task: int = 6,
     print("TPF = all tokens incl. EOS / all forwards (denoising + commit) over these prompts; noEOS without the "
           "EOS tokens; tok/s = mean over prompts, one at a time, warm-up excluded.", file=out)
     if any(r["tpf"] < 1 for r in rows.values()):
-        print("TPF < 1: the commit forward between blocks counts too, so one token per denoising step ends below 1.",
-              file=out)
+        print("TPF < 1: commit forwards count too (one between blocks unless fused into the next block's first "
+              "step), so one token per denoising step ends below 1.", file=out)
     for name, (engine, cfg) in engines.items():
         print(f"\n{name}: {example!r} step by step ('_' masked, [x] committed at that step)", file=out)
         gen = None

@@ -123,7 +123,8 @@ def block_notes(block: dict) -> list[str]:
                "b + c (a paired test: both decoded the same prompts). TPF = all tokens incl. EOS / all forwards "
                "(denoising + commit) over the paired samples; in brackets the same per prompt seed.")
     if any(r[s]["tpf"] < 1 for r in block["rows"] for s in "ab"):
-        out.append("TPF < 1: commit forwards count as forwards, so about one token per denoising step ends below 1.")
+        out.append("TPF < 1: commit forwards count as forwards (one between blocks unless fused into the next "
+                   "block's first step), so about one token per denoising step ends below 1.")
     return out
 
 

@@ -110,13 +110,14 @@ def notes(rows: list[dict]) -> list[str]:
     out = ["acc % = percent of samples the task's verifier accepts. TPF = all generated tokens up to and "
            "including EOS / all forwards (denoising + commit), a ratio of sums over the row's samples "
            "(not a mean of per-sample TPF); noEOS = the same without the EOS tokens; ceiling = the most any "
-           "block decoder could reach on these outputs (one denoising forward per block + the commit forwards)."]
+           "block decoder could reach on these outputs (one denoising forward per block, plus one commit forward "
+           "between blocks unless the commit is fused into the next block's first step)."]
     low = sorted({f"{r.get('task', '')}@{_cell(r.get('threshold'), 'tau', False)}" for r in rows
                   if isinstance(r.get("tpf"), float) and r["tpf"] < 1})
     if low:
-        out.append(f"TPF < 1 ({', '.join(low[:6])}{', ...' if len(low) > 6 else ''}): every block after the first "
-                   "costs a commit forward too, so a decoder that commits about one token per denoising step "
-                   "ends below 1 token per forward.")
+        out.append(f"TPF < 1 ({', '.join(low[:6])}{', ...' if len(low) > 6 else ''}): commit forwards count as "
+                   "forwards (one between blocks unless fused into the next block's first step), so a decoder that "
+                   "commits about one token per denoising step ends below 1 token per forward.")
     if any("tokens_per_s" in r for r in rows):
         batches = sorted({str(r.get("batch_size")) for r in rows})
         out.append(f"tok/s = a sample's tokens / its wall time (request start to its last token, warm-up excluded) "
