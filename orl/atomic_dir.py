@@ -112,6 +112,7 @@ def write_atomically(target: Path, fill: Callable[[Path], None]) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0700 would make the checkpoint private to its writer
         fill(tmp)
         for f in tmp.iterdir():
             _fsync(f)
@@ -121,6 +122,12 @@ def write_atomically(target: Path, fill: Callable[[Path], None]) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return target
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _swap_into_place(tmp: Path, target: Path) -> None:

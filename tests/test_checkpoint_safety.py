@@ -264,3 +264,12 @@ def test_config_json_and_manifest_disagreeing_is_detected(tmp_path):
     rerecord(d, "config.json")
     with pytest.raises(CheckpointError, match=r"(?s)config.json and orl.json disagree .*hidden_size: config.json 64, orl.json 32"):
         load_checkpoint(d)
+
+
+def test_a_checkpoint_directory_gets_the_usual_permissions(tmp_path):
+    old = os.umask(0o022)
+    try:
+        d = save_checkpoint(model(), TOK, tmp_path / "ck")
+    finally:
+        os.umask(old)
+    assert (d.stat().st_mode & 0o777) == 0o755  # not mkdtemp's private 0700
