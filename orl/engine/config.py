@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, fields
 from orl.model.residual import RESIDUAL_MODES
 
 RULES = ("threshold", "topk", "factor", "entropy")
+LAYOUTS = ("prompt_block", "absolute_grid", "full_sequence")  # orl.engine.layouts, orl.engine.full_sequence
 
 
 def decoding_problems(max_new_tokens: int, temperature: float, chunk_steps: int) -> list[str]:
@@ -45,6 +46,7 @@ class DecodeConfig:
     fused_commit: bool = True      # commit forward of block k + first step of block k + 1 in one forward
     compile: bool = False          # torch.compile the step function (CPU/GPU)
     cuda_graph: bool = False       # capture chunks of steps as CUDA graphs (GPU only)
+    layout: str = "prompt_block"   # where blocks lie: prompt_block | absolute_grid | full_sequence (DESIGN 2)
 
     @classmethod
     def from_manifest(cls, manifest: dict, **overrides) -> "DecodeConfig":
@@ -54,7 +56,8 @@ class DecodeConfig:
         if unknown := set(overrides) - {f.name for f in fields(cls)}:
             raise ValueError(f"unknown decode settings {sorted(unknown)}")
         base = {"block_len": manifest.get("block_len") or cls.block_len,
-                "residual": manifest.get("residual_mode") or cls.residual}
+                "residual": manifest.get("residual_mode") or cls.residual,
+                "layout": manifest.get("layout") or cls.layout}
         return cls(**{**base, **{k: v for k, v in overrides.items() if v is not None}})
 
     def validate(self) -> "DecodeConfig":
@@ -75,6 +78,8 @@ class DecodeConfig:
             problems.append(f"unknown residual mode {self.residual!r}; expected one of {RESIDUAL_MODES}")
         if self.residual_temperature <= 0:
             problems.append(f"residual_temperature must be > 0, got {self.residual_temperature}")
+        if self.layout not in LAYOUTS:
+            problems.append(f"unknown layout {self.layout!r}; expected one of {LAYOUTS}")
         return checked(self, problems)
 
     @property

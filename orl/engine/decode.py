@@ -19,6 +19,7 @@ gone: one forward per block fewer, and a block decoded in one step costs one for
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -40,10 +41,12 @@ class DecodeState:
     cache: KVCache
     valid: Tensor        # [B, S] bool: key slot holds a real token (no left padding, within max_new)
     pad: Tensor          # [B] left padding of each row (RoPE position = slot - pad)
-    prompt_end: Tensor   # [] slot where the answer starts (the padded prompt length)
+    prompt_end: Tensor   # [] slot where the first canvas starts (the padded prefill length)
+    prompt_blocks: Tensor  # [S] block id of each prompt slot (orl.engine.layouts: 0, or the absolute grid's)
     start: Tensor        # [] first slot of the current block
     canvas: Tensor       # [B, L] current block tokens (mask token where unresolved)
     unresolved: Tensor   # [B, L] bool
+    fixed: Tensor        # [B, L] bool: prompt tokens inside the canvas (the absolute grid's first block)
     z: Tensor            # [B, L, D] soft embedding consumed by the next step
     a: Tensor            # [B, L] normalised entropy consumed by the next step (RCD mode)
     carry: Tensor        # [B, D] final hidden state of the last committed position (shifted read-out)
@@ -68,6 +71,7 @@ class DecodeState:
     last_conf: Tensor    # [B, L]
     last_entropy: Tensor  # [B, L]
     last_commit: Tensor  # [B, L] bool
+    plan: Any = None     # the request's host-side layout plan (orl.engine.layouts.Plan), set by Engine.setup
 
     @classmethod
     def allocate(cls, model: Transformer, batch: int, max_len: int, block_len: int,
@@ -80,7 +84,8 @@ class DecodeState:
 
         B, L, S = batch, block_len, max_len
         return cls(cache=model.new_cache(B, S), valid=z(B, S, dtype=torch.bool), pad=z(B),
-                   prompt_end=z(()), start=z(()), canvas=z(B, L), unresolved=z(B, L, dtype=torch.bool),
+                   prompt_end=z(()), prompt_blocks=z(S), start=z(()), canvas=z(B, L),
+                   unresolved=z(B, L, dtype=torch.bool), fixed=z(B, L, dtype=torch.bool),
                    z=z(B, L, D, dtype=dt), a=z(B, L, dtype=dt), carry=z(B, D, dtype=dt),
                    steps=z(B), global_step=z(B), seed=z(B),
                    banned=banned_mask(model.args.vocab_size, ids.banned, dev), knobs=DeviceKnobs.allocate(dev),
@@ -96,10 +101,11 @@ class DecodeState:
 
 def slot_meta(st: DecodeState) -> tuple[Tensor, Tensor]:
     """Block id and state id [S] of every cache slot, for the one mask rule of orl.model.masks.
-    The prompt is block 0; the current block's slots hold its noisy state (state 1)."""
+    Prompt slots have the layout's block ids (0: the prompt block); the first canvas is block 1; the
+    current block's slots hold its noisy state (state 1)."""
     S, L = st.cache.max_len, st.block_len
     slot = torch.arange(S, device=st.start.device)
-    block = torch.where(slot < st.prompt_end, 0, 1 + (slot - st.prompt_end).clamp(min=0) // L)
+    block = torch.where(slot < st.prompt_end, st.prompt_blocks, 1 + (slot - st.prompt_end).clamp(min=0) // L)
     state = ((slot >= st.start) & (slot < st.start + L)).long()
     return block, state
 
@@ -111,7 +117,7 @@ def prefill(model: Transformer, st: DecodeState, tokens: Tensor) -> None:
     slots = torch.arange(P, device=tokens.device)
     k_block, _ = slot_meta(st)
     zeros_q = torch.zeros(P, dtype=torch.long, device=tokens.device)
-    mask = visibility(zeros_q, zeros_q, k_block, torch.zeros_like(k_block), st.valid)  # [B, P, S]
+    mask = visibility(k_block[:P], zeros_q, k_block, torch.zeros_like(k_block), st.valid)  # [B, P, S]
     pos = (slots[None] - st.pad[:, None]).clamp(min=0)
     h = model(tokens, pos, see_self_if_blind(mask), cache=st.cache, slots=slots, return_hidden=True)
     st.carry.copy_(h[:, -1])
@@ -133,7 +139,7 @@ def prepare_block(st: DecodeState, fused: bool = False) -> None:
     st.mask.copy_(see_self_if_blind(mask))
     st.pos.copy_(slots[None] - st.pad[:, None])
     st.slots.copy_(slots)
-    st.n_valid.copy_(st.valid[:, slots].sum(-1))
+    st.n_valid.copy_((st.valid[:, slots] & ~st.fixed).sum(-1))  # answer positions (not prompt tail)
     if fused:
         # the staircase rule over [clean block k (state 0) | noisy block k + 1 (state 1)]: the clean
         # half sees the clean blocks <= k, the noisy half the clean blocks <= k and itself
@@ -204,7 +210,7 @@ def denoise_step(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: Sp
     unresolved = st.unresolved & ~commit
     if cfg.eos_fill:
         # positions after a resolved EOS can only be EOS: resolve them now
-        eos = (canvas == ids.eos) & ~unresolved
+        eos = (canvas == ids.eos) & ~unresolved & ~st.fixed  # a prompt tail's EOS ends nothing
         after = eos.cumsum(-1) > eos  # an EOS strictly before: the count up to i exceeds EOS at i
         canvas = torch.where(after & unresolved, ids.eos, canvas)
         unresolved = unresolved & ~after

@@ -7,6 +7,7 @@ from typing import Iterator
 
 import torch
 
+from orl.engine import layouts
 from orl.engine.config import DecodeConfig
 from orl.engine.decode import DecodeState, denoise_step, prepare_block
 from orl.engine.events import BlockEvent, DoneEvent, Event, StepEvent
@@ -78,24 +79,35 @@ class Engine(LoadedModel):
         CUDA device further, to the prompt length bucket whose prefill graph serves it). Returns
         the state and the padded prompt length P (the answer starts at slot P). Raises ValueError
         naming the problem before any forward runs."""
-        L, n_blocks = cfg.block_len, cfg.n_blocks
-        P, seeds = check_request(prompt_ids, n_blocks * L, f"{n_blocks} blocks of {L}", self.max_len, seeds, cfg.seed)
+        L = cfg.block_len
+        plan = layouts.plan(prompt_ids, cfg.layout, L, cfg.max_new_tokens)  # where the blocks lie
+        n_blocks = plan.n_blocks
+        _, seeds = check_request(prompt_ids, n_blocks * L, f"{n_blocks} blocks of {L}", self.max_len, seeds, cfg.seed)
         st = self.state(len(prompt_ids), L)
-        tokens, pad = left_pad(prompt_ids, self.pad_id)
+        tokens, pad = left_pad(plan.prefill, self.pad_id)
+        P = plan.P
         if cfg.cuda_graph or self.device.type == "cuda":
             # a length bucket: one prefill graph serves many prompt lengths; eager CUDA decodes use the
             # same buckets, so eager and captured runs have the same shapes (and the same roundings)
             bucket = prefill_length(P, n_blocks * L, self.max_len)
+            if cfg.layout == "absolute_grid":  # whole blocks of padding keep the grid on the same slots
+                bucket = -(-bucket // L) * L if -(-bucket // L) * L + n_blocks * L <= self.max_len else P
             tokens = torch.nn.functional.pad(tokens, (bucket - P, 0), value=self.pad_id)
-            pad, P = pad + (bucket - P), bucket
+            pad, plan.shift, P = pad + (bucket - P), bucket - P, bucket
         slot = torch.arange(self.max_len)
-        st.valid.copy_((slot[None] >= pad[:, None]) & (slot[None] < P + cfg.max_new_tokens))
+        end = pad + torch.tensor(plan.lengths) + cfg.max_new_tokens  # each row's answer ends there
+        st.valid.copy_((slot[None] >= pad[:, None]) & (slot[None] < end[:, None]))
         st.pad.copy_(pad)
         st.prompt_end.fill_(P)
+        st.prompt_blocks.copy_(layouts.prompt_blocks(cfg.layout, self.max_len, P, L, self.device))
+        st.plan = plan
         st.global_step.zero_()
         st.seed.copy_(torch.tensor(seeds, dtype=torch.long))
         st.knobs.load(cfg)
-        self.runner.prefill(st, tokens.to(self.device), cfg)
+        if P:
+            self.runner.prefill(st, tokens.to(self.device), cfg)
+        else:  # every prompt fits in the first canvas (absolute grid): nothing to prefill
+            st.carry.zero_()
         return st, P
 
     def begin_block(self, st: DecodeState, cfg: DecodeConfig, P: int, j: int, live: list[bool],
@@ -105,15 +117,24 @@ class Engine(LoadedModel):
         mask / positions / slots, which its steps read. fused (j > 0): keep block j - 1's resolved
         canvas as the clean half of the fused first step. Returns its valid length."""
         L = cfg.block_len
-        n_valid = min(L, cfg.max_new_tokens - j * L)
+        spans = st.plan.block_span(j, L, cfg.max_new_tokens)  # per row, the canvas indices of its answer
+        n_valid = max(hi - lo for lo, hi in spans)
         dev = self.device
         if fused:
             st.prev.copy_(st.canvas)
         st.start.fill_(P + j * L)
-        in_block = torch.arange(L, device=dev) < n_valid
+        ar = torch.arange(L)
+        in_block = torch.stack([(ar >= lo) & (ar < hi) for lo, hi in spans]).to(dev)
         live_t = torch.tensor(live, device=dev)
-        st.canvas.copy_(torch.where(in_block, self.mask_id, self.pad_id).expand(st.canvas.shape))
-        st.unresolved.copy_(in_block[None] & live_t[:, None])
+        canvas = torch.where(in_block, self.mask_id, self.pad_id)
+        if j == 0 and any(st.plan.tails):  # absolute grid: the prompt's partial block opens the canvas
+            tail, fixed = layouts.first_canvas(st.plan, L, dev)
+            canvas = torch.where(fixed, tail, canvas)
+            st.fixed.copy_(fixed)
+        else:
+            st.fixed.zero_()
+        st.canvas.copy_(canvas)
+        st.unresolved.copy_(in_block & live_t[:, None])
         st.z.zero_()
         st.a.zero_()
         st.steps.zero_()
@@ -129,8 +150,8 @@ class Engine(LoadedModel):
         prefill_s = clock()
         rows = [Row(list(p)) for p in prompt_ids]
         recorder = TraceRecorder(len(rows), cfg.residual != "off") if trace else None
-        last = cfg.n_blocks - 1
-        for j in range(cfg.n_blocks):
+        last = st.plan.n_blocks - 1
+        for j in range(st.plan.n_blocks):
             live = [not r.finished for r in rows]
             # the commit forward of block j - 1 rides on block j's first step (fused), or ran alone below
             fused = cfg.fused_commit and j > 0
@@ -148,7 +169,8 @@ class Engine(LoadedModel):
                 fused = False
                 if done:
                     break
-            block = st.canvas[:, :n_valid].cpu().tolist()
+            canvas = st.canvas.cpu().tolist()
+            block = [c[lo:hi] for c, (lo, hi) in zip(canvas, st.plan.block_span(j, cfg.block_len, cfg.max_new_tokens))]
             steps = st.steps.cpu().tolist()
             now = clock()
             for row, tokens, n, was_live in zip(rows, block, steps, live):
