@@ -34,6 +34,9 @@ from orl.eval.metrics import pooled_tpf  # noqa: E402
 from orl.train.corpus import fixed_windows, with_bos  # noqa: E402
 
 
+UNTRAINED = "untrained"
+
+
 def held_out_rows(stream: torch.Tensor, n: int, length: int, bos: int | None) -> list[list[int]]:
     return with_bos(fixed_windows(stream, n, length), bos).tolist()
 
@@ -97,9 +100,16 @@ def evaluate(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows: int, cont
     from orl.checkpoint import load_checkpoint
 
     ar_model, tok, _ = load_checkpoint(ar_dir)
-    dlm_model, dtok, manifest = load_checkpoint(dlm_dir)
+    if dlm_dir == UNTRAINED:  # the conversion's starting point: the AR weights with the shifted read-out
+        from orl.train.convert import to_diffusion
+
+        dlm_model, dtok, manifest = to_diffusion(ar_model).eval(), tok, {}
+    else:
+        dlm_model, dtok, manifest = load_checkpoint(dlm_dir)
     block = block or manifest.get("block_len") or 4
-    ar, dlm = ARDecoder(ar_model, tok), Engine(dlm_model, dtok)
+    # caches sized to the requests, not the model's context (32k for Gemma: GiBs per row)
+    max_len = context + max(block, free_tokens) + 2 * block
+    ar, dlm = ARDecoder(ar_model, tok, max_len=max_len), Engine(dlm_model, dtok, max_len=max_len)
     rows = held_out_rows(stream, windows, context + block, getattr(tok, "bos_id", None))
     out = {"ar": ar_dir, "dlm": dlm_dir, "dlm_recipe_step": (manifest.get("recipe") or {}).get("step"),
            "threshold": threshold, "threads": torch.get_num_threads(),
@@ -112,7 +122,8 @@ def evaluate(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows: int, cont
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ar", required=True, help="the AR original's checkpoint")
-    ap.add_argument("--dlm", required=True, help="the converted checkpoint")
+    ap.add_argument("--dlm", required=True, help=f"the converted checkpoint, or {UNTRAINED!r}: the AR weights "
+                    "with the shifted read-out, before any conversion training")
     ap.add_argument("--corpus", required=True, help="the corpus directory (tokens.safetensors: code_heldout)")
     ap.add_argument("--windows", type=int, default=32)
     ap.add_argument("--context", type=int, default=64)

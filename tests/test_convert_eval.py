@@ -68,3 +68,7 @@ def test_untrained_blocks_of_four_disagree_and_are_counted(models):
     assert nb["block"] == 4  # the manifest's block_len
     assert nb["dlm_block_agrees_with_ar"] < 1.0 and res["free_running"]["position_agreement"] < 1.0
     assert 0.0 <= nb["dlm"]["token_acc"] <= 1.0 and nb["dlm_tpf"] >= 1.0
+    # --dlm untrained is that same model, made in process
+    again = ce.evaluate(str(d / "ar"), ce.UNTRAINED, stream, windows=6, context=10, block=4, threshold=0.5,
+                        free_tokens=8, free_prompts=1)
+    assert again["next_block"] == nb

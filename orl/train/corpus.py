@@ -125,7 +125,8 @@ def distill_stream(model, tok, code: torch.Tensor, cfg: CorpusConfig, seed: int 
     prompts = [bos + code[s:s + L].tolist() for s in (rng.randrange(len(code) - L) for _ in range(n_code))]
     for i in range(cfg.distill_prompts - n_code):
         prompts.append(tok.encode(get_task(cfg.tasks[i % len(cfg.tasks)]).sample("train", 10**6 + i).prompt))
-    dec, ids = ARDecoder(model, tok), []
+    # a cache sized to the longest request, not the model's context (32k for Gemma: GiBs per row)
+    dec, ids = ARDecoder(model, tok, max_len=max(map(len, prompts)) + cfg.distill_new_tokens), []
     for k in range(0, len(prompts), batch):
         part = prompts[k:k + batch]
         for p, g in zip(part, dec.generate_ids(part, ARConfig(max_new_tokens=cfg.distill_new_tokens))):
