@@ -325,7 +325,8 @@ def main(argv=None) -> int:
     print("# tok/s: median over rounds of tokens / wall; wall: request start -> last token (prefill included);")
     print("# fwd ms: median bare block forward, same mode; overhead = wall / (forwards x fwd ms)")
     print("# TPF = tokens up to and including EOS / forwards (denoising steps + the forwards between blocks: "
-          "dlmrt's commit, (b)'s cache refresh; prefill excluded)")
+          "dlmrt's commit unless fused into the next block's first step (the default), (b)'s cache refresh; "
+          "prefill excluded)")
     if low := [r["decoder"] for r in rows if r["tpf"] < 1]:
         print(f"# TPF < 1 ({', '.join(low)}): forwards that yield no counted token count too: the forwards "
               "between blocks, and the loops' steps on the positions after EOS in its block (dlmrt fills them "
