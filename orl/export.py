@@ -15,6 +15,8 @@ import json
 import os
 from pathlib import Path
 
+import torch
+
 from orl.checkpoint import save_checkpoint
 from orl.model import ModelArgs, Transformer
 from orl.model.families import family_for
@@ -41,6 +43,12 @@ def export_hf(model: Transformer, tokenizer, directory: str | os.PathLike, manif
     from orl.export_bundle import MODELING_FILE, modeling_source, remote_code_config
     from orl.model.families.common import dtype_name
 
+    quant = (manifest or {}).get("quantization") or next(
+        (str(t.dtype) for t in model.state_dict().values() if t.dtype in (torch.int8, torch.uint8)
+         or t.dtype.is_floating_point and t.element_size() == 1), None)
+    if quant:
+        raise ExportError(f"cannot export a quantized model ({quant}): transformers would read its packed weights "
+                          "as plain ones; export the unquantized checkpoint")
     reason = not_exportable(model.args)
     if remote_code is False and reason:
         raise ExportError(f"cannot export to a plain transformers directory: {reason}")

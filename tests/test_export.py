@@ -98,3 +98,11 @@ def test_generate_runs_the_shipped_ar_peer(capsys):
     assert cli.main(["generate", "--model", str(ROOT / "checkpoints" / "orl-tiny-ar"), "cumsum:123=",
                      "--max-new-tokens", "8"]) == 0
     assert "[autoregressive]" in capsys.readouterr().out
+
+
+def test_a_quantized_model_is_refused(tmp_path):
+    from orl.quant import quantize
+
+    with pytest.raises(ExportError, match="quantized"):
+        export_hf(quantize(dllm(), "int8"), TOK, tmp_path / "q")
+    assert not (tmp_path / "q").exists()
