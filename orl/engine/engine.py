@@ -7,7 +7,7 @@ from typing import Iterator
 
 import torch
 
-from orl.engine import layouts
+from orl.engine import full_sequence, layouts
 from orl.engine.config import DecodeConfig
 from orl.engine.decode import DecodeState, denoise_step, prepare_block
 from orl.engine.events import BlockEvent, DoneEvent, Event, StepEvent
@@ -145,6 +145,9 @@ class Engine(LoadedModel):
     def run(self, prompt_ids: list[list[int]], cfg: DecodeConfig | None = None, *, trace: bool = False,
             seeds: list[int] | None = None, step_events: bool = False) -> Iterator[Event]:
         cfg = (cfg or DecodeConfig()).validate()
+        if cfg.layout == "full_sequence":  # bidirectional over the whole canvas, no cache: its own loop
+            yield from full_sequence.run(self, prompt_ids, cfg, trace=trace, seeds=seeds)
+            return
         clock = Clock(self.device)
         st, P = self.setup(prompt_ids, cfg, seeds)
         prefill_s = clock()

@@ -1,0 +1,95 @@
+"""Full-sequence decoding (DESIGN section 2; LLaDA, Dream / DiffuCoder), the exact mode.
+
+One bidirectional window over prompt + the whole answer canvas: every step runs the model over all
+P + max_new_tokens positions, future masks included, with no KV cache (a cached prompt or answer block
+would be stale: under bidirectional attention every position depends on every other). Semi-autoregressive
+blocks of cfg.block_len only restrict which positions may commit: block j's window is answer positions
+[j L, (j + 1) L), decoded with the engine's token selection and commit rules until resolved (LLaDA's
+generate(); Dream's diffusion_generate is one window when block_len >= max_new_tokens). A shifted model
+(Dream) reads position i off the hidden state at i - 1, the answer's first token off the prompt's last.
+
+Per step the code is pure tensor work on the request's buffers (no host value read inside a step); the
+host checks "window resolved" once per step. Fast-dLLM's prefix and dual caches are approximations of
+this mode and are not implemented; residual modes and traces are refused by name here.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+
+from orl.engine.commit import commit_positions
+from orl.engine.config import DecodeConfig
+from orl.engine.events import BlockEvent, DoneEvent, Event
+from orl.engine.request import Clock, check_request
+from orl.engine.sampling import hash_uniform, select_tokens
+from orl.engine.sequence import Row
+from orl.model.masks import see_self_if_blind
+from orl.model.padding import left_pad
+
+
+def check(cfg: DecodeConfig, trace: bool) -> None:
+    problems = []
+    if cfg.residual != "off":
+        problems.append(f"residual={cfg.residual!r} (the full-sequence layout decodes with residual 'off')")
+    if trace:
+        problems.append("traces / step events (not recorded in the full-sequence layout)")
+    if cfg.cuda_graph or cfg.compile:
+        problems.append("cuda_graph / compile (the full-sequence layout runs eagerly)")
+    if problems:
+        raise ValueError("the full-sequence layout does not support: " + "; ".join(problems))
+
+
+@torch.no_grad()
+def run(engine, prompt_ids: list[list[int]], cfg: DecodeConfig, *, trace: bool = False,
+        seeds: list[int] | None = None) -> Iterator[Event]:
+    """Engine.run for cfg.layout == 'full_sequence': the same events (a BlockEvent per window)."""
+    check(cfg, trace)
+    model, ids, dev, L, N = engine.model, engine.ids, engine.device, cfg.block_len, cfg.max_new_tokens
+    P, seeds = check_request(prompt_ids, N, f"{N} answer tokens", engine.max_len, seeds, cfg.seed)
+    clock = Clock(dev)
+    prompt, pad = left_pad(prompt_ids, engine.pad_id)
+    B, T = len(prompt_ids), P + N
+    tokens = torch.cat([prompt, torch.full((B, N), engine.mask_id)], 1).to(dev)
+    slot = torch.arange(T, device=dev)
+    valid = slot[None] >= pad.to(dev)[:, None]                      # [B, T] pad keys are invisible
+    mask = see_self_if_blind(valid[:, None, :].expand(B, T, T))     # bidirectional over the whole row
+    pos = (slot[None] - pad.to(dev)[:, None]).clamp(min=0)
+    seed = torch.tensor(seeds, dtype=torch.long, device=dev)
+    global_step = torch.zeros(B, dtype=torch.long, device=dev)
+    rows = [Row(list(p)) for p in prompt_ids]
+    banned = torch.zeros(model.args.vocab_size, dtype=torch.bool, device=dev)
+    banned[list(ids.banned)] = True
+    n_blocks = -(-N // L)
+    for j in range(n_blocks):
+        lo, hi = P + j * L, min(P + (j + 1) * L, T)
+        live = torch.tensor([not r.finished for r in rows], device=dev)
+        unresolved = live[:, None] & (tokens[:, lo:hi] == engine.mask_id)
+        n_valid = torch.full((B,), hi - lo, device=dev)
+        steps = torch.zeros(B, dtype=torch.long, device=dev)
+        while bool(unresolved.any()):  # the one host check per step
+            h = model(tokens, pos, mask, return_hidden=True)
+            logits = model.read_out(h[:, lo:hi], before=h[:, lo - 1]).masked_fill(banned, float("-inf"))
+            noise = hash_uniform(seed, global_step, hi - lo, logits.shape[-1]) if cfg.temperature > 0 else None
+            x, conf, ent = select_tokens(logits, cfg.temperature, noise, entropy=cfg.rule == "entropy")
+            commit = commit_positions(cfg, conf, ent, unresolved, steps, n_valid)
+            window = torch.where(commit, x, tokens[:, lo:hi])
+            unresolved = unresolved & ~commit
+            if cfg.eos_fill:
+                eos = (window == ids.eos) & ~unresolved
+                after = eos.cumsum(-1) > eos
+                window = torch.where(after & unresolved, ids.eos, window)
+                unresolved = unresolved & ~after
+            tokens[:, lo:hi] = window
+            active = commit.any(-1)
+            steps += active
+            global_step += active
+        now = clock()
+        block, n_steps = tokens[:, lo:hi].cpu().tolist(), steps.cpu().tolist()
+        for row, toks, n in zip(rows, block, n_steps):
+            if not row.finished:
+                row.add_block(toks, n, engine.eos_id, now, last=j == n_blocks - 1)
+        yield BlockEvent(j, hi - lo, [list(r.token_ids) for r in rows], [engine.tokenizer.decode(r.token_ids) for r in rows])
+        if all(r.finished for r in rows):
+            break
+    yield DoneEvent([r.generation(engine.tokenizer, 0.0) for r in rows])
