@@ -139,6 +139,24 @@ def test_fused_commit_reaches_tpf_block_len():
     assert fused.tpf == 4.0 and plain.tpf == 16 / 7
 
 
+@pytest.mark.parametrize("name", ["orl-tiny-base", "orl-tiny-orl"])
+def test_fused_commit_is_token_identical_on_the_shipped_checkpoints(name):
+    """The shipped trained models (shifted read-out; the ORL one with its residual adapter), on
+    held-out prompts of every family and on three-block `long` answers, batched."""
+    from pathlib import Path
+
+    from orl.eval.tasks import make_samples
+
+    eng = Engine.from_checkpoint(Path(__file__).resolve().parents[1] / "checkpoints" / name)
+    prompts = [s.prompt for s in make_samples("all", "heldout", 10) + make_samples("long", "heldout", 4)]
+    cfg = DecodeConfig.from_manifest(eng.manifest, max_new_tokens=64)
+    fused = eng.generate(prompts, cfg)
+    plain = eng.generate(prompts, dataclasses.replace(cfg, fused_commit=False))
+    assert [g.token_ids for g in fused] == [g.token_ids for g in plain]
+    assert [g.block_steps for g in fused] == [g.block_steps for g in plain]
+    assert sum(g.forwards for g in plain) - sum(g.forwards for g in fused) == sum(g.commit_forwards for g in plain) > 4
+
+
 @pytest.fixture(scope="module")
 def shifted_engine():
     """A Dream-style shifted read-out: token i is read off position i - 1, so the first token of each
