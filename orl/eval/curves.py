@@ -9,7 +9,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-PANELS = (("rollout_reward", "verified rollouts %"), ("rollout_tpf", "rollout TPF"),
+PANELS = (("rollout_reward", "mean rollout reward %"), ("rollout_tpf", "rollout TPF"),
           ("rollout_steps_per_block", "rollout steps per block"), ("pred", "L_pred"), ("aec", "L_AEC"))
 
 

@@ -164,8 +164,9 @@ class TrainLoop:
                  f"log {self.log_path}")
         if self.last_eval:
             accs = [v["acc"] for v in self.last_eval.values() if isinstance(v, dict) and "acc" in v]
-            per = ", ".join(f"{k} {v['acc']:.3f}" for k, v in self.last_eval.items() if isinstance(v, dict) and "acc" in v)
-            self.log(f"held-out accuracy: mean {sum(accs) / max(len(accs), 1):.3f} ({per})")
+            per = ", ".join(f"{k} {100 * v['acc']:.1f}%" for k, v in self.last_eval.items()
+                            if isinstance(v, dict) and "acc" in v)
+            self.log(f"held-out accuracy: mean {100 * sum(accs) / max(len(accs), 1):.1f}% ({per})")
 
     def save(self, model, tok, manifest: dict, opt: torch.optim.Optimizer, done: int, target: Path | None = None,
              **state) -> None:

@@ -167,7 +167,7 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config
             ecfg = DecodeConfig(**{**rollout_cfg.to_dict(), "temperature": 0.0, "threshold": cfg.eval_threshold})
             ev = heldout_eval(engine, cfg.tasks, ecfg, cfg.eval_samples)
             rec["eval"] = ev
-            log(f"update {done}: acc {mean_over_tasks(ev, 'acc'):.3f} tpf {mean_over_tasks(ev, 'tpf'):.2f} {json.dumps(ev)}")
+            log(f"update {done}: acc {100 * mean_over_tasks(ev, 'acc'):.1f}% tpf {mean_over_tasks(ev, 'tpf'):.2f} {json.dumps(ev)}")
         rec["wall_s"] = round(time.perf_counter() - t0, 1)
         loop.bar.set_postfix(reward=f"{stats['reward']:.2f}", tpf=f"{stats['tpf']:.2f}",
                              steps=f"{stats['steps_per_block']:.2f}", loss=f"{rec.get('loss', float('nan')):.3f}")

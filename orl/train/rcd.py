@@ -136,7 +136,7 @@ def train_rcd(cfg: RCDConfig, out: str | Path, resume: bool = True, allow_config
                                    "residual": "rcd"})
             ev = heldout_eval(engine, cfg.tasks, ecfg, cfg.eval_samples)
             rec["eval"] = ev
-            log(f"update {done}: acc {mean_over_tasks(ev, 'acc'):.3f} tpf {mean_over_tasks(ev, 'tpf'):.2f}")
+            log(f"update {done}: acc {100 * mean_over_tasks(ev, 'acc'):.1f}% tpf {mean_over_tasks(ev, 'tpf'):.2f}")
         rec["wall_s"] = round(time.perf_counter() - t0, 1)
         loop.write(rec)
         if loop.due(done, cfg.save_every):

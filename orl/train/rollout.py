@@ -84,13 +84,14 @@ def select_kept(rollouts: list[Rollout], group: int, keep: str = "verified") -> 
 
 
 def rollout_stats(rollouts: list[Rollout], dist: Dist = SINGLE) -> dict:
-    """Means over the rollouts of every process (one collective under torchrun): reward, the fraction
-    verified (reward >= keep_reward; equal to the reward for pass/fail tasks), TPF, steps per block."""
+    """Over the rollouts of every process (one collective under torchrun): mean reward, the fraction
+    verified (reward >= keep_reward; equal to the reward for pass/fail tasks), TPF as a ratio of sums
+    (all tokens / all forwards, DESIGN.md section 5), steps per block."""
     steps = [k for r in rollouts for k in r.gen.block_steps]
-    sums = dist.all_sum(torch.tensor([len(rollouts), sum(r.verified for r in rollouts), sum(r.gen.tpf for r in rollouts),
+    sums = dist.all_sum(torch.tensor([len(rollouts), sum(r.verified for r in rollouts), sum(r.gen.forwards for r in rollouts),
                                       sum(steps), len(steps), sum(r.gen.n_tokens for r in rollouts),
                                       sum(r.reward for r in rollouts)],
                                      dtype=torch.float64)).tolist()
     n = max(sums[0], 1)
-    return {"reward": sums[6] / n, "verified": sums[1] / n, "tpf": sums[2] / n,
+    return {"reward": sums[6] / n, "verified": sums[1] / n, "tpf": sums[5] / max(sums[2], 1),
             "steps_per_block": sums[3] / max(sums[4], 1), "tokens": int(sums[5])}
