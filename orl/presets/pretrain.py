@@ -40,7 +40,7 @@ def tiny_base() -> PretrainConfig:
 
 
 def tiny_base5() -> PretrainConfig:
-    """The tasks v5 base (docs/RESULTS-history.md): the same recipe on add and sort."""
+    """The tasks v5 base (docs/history/RESULTS-history.md): the same recipe on add and sort."""
     return replace(tiny_base(), tasks=SUITE_V5, mix=MIX_V5)
 
 
