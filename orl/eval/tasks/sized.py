@@ -50,3 +50,6 @@ class Sized(Task):
 
     def check(self, prompt: str, output: str) -> bool:
         return self.inner.check(prompt, output)
+
+    def reward(self, prompt: str, output: str) -> float:
+        return self.inner.reward(prompt, output)  # a family's partial credit, if it gives any
