@@ -59,6 +59,83 @@ def entropy_rule(entropy: Tensor, candidates: Tensor, bound: float | Tensor) -> 
     return _top_n(candidates, rank, ok.sum(-1))
 
 
+# ---------------------------------------------------------------- published decoders (issue 18 item 3)
+# Their ranking scores (DecodeConfig.confidence) are computed from the logits by `rank_score`; the
+# rules below see them as `conf`.
+
+DREAM_EPS = 1e-3  # diffusion_generate's default eps: the last timestep of linspace(1, eps, steps + 1)
+
+
+def rank_score(kind: str, logits: Tensor, x: Tensor, conf: Tensor, temperature: float | Tensor) -> Tensor:
+    """The score the rule ranks positions by. 'prob': conf, p(token) under the untempered model (LLaDA,
+    and the engine's own rules). The others read the sampling distribution p = softmax(logits / T)
+    (T = 0: softmax(logits)), as Dream's sample_tokens and SDAR's sampler do: 'sampled_prob' p(token),
+    'margin' p_1 - p_2 (Dream topk_margin), 'neg_entropy' sum p log(p + 1e-10) (Dream entropy).
+    x: the chosen tokens [B, L] (the argmax, or the Gumbel-max sample of that distribution). T may be
+    a 0-d device tensor: no host value is read."""
+    if kind == "prob":
+        return conf
+    if isinstance(temperature, Tensor):
+        t = torch.where(temperature > 0, temperature, torch.ones_like(temperature))
+    else:
+        t = temperature if temperature > 0 else 1.0
+    p = torch.softmax(logits.float() / t, dim=-1)
+    if kind == "sampled_prob":
+        return p.gather(-1, x[..., None]).squeeze(-1)
+    if kind == "margin":
+        top2 = p.topk(2, dim=-1).values
+        return top2[..., 0] - top2[..., 1]
+    if kind == "neg_entropy":
+        return (p * torch.log(p + 1e-10)).sum(-1)
+    raise ValueError(f"unknown confidence {kind!r}")
+
+
+def dream_timestep(i: Tensor, n_steps: int | Tensor) -> Tensor:
+    """torch.linspace(1, eps, n_steps + 1)[i] in float32, bit for bit (the CPU kernel: a float32
+    step, then start + step * i for the first half and end - step * (n - 1 - i) for the rest, each a
+    fused multiply-add, i.e. one rounding: here the product and sum in float64, rounded once)."""
+    one, eps = torch.ones((), dtype=torch.float32, device=i.device), torch.full((), DREAM_EPS, device=i.device)
+    step = ((eps - one) / n_steps).double()
+    n = n_steps + 1
+    first = (one.double() + step * i.double()).float()
+    last = (eps.double() - step * (n - 1 - i).double()).float()
+    return torch.where(i < n // 2, first, last)
+
+
+def dream_rule(conf: Tensor, candidates: Tensor, step: Tensor, n_steps: int | Tensor) -> Tensor:
+    """Dream diffusion_generate (maskgit_plus / topk_margin / entropy): at step i of S, with t, s =
+    timesteps i, i + 1 of linspace(1, eps, S + 1), the int(m (1 - s / t)) best of the m masked
+    positions (float32, truncated: a step may commit none); the last step (and any later) all."""
+    t, s = dream_timestep(step, n_steps), dream_timestep(step + 1, n_steps)
+    m = candidates.sum(-1)
+    k = (m.float() * (1 - s / t)).long()
+    k = torch.where(step >= n_steps - 1, m, k)
+    return candidates & (rank_desc(conf, candidates) < k[:, None])
+
+
+def sdar_schedule(length: int, step: Tensor, n_steps: int | Tensor) -> Tensor:
+    """SDAR get_num_transfer_tokens(block_length, steps)[step]: L // S each, the first L % S one more
+    (of the block length, not of the masked count); past the last step: the whole block."""
+    k = length // n_steps + (step < length % n_steps).long()
+    return torch.where(step >= n_steps, torch.full_like(k, length), k)
+
+
+def sdar_static_rule(conf: Tensor, candidates: Tensor, step: Tensor, n_steps: int | Tensor) -> Tensor:
+    """SDAR low_confidence_static: the schedule's number of most confident masked positions."""
+    k = sdar_schedule(conf.shape[-1], step, n_steps)
+    return candidates & (rank_desc(conf, candidates) < k[:, None])
+
+
+def sdar_dynamic_rule(conf: Tensor, candidates: Tensor, step: Tensor, n_steps: int | Tensor,
+                      tau: float | Tensor) -> Tensor:
+    """SDAR low_confidence_dynamic: every masked position with conf > tau (strictly) when there are at
+    least the schedule's number of them, else that number of the most confident (a per-step floor)."""
+    k = sdar_schedule(conf.shape[-1], step, n_steps)
+    high = candidates & (conf > tau)
+    top = candidates & (rank_desc(conf, candidates) < k[:, None])
+    return torch.where((high.sum(-1) >= k)[:, None], high, top)
+
+
 def commit_positions(cfg: DecodeConfig, conf: Tensor, entropy: Tensor | None, candidates: Tensor,
                      step: Tensor, n_valid: Tensor, knobs=None) -> Tensor:
     """entropy may be None unless cfg.rule == 'entropy'. knobs (orl.engine.knobs.DeviceKnobs): read the
@@ -72,4 +149,10 @@ def commit_positions(cfg: DecodeConfig, conf: Tensor, entropy: Tensor | None, ca
         return factor_rule(conf, candidates, k.factor)
     if cfg.rule == "entropy":
         return entropy_rule(entropy, candidates, k.entropy_bound)
+    if cfg.rule == "dream":
+        return dream_rule(conf, candidates, step, k.n_steps)
+    if cfg.rule == "sdar_static":
+        return sdar_static_rule(conf, candidates, step, k.n_steps)
+    if cfg.rule == "sdar_dynamic":
+        return sdar_dynamic_rule(conf, candidates, step, k.n_steps, k.threshold)
     raise ValueError(f"unknown commit rule {cfg.rule!r}")

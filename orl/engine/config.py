@@ -5,7 +5,8 @@ from dataclasses import asdict, dataclass, fields
 
 from orl.model.residual import RESIDUAL_MODES
 
-RULES = ("threshold", "topk", "factor", "entropy")
+RULES = ("threshold", "topk", "factor", "entropy", "dream", "sdar_static", "sdar_dynamic")  # orl.engine.commit
+CONFIDENCES = ("prob", "sampled_prob", "margin", "neg_entropy")  # what a rule ranks by (commit.rank_score)
 LAYOUTS = ("prompt_block", "absolute_grid", "full_sequence")  # orl.engine.layouts, orl.engine.full_sequence
 
 
@@ -47,6 +48,7 @@ class DecodeConfig:
     compile: bool = False          # torch.compile the step function (CPU/GPU)
     cuda_graph: bool = False       # capture chunks of steps as CUDA graphs (GPU only)
     layout: str = "prompt_block"   # where blocks lie: prompt_block | absolute_grid | full_sequence (DESIGN 2)
+    confidence: str = "prob"       # what the rules rank by: prob | sampled_prob | margin | neg_entropy
 
     @classmethod
     def from_manifest(cls, manifest: dict, **overrides) -> "DecodeConfig":
@@ -78,6 +80,8 @@ class DecodeConfig:
             problems.append(f"unknown residual mode {self.residual!r}; expected one of {RESIDUAL_MODES}")
         if self.residual_temperature <= 0:
             problems.append(f"residual_temperature must be > 0, got {self.residual_temperature}")
+        if self.confidence not in CONFIDENCES:
+            problems.append(f"unknown confidence {self.confidence!r}; expected one of {CONFIDENCES}")
         if self.layout not in LAYOUTS:
             problems.append(f"unknown layout {self.layout!r}; expected one of {LAYOUTS}")
         return checked(self, problems)

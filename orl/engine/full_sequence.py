@@ -18,7 +18,7 @@ from typing import Iterator
 
 import torch
 
-from orl.engine.commit import commit_positions
+from orl.engine.commit import commit_positions, rank_score
 from orl.engine.config import DecodeConfig
 from orl.engine.events import BlockEvent, DoneEvent, Event
 from orl.engine.request import Clock, check_request
@@ -72,8 +72,10 @@ def run(engine, prompt_ids: list[list[int]], cfg: DecodeConfig, *, trace: bool =
             logits = model.read_out(h[:, lo:hi], before=h[:, lo - 1]).masked_fill(banned, float("-inf"))
             noise = hash_uniform(seed, global_step, hi - lo, logits.shape[-1]) if cfg.temperature > 0 else None
             x, conf, ent = select_tokens(logits, cfg.temperature, noise, entropy=cfg.rule == "entropy")
+            conf = rank_score(cfg.confidence, logits, x, conf, cfg.temperature)
             commit = commit_positions(cfg, conf, ent, unresolved, steps, n_valid)
             window = torch.where(commit, x, tokens[:, lo:hi])
+            active = unresolved.any(-1)  # a step counts even when it commits nothing (Dream's schedule may)
             unresolved = unresolved & ~commit
             if cfg.eos_fill:
                 eos = (window == ids.eos) & ~unresolved
@@ -81,7 +83,6 @@ def run(engine, prompt_ids: list[list[int]], cfg: DecodeConfig, *, trace: bool =
                 window = torch.where(after & unresolved, ids.eos, window)
                 unresolved = unresolved & ~after
             tokens[:, lo:hi] = window
-            active = commit.any(-1)
             steps += active
             global_step += active
         now = clock()
