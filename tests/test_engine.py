@@ -342,6 +342,13 @@ def test_trace_to_dict_and_stream_events(engine):
         assert [e.resolved for e in block] == sorted(e.resolved for e in block) and block[-1].resolved == n
         assert block[0].resolved == int(block[0].record.committed.sum())
     assert all(a.at <= b.at for a, b in zip(events, events[1:]))
+    # the engine counts forwards for the streams: steps, plus a commit forward per block when unfused
+    assert [e.forwards for e in steps] == list(range(1, gen.forwards + 1))
+    assert blocks[-1].forwards == gen.forwards == gen.step_forwards
+    plain = list(engine.stream("hi", dataclasses.replace(cfg, fused_commit=False), steps=True))
+    b0 = [e for e in plain if isinstance(e, BlockEvent)]
+    assert [e.forwards for e in b0] == [gen.block_steps[0], gen.step_forwards + 1]
+    assert [e.forwards for e in plain if isinstance(e, StepEvent)][gen.block_steps[0]] == gen.block_steps[0] + 2
     d = steps[0].record.to_dict(TOK)
     assert set(d) >= {"block", "step", "canvas", "unresolved", "tokens", "confidence", "entropy", "committed",
                       "canvas_text", "tokens_text"}

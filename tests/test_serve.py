@@ -168,8 +168,9 @@ def test_completion_matches_engine(client, engine):
     assert r.choices[0].finish_reason == "length"
     u = r.usage.model_dump()
     assert (u["prompt_tokens"], u["completion_tokens"], u["total_tokens"]) == (5, 10, 15)
-    # 10 tokens = 3 blocks of 4 (the last cut at 2): one denoising step per token plus 2 commit forwards
-    assert u["forwards"] == 12 and u["tpf"] == pytest.approx(10 / 12, abs=1e-3)
+    # 10 tokens = 3 blocks of 4 (the last cut at 2): one denoising step per token; the 2 commit forwards
+    # are fused into the next blocks' first steps (DecodeConfig.fused_commit, the default)
+    assert u["forwards"] == 10 and u["tpf"] == pytest.approx(10 / 10, abs=1e-3)
 
 
 def test_chat_matches_engine_with_template(client, engine):
@@ -300,4 +301,5 @@ def test_dlm_stream_step_events(server, engine):
     assert events[-1]["block_steps"] == gen.block_steps == [4, 4, 2]
     assert len(steps) == 10 and all(sum(s["committed"]) == 1 for s in steps)
     assert steps[0]["canvas_text"] == ["<mask>"] * 4 and [s["generated"] for s in steps] == list(range(1, 11))
-    assert [b["forwards"] for b in blocks] == [4, 9, 12] and events[-1]["usage"]["forwards"] == 12
+    assert [b["forwards"] for b in blocks] == [4, 8, 10] and events[-1]["usage"]["forwards"] == 10  # fused commits
+    assert [s["forwards"] for s in steps] == list(range(1, 11))

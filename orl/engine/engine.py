@@ -166,7 +166,8 @@ class Engine(LoadedModel):
                     recorder.after(st, j)
                     done = not bool(st.unresolved.any())
                     if step_events:
-                        yield StepEvent(j, recorder.rows[0][-1], n_valid)
+                        rec = recorder.rows[0][-1]
+                        yield StepEvent(j, rec, n_valid, rows[0].forwards + rec.step + 1)
                 else:
                     done = bool(self.runner(st, cfg, fused))  # the one host sync per chunk
                 fused = False
@@ -180,7 +181,7 @@ class Engine(LoadedModel):
                 if was_live:
                     row.add_block(tokens, n, self.eos_id, now, last=j == last)
             yield BlockEvent(j, n_valid, [list(r.token_ids) for r in rows],
-                             [self.tokenizer.decode(r.token_ids) for r in rows])
+                             [self.tokenizer.decode(r.token_ids) for r in rows], rows[0].forwards)
             if all(r.finished for r in rows) or j == last:
                 break
             if cfg.fused_commit:

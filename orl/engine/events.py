@@ -1,6 +1,7 @@
 """What Engine.run yields while a request decodes: one StepEvent per denoising step (streams with
 steps on), one BlockEvent per committed block, then one DoneEvent. Each carries what its consumers
-(the CLI, the demo, the server's streams) need, so none of them recomputes the block layout."""
+(the CLI, the demo, the server's streams) need, so none of them recomputes the block layout or the
+forward count (a commit forward is counted apart only when it is not fused, DecodeConfig.fused_commit)."""
 from __future__ import annotations
 
 import time
@@ -16,6 +17,7 @@ class StepEvent:
     block: int
     record: StepRecord
     n_valid: int                  # positions of the block within max_new_tokens; the rest are padding
+    forwards: int = 0             # the row's forwards so far, this step's included (prefill excluded)
     at: float = field(default_factory=time.perf_counter)  # when the engine produced it
 
     @property
@@ -32,6 +34,7 @@ class BlockEvent:
     n_valid: int
     token_ids: list[list[int]]
     text: list[str]
+    forwards: int = 0             # the first row's forwards so far (steps, and commit forwards unless fused)
     at: float = field(default_factory=time.perf_counter)
 
 

@@ -50,6 +50,11 @@ class Row:
     block_steps: list[int] = field(default_factory=list)
     done_at: float = 0.0          # request start -> this row's last token
 
+    @property
+    def forwards(self) -> int:
+        """Forwards of the blocks added so far (prefill excluded)."""
+        return self.step_forwards + self.commit_forwards
+
     def add_block(self, tokens: list[int], steps: int, eos_id: int, now: float, last: bool) -> None:
         """A resolved block: its tokens within max_new_tokens, cut after the first EOS, and its steps.
         last: the request's final block (the row is done even without EOS)."""

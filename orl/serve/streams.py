@@ -100,9 +100,10 @@ async def openai_stream(events: Callable[[], Awaitable[Event]], first: Event, ri
 async def dlm_stream(events: Callable[[], Awaitable[Event]], first: Event, job: Job, tokenizer,
                      info: dict) -> AsyncIterator[str]:
     """Web page events: start, step (canvas of the current block and what the step committed), block
-    (committed text so far), done (final text and usage). Live forwards count denoising steps plus one
-    commit forward per finished block, as DESIGN section 5 does; live times are taken on the worker
-    when the event was produced, so a slow reader does not distort them."""
+    (committed text so far), done (final text and usage). Live forwards are the engine's count
+    (denoising steps, plus a commit forward per finished block unless it is fused), as DESIGN section 5
+    does; live times are taken on the worker when the event was produced, so a slow reader does not
+    distort them."""
     yield sse({"type": "start", **info})
     steps, done_tokens, event = 0, 0, first
     try:
@@ -114,7 +115,7 @@ async def dlm_stream(events: Callable[[], Awaitable[Event]], first: Event, job: 
             else:
                 done_tokens = tokens = len(event.token_ids[0])
                 kind, extra = "block", {"text": event.text[0]}
-            forwards = steps + event.block
+            forwards = event.forwards  # the engine's count: no commit forward of its own when fused
             yield sse({**extra, "type": kind, "block": event.block, "generated": tokens,
                        "forwards": forwards, "tpf": round(tokens / max(forwards, 1), 4),
                        "tokens_per_s": round(tokens / elapsed, 2) if elapsed > 0 else 0.0,
