@@ -22,7 +22,10 @@ from reference_decoder import random_model
 TOK = CharTokenizer()
 aten = torch.ops.aten
 RULES = {"threshold": dict(threshold=0.5), "topk": dict(steps_per_block=3), "factor": dict(factor=1.5),
-         "entropy": dict(entropy_bound=1.0)}
+         "entropy": dict(entropy_bound=1.0),
+         # the published decoders (test_published_decoders.py), each with another ranking score
+         "dream": dict(steps_per_block=3, confidence="margin"), "sdar_static": dict(steps_per_block=3, confidence="sampled_prob"),
+         "sdar_dynamic": dict(steps_per_block=3, threshold=0.5, confidence="neg_entropy")}
 
 
 class HostSync(RuntimeError):
@@ -144,7 +147,7 @@ def test_prepare_block_has_no_host_sync(engine):
 
 @pytest.mark.parametrize("rule,residual,temperature,fused", [
     ("threshold", "rcd", 0.0, True), ("topk", "adapter", 0.8, True), ("factor", "off", 0.8, False),
-    ("entropy", "rcd", 0.0, False)])
+    ("entropy", "rcd", 0.0, False), ("dream", "off", 0.8, True), ("sdar_dynamic", "rcd", 0.0, False)])
 def test_run_chunk_compiles_fullgraph_and_matches_eager(engine, rule, residual, temperature, fused):
     cfg = cfg_of(rule, residual, temperature, chunk_steps=1)
     st, P = prepared(engine, cfg)
