@@ -25,7 +25,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     flags = dict(block_len=args.block_len, max_new_tokens=args.max_new_tokens, rule=args.rule,
                  threshold=args.threshold, steps_per_block=args.steps_per_block, factor=args.factor,
                  entropy_bound=args.entropy_bound, residual=args.residual, temperature=args.temperature,
-                 seed=args.seed, chunk_steps=args.chunk_steps, compile=args.compile, cuda_graph=args.cuda_graph)
+                 seed=args.seed, chunk_steps=args.chunk_steps, compile=args.compile, cuda_graph=args.cuda_graph,
+                 confidence=args.confidence)
     DecodeConfig.from_manifest({}, **flags).validate()  # bad flags fail before the weights load
     model, tok, manifest = load_checkpoint(args.model, device=resolve_device(args.device))  # orl.json, once
     # a config.json without orl.json is a causal LM unless its family reader says it is a dLLM (objective)
@@ -194,7 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("generate", help="decode one prompt with dlmrt and print the text and a speed summary")
     s.add_argument("prompt", help="prompt text")
     s.add_argument("--model", required=True, help="checkpoint directory")
-    s.add_argument("--rule", default="threshold", help="commit rule: threshold | topk | factor | entropy")
+    s.add_argument("--rule", default="threshold",
+                   help="commit rule: threshold | topk | factor | entropy | dream | sdar_static | sdar_dynamic")
+    s.add_argument("--confidence", default="prob", help="what the rule ranks by: prob | sampled_prob | margin | neg_entropy")
     s.add_argument("--threshold", type=float, default=0.9, help="threshold rule: commit p_max >= tau (0, 1]")
     s.add_argument("--steps-per-block", type=int, default=0, help="topk rule: steps per block (0: one token per step)")
     s.add_argument("--factor", type=float, default=1.0, help="factor rule: f (> 0)")

@@ -92,6 +92,7 @@ def test_generate_show_steps(ckpt, capsys, one_thread):
     (["--block-len", "-2"], "block_len"),
     (["--max-new-tokens", "0"], "max_new_tokens"),
     (["--temperature", "-1"], "temperature"),
+    (["--confidence", "loudest"], "confidence"),
 ])
 def test_generate_bad_flags_in_process(ckpt, capsys, flags, word):
     assert main(["generate", "--model", str(ckpt), "hi", *flags]) == 2

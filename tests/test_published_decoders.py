@@ -216,3 +216,14 @@ def test_sdar_sampled(sdar_engine, strategy):
     for p in GRID_PROMPTS[:2]:
         want = sdar_generate(sdar_engine.model, TOK.encode(p), banned, 2, strategy, 0.5, 0.8, seed=5)
         assert sdar_engine.generate([p], cfg)[0].token_ids == want
+
+
+def test_cli_generate_runs_a_published_decoder(tmp_path, capsys):
+    from orl.checkpoint import save_checkpoint
+    from orl.cli import main
+
+    model = random_model(3, vocab_size=TOK.vocab_size, learned_pos=False, adapter_dim=0)
+    save_checkpoint(model, TOK, tmp_path / "m", {"block_len": 4, "layout": "absolute_grid"})
+    assert main(["generate", "--model", str(tmp_path / "m"), "hi", "--rule", "sdar_dynamic", "--confidence",
+                 "sampled_prob", "--steps-per-block", "2", "--threshold", "0.5", "--max-new-tokens", "6"]) == 0
+    assert "sdar_dynamic" in capsys.readouterr().out
