@@ -49,6 +49,7 @@ class DecodeConfig:
     cuda_graph: bool = False       # capture chunks of steps as CUDA graphs (GPU only)
     layout: str = "prompt_block"   # where blocks lie: prompt_block | absolute_grid | full_sequence (DESIGN 2)
     confidence: str = "prob"       # what the rules rank by: prob | sampled_prob | margin | neg_entropy
+    cfg_scale: float = 0.0         # classifier-free guidance (LLaDA generate(); full_sequence layout only)
 
     @classmethod
     def from_manifest(cls, manifest: dict, **overrides) -> "DecodeConfig":
@@ -80,6 +81,9 @@ class DecodeConfig:
             problems.append(f"unknown residual mode {self.residual!r}; expected one of {RESIDUAL_MODES}")
         if self.residual_temperature <= 0:
             problems.append(f"residual_temperature must be > 0, got {self.residual_temperature}")
+        if self.cfg_scale < 0 or (self.cfg_scale and self.layout != "full_sequence"):
+            problems.append(f"cfg_scale must be >= 0 and needs layout 'full_sequence', got {self.cfg_scale} "
+                            f"with layout {self.layout!r}")
         if self.confidence not in CONFIDENCES:
             problems.append(f"unknown confidence {self.confidence!r}; expected one of {CONFIDENCES}")
         if self.layout not in LAYOUTS:

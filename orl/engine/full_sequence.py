@@ -40,6 +40,18 @@ def check(cfg: DecodeConfig, trace: bool) -> None:
         raise ValueError("the full-sequence layout does not support: " + "; ".join(problems))
 
 
+def window_logits(model, tokens, pos, mask, lo: int, hi: int, prompt_slots, mask_id: int, scale: float):
+    """Logits [B, hi - lo, V] of the window. scale > 0: LLaDA generate()'s classifier-free guidance,
+    u + (scale + 1)(c - u), u the logits of a copy whose prompt tokens are all masked (one forward of 2B)."""
+    if scale > 0:
+        both = torch.cat([tokens, tokens.masked_fill(prompt_slots, mask_id)])
+        h = model(both, pos.repeat(2, 1), mask.repeat(2, 1, 1), return_hidden=True)
+        c, u = model.read_out(h[:, lo:hi], before=h[:, lo - 1]).float().chunk(2)
+        return u + (scale + 1) * (c - u)
+    h = model(tokens, pos, mask, return_hidden=True)
+    return model.read_out(h[:, lo:hi], before=h[:, lo - 1])
+
+
 @torch.no_grad()
 def run(engine, prompt_ids: list[list[int]], cfg: DecodeConfig, *, trace: bool = False,
         seeds: list[int] | None = None) -> Iterator[Event]:
@@ -60,6 +72,7 @@ def run(engine, prompt_ids: list[list[int]], cfg: DecodeConfig, *, trace: bool =
     rows = [Row(list(p)) for p in prompt_ids]
     banned = torch.zeros(model.args.vocab_size, dtype=torch.bool, device=dev)
     banned[list(ids.banned)] = True
+    prompt_slots = valid & (slot[None] < P)  # LLaDA's guidance masks these in its unconditional copy
     n_blocks = -(-N // L)
     for j in range(n_blocks):
         lo, hi = P + j * L, min(P + (j + 1) * L, T)
@@ -68,8 +81,8 @@ def run(engine, prompt_ids: list[list[int]], cfg: DecodeConfig, *, trace: bool =
         n_valid = torch.full((B,), hi - lo, device=dev)
         steps = torch.zeros(B, dtype=torch.long, device=dev)
         while bool(unresolved.any()):  # the one host check per step
-            h = model(tokens, pos, mask, return_hidden=True)
-            logits = model.read_out(h[:, lo:hi], before=h[:, lo - 1]).masked_fill(banned, float("-inf"))
+            logits = window_logits(model, tokens, pos, mask, lo, hi, prompt_slots, engine.mask_id, cfg.cfg_scale)
+            logits = logits.masked_fill(banned, float("-inf"))  # after guidance: -inf - -inf would be NaN
             noise = hash_uniform(seed, global_step, hi - lo, logits.shape[-1]) if cfg.temperature > 0 else None
             x, conf, ent = select_tokens(logits, cfg.temperature, noise, entropy=cfg.rule == "entropy")
             conf = rank_score(cfg.confidence, logits, x, conf, cfg.temperature)
