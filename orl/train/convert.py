@@ -170,7 +170,7 @@ def evaluate(model: Transformer, streams: dict, cfg: ConvertConfig, ids, bos: in
     """Held-out code windows, every answer block fully masked: the mean CE and the one-shot prediction
     (argmax of every position from one forward) per token and per whole block. A training-time curve;
     the engine's iterative decoding is measured by benchmarks/convert_eval.py."""
-    was = model.training
+    was, dev = model.training, model.lm_head.weight.device
     model.eval()
     rows = with_bos(fixed_windows(streams["code_heldout"], cfg.eval_windows, cfg.window), bos)
     ce_sum, hits, n, blocks_hit, n_blocks = 0.0, 0, 0, 0, 0
@@ -179,9 +179,11 @@ def evaluate(model: Transformer, streams: dict, cfg: ConvertConfig, ids, bos: in
                             torch.Generator().manual_seed(0), 1, eos=False)
         start = b.tokens.shape[1] - (cfg.window - cfg.context)   # the noisy copies, one per block
         b.tokens[:, start:] = ids.mask
-        with torch.autocast(b.tokens.device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
+        b = Batch(*(None if x is None else x.to(dev) for x in (b.tokens, b.pos, b.mask, b.targets, b.weight,
+                                                                b.read_from)))
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.bf16):
             h = model(b.tokens, b.pos, b.mask, return_hidden=True)
-        src = b.read_from[start:] if model.args.shift_logits else torch.arange(start, b.tokens.shape[1])
+        src = b.read_from[start:] if model.args.shift_logits else torch.arange(start, b.tokens.shape[1], device=dev)
         hs = h[:, src].flatten(0, 1)
         tgt = b.targets[:, start:].flatten()
         ce, top = chunked_predict(hs, model.lm_head.weight, tgt, cfg.ce_chunk, model.args.final_logit_softcap)
