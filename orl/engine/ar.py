@@ -60,8 +60,9 @@ class ARState:
     banned: Tensor   # [V] bool: padded vocabulary rows beyond the tokenizer, never valid outputs
 
 
-def ar_step(model: Transformer, st: ARState, temperature: float, eos_id: int) -> None:
-    """One decode step of every row, in place, without reading any tensor value on the host."""
+def ar_step(model: Transformer, st: ARState, temperature: float, eos_id: int, eos_ids: tuple[int, ...] = ()) -> None:
+    """One decode step of every row, in place, without reading any tensor value on the host. A row
+    stops at eos_id or any of eos_ids (end-of-turn tokens); a stopped row repeats eos_id."""
     slot = st.cache.length
     keys = torch.arange(st.cache.max_len, device=slot.device)
     mask = ((keys >= st.pad[:, None]) & (keys <= slot))[:, None, :]          # [B, 1, S]
@@ -72,7 +73,8 @@ def ar_step(model: Transformer, st: ARState, temperature: float, eos_id: int) ->
         logits = logits / temperature - torch.log(-torch.log(noise))
     x = torch.where(st.done, eos_id, logits.argmax(-1))
     st.out.index_copy_(1, st.step.view(1), x[:, None])
-    st.done.logical_or_(x == eos_id)
+    for e in sorted({eos_id, *eos_ids}):
+        st.done.logical_or_(x == e)
     st.token.copy_(x)
     st.cache.length.add_(1)
     st.step.add_(1)
@@ -86,6 +88,7 @@ class ARDecoder(LoadedModel):
             raise ValueError("the tokenizer has no EOS token; AR decoding needs one to stop")
         super().__init__(model, tokenizer, max_len, manifest)
         self.eos_id = tokenizer.eos_id
+        self.eos_ids = tuple(getattr(tokenizer, "eos_ids", None) or (self.eos_id,))  # every id that stops a row
         self.pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else tokenizer.eos_id
         self._states: dict[int, ARState] = {}
         self._compiled = None
@@ -152,7 +155,7 @@ class ARDecoder(LoadedModel):
         while n_steps < cfg.max_new_tokens:
             k = min(cfg.chunk_steps, cfg.max_new_tokens - n_steps)
             for _ in range(k):
-                step(self.model, st, cfg.temperature, self.eos_id)
+                step(self.model, st, cfg.temperature, self.eos_id, self.eos_ids)
             n_steps += k
             done = st.done.tolist()  # the one host sync per chunk
             now = clock()
@@ -164,9 +167,10 @@ class ARDecoder(LoadedModel):
         gens = []
         for b in range(B):
             ids = out[b]
-            finished = self.eos_id in ids
+            stop = next((i for i, t in enumerate(ids) if t in self.eos_ids or t == self.eos_id), None)
+            finished = stop is not None
             if finished:
-                ids = ids[: ids.index(self.eos_id) + 1]
+                ids = ids[: stop + 1]
             gens.append(Generation(
                 prompt_ids=list(prompt_ids[b]), token_ids=ids, text=self.tokenizer.decode(ids), finished=finished,
                 prefill_forwards=int(P > 1), step_forwards=len(ids), commit_forwards=0,

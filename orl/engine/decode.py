@@ -32,7 +32,7 @@ from orl.model.kv_cache import KVCache
 from orl.model.masks import see_self_if_blind, visibility
 from orl.model.model import Transformer
 from orl.model.residual import residual_state
-from orl.model.vocab import SpecialIds, banned_mask
+from orl.model.vocab import SpecialIds, banned_mask, is_eos
 
 
 @dataclass
@@ -211,7 +211,7 @@ def denoise_step(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: Sp
     unresolved = st.unresolved & ~commit
     if cfg.eos_fill:
         # positions after a resolved EOS can only be EOS: resolve them now
-        eos = (canvas == ids.eos) & ~unresolved & ~st.fixed  # a prompt tail's EOS ends nothing
+        eos = is_eos(canvas, ids) & ~unresolved & ~st.fixed  # a prompt tail's EOS ends nothing
         after = eos.cumsum(-1) > eos  # an EOS strictly before: the count up to i exceeds EOS at i
         canvas = torch.where(after & unresolved, ids.eos, canvas)
         unresolved = unresolved & ~after

@@ -179,7 +179,7 @@ class Engine(LoadedModel):
             now = clock()
             for row, tokens, n, was_live in zip(rows, block, steps, live):
                 if was_live:
-                    row.add_block(tokens, n, self.eos_id, now, last=j == last)
+                    row.add_block(tokens, n, self.ids.eos_ids, now, last=j == last)
             yield BlockEvent(j, n_valid, [list(r.token_ids) for r in rows],
                              [self.tokenizer.decode(r.token_ids) for r in rows], rows[0].forwards)
             if all(r.finished for r in rows) or j == last:

@@ -26,6 +26,7 @@ from orl.engine.sampling import hash_uniform, select_tokens
 from orl.engine.sequence import Row
 from orl.model.masks import see_self_if_blind
 from orl.model.padding import left_pad
+from orl.model.vocab import is_eos
 
 
 def check(cfg: DecodeConfig, trace: bool) -> None:
@@ -91,7 +92,7 @@ def run(engine, prompt_ids: list[list[int]], cfg: DecodeConfig, *, trace: bool =
             active = unresolved.any(-1)  # a step counts even when it commits nothing (Dream's schedule may)
             unresolved = unresolved & ~commit
             if cfg.eos_fill:
-                eos = (window == ids.eos) & ~unresolved
+                eos = is_eos(window, ids) & ~unresolved
                 after = eos.cumsum(-1) > eos
                 window = torch.where(after & unresolved, ids.eos, window)
                 unresolved = unresolved & ~after
@@ -102,7 +103,7 @@ def run(engine, prompt_ids: list[list[int]], cfg: DecodeConfig, *, trace: bool =
         block, n_steps = tokens[:, lo:hi].cpu().tolist(), steps.cpu().tolist()
         for row, toks, n in zip(rows, block, n_steps):
             if not row.finished:
-                row.add_block(toks, n, engine.eos_id, now, last=j == n_blocks - 1)
+                row.add_block(toks, n, engine.ids.eos_ids, now, last=j == n_blocks - 1)
         yield BlockEvent(j, hi - lo, [list(r.token_ids) for r in rows], [engine.tokenizer.decode(r.token_ids) for r in rows])
         if all(r.finished for r in rows):
             break

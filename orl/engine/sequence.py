@@ -55,13 +55,15 @@ class Row:
         """Forwards of the blocks added so far (prefill excluded)."""
         return self.step_forwards + self.commit_forwards
 
-    def add_block(self, tokens: list[int], steps: int, eos_id: int, now: float, last: bool) -> None:
-        """A resolved block: its tokens within max_new_tokens, cut after the first EOS, and its steps.
-        last: the request's final block (the row is done even without EOS)."""
+    def add_block(self, tokens: list[int], steps: int, eos_id: int | tuple[int, ...], now: float, last: bool) -> None:
+        """A resolved block: its tokens within max_new_tokens, cut after the first EOS (eos_id: one id or several),
+        and its steps. last: the request's final block (the row is done even without EOS)."""
         self.step_forwards += steps
         self.block_steps.append(steps)
-        if eos_id in tokens:
-            tokens = tokens[: tokens.index(eos_id) + 1]
+        stops = {eos_id} if isinstance(eos_id, int) else set(eos_id)
+        end = next((i for i, t in enumerate(tokens) if t in stops), None)
+        if end is not None:
+            tokens = tokens[: end + 1]
             self.finished = True
         self.token_ids.extend(tokens)
         if self.finished or last:

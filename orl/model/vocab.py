@@ -13,6 +13,17 @@ class SpecialIds(NamedTuple):
     eos: int
     pad: int
     banned: tuple[int, ...] = ()  # never valid outputs (see `special_ids`)
+    eos_ids: tuple[int, ...] = ()  # every id that ends a row (eos, end-of-turn, ...; eos itself always does)
+
+
+def is_eos(tokens: Tensor, ids: SpecialIds) -> Tensor:
+    """tokens == any of the EOS ids, elementwise: a few compares against Python ints (no index tensor
+    from host data, so no host-to-device copy inside a step)."""
+    stop = tokens == ids.eos
+    for e in ids.eos_ids:
+        if e != ids.eos:
+            stop = stop | (tokens == e)
+    return stop
 
 
 def special_ids(tokenizer, vocab_size: int) -> SpecialIds:
@@ -20,7 +31,7 @@ def special_ids(tokenizer, vocab_size: int) -> SpecialIds:
     rows beyond the tokenizer are never valid outputs."""
     m, e, p = tokenizer.mask_id, tokenizer.eos_id, tokenizer.pad_id
     banned = (m,) + ((p,) if p != e else ()) + tuple(range(tokenizer.vocab_size, vocab_size))
-    return SpecialIds(m, e, p, banned)
+    return SpecialIds(m, e, p, banned, tuple(getattr(tokenizer, "eos_ids", None) or (e,)))
 
 
 def _runs(ids: tuple[int, ...]) -> list[tuple[int, int]]:
