@@ -27,6 +27,12 @@ ORL_NAMES = re.compile(r"^(config\.json|orl\.json|model\.safetensors|model-\d{5}
                        r"trainer_state\.json)$")
 
 
+# what a training run keeps inside its output directory besides the checkpoint: the JSONL log (appended
+# between checkpoints, so not checksummed) and the end-of-stage-1 checkpoint; both are carried into
+# every new copy of the directory by hard links
+RUN_FILES = ("train.log.jsonl", "stage1")
+
+
 class NotOrlDirectory(ValueError):
     pass
 
@@ -48,7 +54,7 @@ def read_manifest(d: Path) -> dict | None:
 def foreign_entries(d: Path) -> list[str]:
     """Entries of d that orl did not write: everything but the files its manifest lists (or, for a
     manifest without a list, orl's own file names). An empty directory has none."""
-    entries = sorted(p.name for p in d.iterdir())
+    entries = sorted(p.name for p in d.iterdir() if not _is_run_file(d / p.name))
     if not entries:
         return []
     manifest = read_manifest(d)
@@ -58,6 +64,12 @@ def foreign_entries(d: Path) -> list[str]:
     if isinstance(listed, dict):
         return [n for n in entries if n != MANIFEST and n not in listed]
     return [n for n in entries if not (ORL_NAMES.match(n) and (d / n).is_file())]
+
+
+def _is_run_file(p: Path) -> bool:
+    if p.name == RUN_FILES[0]:
+        return p.is_file()
+    return p.name == RUN_FILES[1] and p.is_dir() and not p.is_symlink() and not foreign_entries(p)
 
 
 def check_replaceable(target: Path) -> None:
@@ -82,8 +94,27 @@ def _complete(d: Path) -> bool:
 
 
 def _remove_if_ours(d: Path) -> None:
-    if d.is_dir() and all(ORL_NAMES.match(p.name) and p.is_file() for p in d.iterdir()):
+    if d.is_dir() and all((ORL_NAMES.match(p.name) and p.is_file()) or _is_run_file(p) for p in d.iterdir()):
         shutil.rmtree(d)
+
+
+def _carry(src: Path, dst: Path) -> None:
+    """Hard-link the run files of the current copy into the new one (a copy where links fail)."""
+    for name in RUN_FILES:
+        p = src / name
+        if not _is_run_file(p):
+            continue
+        if p.is_dir():
+            shutil.copytree(p, dst / name, copy_function=_link_or_copy)
+        else:
+            _link_or_copy(p, dst / name)
+
+
+def _link_or_copy(a, b) -> None:
+    try:
+        os.link(a, b)
+    except OSError:
+        shutil.copy2(a, b)
 
 
 def recover(target: Path) -> str | None:
@@ -105,7 +136,8 @@ def recover(target: Path) -> str | None:
 
 def write_atomically(target: Path, fill: Callable[[Path], None]) -> Path:
     """Create target with fill(tmp_dir), replacing an earlier orl directory. fill must write the
-    manifest last. A crash at any point leaves the old or the new copy, recoverable by recover()."""
+    manifest last. A crash at any point leaves the old or the new copy, recoverable by recover().
+    The run files of an existing target (RUN_FILES) are carried into the new copy first."""
     target = Path(target).resolve()
     recover(target)
     check_replaceable(target)
@@ -113,6 +145,8 @@ def write_atomically(target: Path, fill: Callable[[Path], None]) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0700 would make the checkpoint private to its writer
+        if target.is_dir():
+            _carry(target, tmp)
         fill(tmp)
         for f in tmp.iterdir():
             _fsync(f)

@@ -19,7 +19,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
-from orl.atomic_dir import MANIFEST, NotOrlDirectory, file_digest, write_atomically
+from orl.atomic_dir import MANIFEST, RUN_FILES, NotOrlDirectory, file_digest, write_atomically
 from orl.device import resolve_device
 from orl.model import ModelArgs, Transformer
 from orl.model.families import family_for, get_family
@@ -76,7 +76,7 @@ def save_checkpoint(model: Transformer, tokenizer: Tokenizer, directory: str | o
         for name, data in (extra_files or {}).items():
             (tmp / name).write_bytes(data)
         # the manifest goes last: a copy that has one is complete (orl.atomic_dir.recover)
-        full["files"] = {p.name: file_digest(p) for p in sorted(tmp.iterdir())}
+        full["files"] = {p.name: file_digest(p) for p in sorted(tmp.iterdir()) if p.name not in RUN_FILES}
         _write_json(tmp / MANIFEST, full)
 
     try:

@@ -73,7 +73,7 @@ def test_train_cli_refuses_the_issue_repro_before_any_step(tmp_path):
                        timeout=300)
     assert r.returncode == 2 and "refusing to replace" in r.stderr and "Traceback" not in r.stderr
     assert (victim / "src" / "main.py").read_text() == "x"
-    assert not (tmp_path / "victim.log.jsonl").exists()  # refused before the run started
+    assert not (tmp_path / "victim" / "train.log.jsonl").exists()  # refused before the run started
 
 
 def test_export_refuses_a_foreign_directory(tmp_path):

@@ -169,7 +169,7 @@ def test_recipe_runs_from_the_cli_and_resumes_exactly(base, tmp_path, monkeypatc
     assert rec["name"] == "convert" and rec["step"] == cfg.steps and rec["base"] == cfg.base
     corpus = json.loads((base / "corpus" / "corpus.json").read_text())
     assert rec["corpus"]["files_sha256"] == corpus["files_sha256"] and corpus["n_files"]["heldout"] > 0
-    log = [json.loads(x) for x in (tmp_path / "cut.log.jsonl").read_text().splitlines()]
+    log = [json.loads(x) for x in (tmp_path / "cut" / "train.log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log if "step" in r][-2:] == [3, 4] and "heldout" in log[-1]
     # the converted checkpoint decodes under the block-diffusion engine
     from orl.engine import DecodeConfig, Engine

@@ -142,9 +142,9 @@ def test_pretrain_under_torchrun_resumes_and_matches_one_process(tmp_path, monke
     out = p.stdout + p.stderr
     assert out.count("resumed from") == 1 and out.count("done: steps 3-6") == 1  # rank 0 alone speaks
     assert max_diff(tmp_path / "one", tmp_path / "two") < ATOL
-    assert max_diff(tmp_path / "one-stage1", tmp_path / "two-stage1") < ATOL
-    same_records(tmp_path / "one.log.jsonl", tmp_path / "two.log.jsonl", "step", ["loss", "grad_norm", "lr"])
-    assert len(open(tmp_path / "two.log.jsonl").readlines()) == 6  # each step logged once
+    assert max_diff(tmp_path / "one" / "stage1", tmp_path / "two" / "stage1") < ATOL
+    same_records(tmp_path / "one" / "train.log.jsonl", tmp_path / "two" / "train.log.jsonl", "step", ["loss", "grad_norm", "lr"])
+    assert len(open(tmp_path / "two" / "train.log.jsonl").readlines()) == 6  # each step logged once
 
 
 # ---- ORL and RCD: forked ranks ------------------------------------------------------------------------
@@ -204,9 +204,9 @@ def test_orl_two_processes_match_one_and_resume(base, tmp_path, verifier):
     run_orl(cfg, tmp_path / "one")
     two_ranks(run_orl, dataclasses.replace(cfg, updates=2), tmp_path / "two")
     two_ranks(run_orl, cfg, tmp_path / "two")  # resumes at update 2 (updates may grow on resume)
-    one, two = records(tmp_path / "one.log.jsonl", "update"), records(tmp_path / "two.log.jsonl", "update")
+    one, two = records(tmp_path / "one" / "train.log.jsonl", "update"), records(tmp_path / "two" / "train.log.jsonl", "update")
     assert one[2]["kept"] == 4 and one[1]["kept"] == 6  # the rejected prompt took effect
-    same_records(tmp_path / "one.log.jsonl", tmp_path / "two.log.jsonl", "update", ORL_FIELDS)
+    same_records(tmp_path / "one" / "train.log.jsonl", tmp_path / "two" / "train.log.jsonl", "update", ORL_FIELDS)
     assert max_diff(tmp_path / "one", tmp_path / "two") < ATOL
     assert load_checkpoint(tmp_path / "two")[2]["recipe"]["update"] == 3
 
@@ -224,10 +224,10 @@ def test_ablations_two_processes_match_one(base, tmp_path, verifier, recipe):
         cfg, run, fields = orl_cfg(base, updates=2, rollout_reuse=2, keep="fastest", kl_conf=0.0), run_orl, ORL_FIELDS
     run(cfg, tmp_path / "one")
     two_ranks(run, cfg, tmp_path / "two")
-    same_records(tmp_path / "one.log.jsonl", tmp_path / "two.log.jsonl", "update", fields)
+    same_records(tmp_path / "one" / "train.log.jsonl", tmp_path / "two" / "train.log.jsonl", "update", fields)
     assert max_diff(tmp_path / "one", tmp_path / "two") < ATOL
     if recipe != "rcd":  # the second update reused the first one's rollouts against the stale weights
-        recs = records(tmp_path / "two.log.jsonl", "update")
+        recs = records(tmp_path / "two" / "train.log.jsonl", "update")
         assert recs[1]["generated_tokens"] == recs[2]["generated_tokens"] and recs[2]["kl"] > 0
 
 

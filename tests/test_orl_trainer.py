@@ -55,7 +55,7 @@ def records(path):
 
 def test_updates_change_weights_and_log(base, tmp_path, accept_everything):
     train_orl(cfg_for(base), tmp_path / "run", log=lambda *_: None)
-    recs = records(tmp_path / "run.log.jsonl")
+    recs = records(tmp_path / "run" / "train.log.jsonl")
     assert sorted(recs) == [1, 2, 3, 4]
     assert all("loss" in r and "aec" in r and r["kept"] > 0 for r in recs.values())
     assert recs[4]["generated_tokens"] > recs[1]["generated_tokens"] > 0
@@ -101,21 +101,21 @@ def test_resume_is_exact(base, tmp_path, accept_everything, monkeypatch):
         train_orl(cfg_for(base), tmp_path / "b", log=lambda *_: None)
     monkeypatch.setattr(trainer, "orl_loss", real)
     train_orl(cfg_for(base), tmp_path / "b", log=lambda *_: None)
-    a, b = records(tmp_path / "a.log.jsonl"), records(tmp_path / "b.log.jsonl")
+    a, b = records(tmp_path / "a" / "train.log.jsonl"), records(tmp_path / "b" / "train.log.jsonl")
     for u in (1, 2, 3, 4):
         assert a[u]["loss"] == b[u]["loss"] and a[u]["rollout_tpf"] == b[u]["rollout_tpf"]
 
 
 def test_stale_rollouts_reuse_one_batch(base, tmp_path, accept_everything):
     train_orl(cfg_for(base, rollout_reuse=2), tmp_path / "s", log=lambda *_: None)
-    recs = records(tmp_path / "s.log.jsonl")
+    recs = records(tmp_path / "s" / "train.log.jsonl")
     assert recs[1]["generated_tokens"] == recs[2]["generated_tokens"] < recs[3]["generated_tokens"]
 
 
 def test_fastest_keeps_one_rollout_per_prompt(base, tmp_path, accept_everything):
     cfg = cfg_for(base, keep="fastest")
     train_orl(cfg, tmp_path / "f", log=lambda *_: None)
-    assert all(r["kept"] == cfg.prompts_per_update for r in records(tmp_path / "f.log.jsonl").values())
+    assert all(r["kept"] == cfg.prompts_per_update for r in records(tmp_path / "f" / "train.log.jsonl").values())
 
 
 def test_select_kept_picks_the_fastest_verified_rollout_of_each_prompt():
@@ -155,7 +155,7 @@ def test_rcd_trains_on_base_outputs_and_resumes_exactly(base, tmp_path, accept_e
     rcd.train_rcd(cfg, tmp_path / "full", log=lambda *_: None)
     rcd.train_rcd(dataclasses.replace(cfg, updates=2), tmp_path / "part", log=lambda *_: None)
     rcd.train_rcd(cfg, tmp_path / "part", log=lambda *_: None)
-    full, part = records(tmp_path / "full.log.jsonl"), records(tmp_path / "part.log.jsonl")
+    full, part = records(tmp_path / "full" / "train.log.jsonl"), records(tmp_path / "part" / "train.log.jsonl")
     assert sorted(full) == [1, 2, 3, 4] and all(r["kept"] > 0 for r in full.values())
     assert [full[u]["loss"] for u in (3, 4)] == [part[u]["loss"] for u in (3, 4)]
     model, _, manifest = load_checkpoint(tmp_path / "full")

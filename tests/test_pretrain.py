@@ -94,7 +94,7 @@ def test_shifted_diffusion_row_equals_the_engine_step():
 def test_few_steps_reduce_loss(tmp_path):
     cfg = small_cfg(ar_steps=25, diffusion_steps=0, lr=1e-2)
     pretrain(cfg, tmp_path / "run", log=lambda *_: None)
-    ls = losses(tmp_path / "run.log.jsonl")
+    ls = losses(tmp_path / "run" / "train.log.jsonl")
     assert sum(ls[-5:]) / 5 < 0.7 * sum(ls[:5]) / 5
 
 
@@ -122,11 +122,11 @@ def test_resume_is_exact(tmp_path, monkeypatch):
     def by_step(path):
         return {r["step"]: r["loss"] for r in map(json.loads, open(path))}
 
-    a, b = by_step(tmp_path / "a.log.jsonl"), by_step(tmp_path / "b.log.jsonl")
+    a, b = by_step(tmp_path / "a" / "train.log.jsonl"), by_step(tmp_path / "b" / "train.log.jsonl")
     assert len(a) == 12 and a == b
     # step 7 ran before the crash and again after the resume from step 6: the log holds it once
-    assert [json.loads(line)["step"] for line in open(tmp_path / "b.log.jsonl")] == list(range(1, 13))
-    assert (tmp_path / "a-stage1" / "trainer_state.pt").exists()  # the end of stage 1 is kept
+    assert [json.loads(line)["step"] for line in open(tmp_path / "b" / "train.log.jsonl")] == list(range(1, 13))
+    assert (tmp_path / "a" / "stage1" / "trainer_state.pt").exists()  # the end of stage 1 is kept
 
 
 def test_micro_batches_follow_the_mix():

@@ -70,3 +70,22 @@ def test_a_run_ends_with_a_summary_and_a_rerun_says_it_is_complete(tmp_path):
     lines.clear()
     pretrain(cfg, tmp_path / "run", log=lines.append)
     assert lines[-1] == f"nothing to do: {tmp_path / 'run'} already holds all 2 steps"
+
+
+def test_the_log_and_stage1_live_inside_out_and_survive_every_save(tmp_path):
+    """issue 23 item 8: one directory per run; each checkpoint write carries the log and stage 1 along."""
+    import json
+
+    from orl.checkpoint import load_checkpoint
+    from orl.overrides import apply_overrides
+    from orl.train.pretrain import pretrain
+
+    cfg = apply_overrides(get_preset("pretrain", "smoke"), ["threads=1", "save_every=2"])
+    pretrain(cfg, tmp_path / "run", log=lambda *_: None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    out = tmp_path / "run"
+    assert [json.loads(x)["step"] for x in open(out / "train.log.jsonl")] == list(range(1, 9))
+    assert load_checkpoint(out / "stage1")[2]["recipe"]["step"] == 4  # saved at step 4, carried by saves 6, 8
+    manifest = json.loads((out / "orl.json").read_text())
+    assert "train.log.jsonl" not in manifest["files"] and "stage1" not in manifest["files"]
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]

@@ -24,7 +24,7 @@ def smoke(**kw):
 
 
 def steps_logged(out: Path) -> list[int]:
-    return [json.loads(line)["step"] for line in open(out.parent / f"{out.name}.log.jsonl")]
+    return [json.loads(line)["step"] for line in open(out / "train.log.jsonl")]
 
 
 # ---------------------------------------------------------------- resume
@@ -78,12 +78,12 @@ def test_a_kill_between_the_two_renames_resumes_instead_of_restarting(tmp_path):
 
 def test_a_kill_during_the_stage1_save_does_not_lose_stage1(tmp_path):
     out = tmp_path / "run"
-    run_killed(out, ".run-stage1.tmp-", kill_at=1)
-    assert not (tmp_path / "run-stage1").exists()
+    run_killed(out, ".stage1.tmp-", kill_at=1)
+    assert not (out / "stage1").exists()
     pretrain(smoke(save_every=2), out, **QUIET)
     from orl.checkpoint import load_checkpoint
 
-    assert load_checkpoint(tmp_path / "run-stage1")[2]["recipe"]["step"] == 4
+    assert load_checkpoint(out / "stage1")[2]["recipe"]["step"] == 4
 
 
 # ---------------------------------------------------------------- --set

@@ -25,7 +25,7 @@ def read_log(path: str | os.PathLike) -> list[dict]:
             if "update" in rec:
                 rows.append(rec)
     if not rows:
-        raise ValueError(f"{path} holds no per-update records: is it a trainer log (*.log.jsonl)?")
+        raise ValueError(f"{path} holds no per-update records: is it a trainer log (<run>/train.log.jsonl)?")
     return rows
 
 
@@ -40,12 +40,18 @@ def smooth(values: list[float], window: int) -> list[float]:
     return out
 
 
+def run_name(path) -> str:
+    """A run's label: its directory for `<run>/train.log.jsonl`, else the file name without .log.jsonl."""
+    p = Path(path)
+    return p.parent.name if p.name == "train.log.jsonl" else p.name.removesuffix(".log.jsonl")
+
+
 def plot_training_curves(paths: list[str | os.PathLike], path: Path, window: int = 10) -> Figure:
     """One panel per quantity, one line per log, labelled by the log's file name; every panel has its
     legend beside it, and a log keeps its colour and line style in every panel."""
     from orl.eval.plots import LEGEND, styles
 
-    logs = {Path(p).name.removesuffix(".log.jsonl"): read_log(p) for p in paths}
+    logs = {run_name(p): read_log(p) for p in paths}
     style = styles(list(logs))
     fig = Figure(figsize=(8.2 * 2, 3 * max(3.0, 0.16 * len(logs) + 0.8)), layout="constrained")
     for i, (key, title) in enumerate(PANELS):

@@ -70,8 +70,9 @@ def _defaults(cfg_type, config: dict) -> dict:
 
 def check_output(*dirs: Path) -> None:
     """Finish interrupted writes, then refuse any output orl may not replace - before any step runs."""
-    for d in dirs:
+    for d in dirs:  # --out first: a stage-1 copy inside it is recovered once --out is back
         recover(d)
+    for d in dirs:
         try:
             check_replaceable(Path(d).resolve())
         except NotOrlDirectory as e:

@@ -22,6 +22,7 @@ from orl.model.args import ModelArgs
 from orl.model.model import Transformer
 from orl.train.batches import Batch, ar_batch, diffusion_batch, shift_positions, weighted_ce_sum
 from orl.train.dist import SINGLE, Dist, setup, shard_rows
+from orl.atomic_dir import RUN_FILES
 from orl.train.loop import TrainLoop, check_fields, make_optimizer
 
 
@@ -174,7 +175,7 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_co
     if cfg.model.vocab_size < tok.vocab_size:
         raise ValueError(f"model vocab_size {cfg.model.vocab_size} < tokenizer vocab {tok.vocab_size}")
     out = Path(out).resolve()
-    stage1 = out.parent / f"{out.name}-stage1"
+    stage1 = out / RUN_FILES[1]  # the end of the AR stage, kept inside the run
     dist = setup()
     loop = TrainLoop(cfg, out, cfg.total_steps, "step", resume=resume, allow_config_change=allow_config_change,
                      extra_outputs=(stage1,), log=log, dist=dist)
