@@ -21,6 +21,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from orl.cli_models import generate_autoregressive
     from orl.device import resolve_device
     from orl.engine import DecodeConfig, DoneEvent, Engine, StepEvent
+    from orl.model.families.common import dtype_from_name
 
     flags = dict(block_len=args.block_len, max_new_tokens=args.max_new_tokens, rule=args.rule,
                  threshold=args.threshold, steps_per_block=args.steps_per_block, factor=args.factor,
@@ -28,7 +29,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
                  seed=args.seed, chunk_steps=args.chunk_steps, compile=args.compile, cuda_graph=args.cuda_graph,
                  confidence=args.confidence)
     DecodeConfig.from_manifest({}, **flags).validate()  # bad flags fail before the weights load
-    model, tok, manifest = load_checkpoint(args.model, device=resolve_device(args.device))  # orl.json, once
+    dtype = dtype_from_name(args.dtype) if args.dtype else None  # an unknown name fails before loading too
+    model, tok, manifest = load_checkpoint(args.model, device=resolve_device(args.device), dtype=dtype)  # orl.json, once
     # a config.json without orl.json is a causal LM unless its family reader says it is a dLLM (objective)
     plain_causal = manifest.get("source") == "config.json" and manifest.get("objective") is None
     if manifest.get("objective") == "autoregressive" or plain_causal:
@@ -197,6 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--model", required=True, help="checkpoint directory")
     s.add_argument("--rule", default="threshold",
                    help="commit rule: threshold | topk | factor | entropy | dream | sdar_static | sdar_dynamic")
+    s.add_argument("--dtype", default=None, help="cast the weights at load: float32 | bfloat16 | float16 (default: the file's)")
     s.add_argument("--confidence", default="prob", help="what the rule ranks by: prob | sampled_prob | margin | neg_entropy")
     s.add_argument("--threshold", type=float, default=0.9, help="threshold rule: commit p_max >= tau (0, 1]")
     s.add_argument("--steps-per-block", type=int, default=0, help="topk rule: steps per block (0: one token per step)")
