@@ -2,7 +2,7 @@
 """Paired training-loss curves of two pretraining runs that share batches (same seed, tasks and mix):
 mean loss and per-family loss per window of steps, over the steps both logs have.
 
-    python benchmarks/compare_losses.py runs/tiny7-base.log.jsonl runs/tiny7-nooffset.log.jsonl --window 100
+    python benchmarks/compare_losses.py runs/tiny7-base/train.log.jsonl runs/tiny7-nooffset/train.log.jsonl --window 200
 """
 from __future__ import annotations
 
