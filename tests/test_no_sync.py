@@ -25,7 +25,8 @@ RULES = {"threshold": dict(threshold=0.5), "topk": dict(steps_per_block=3), "fac
          "entropy": dict(entropy_bound=1.0),
          # the published decoders (test_published_decoders.py), each with another ranking score
          "dream": dict(steps_per_block=3, confidence="margin"), "sdar_static": dict(steps_per_block=3, confidence="sampled_prob"),
-         "sdar_dynamic": dict(steps_per_block=3, threshold=0.5, confidence="neg_entropy")}
+         "sdar_dynamic": dict(steps_per_block=3, threshold=0.5, confidence="neg_entropy"),
+         "dream_origin": dict(steps_per_block=3, confidence="random")}
 
 
 class HostSync(RuntimeError):

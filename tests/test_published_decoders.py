@@ -278,3 +278,78 @@ def test_llada_classifier_free_guidance(shift):
 def test_guidance_is_refused_outside_full_sequence():
     with pytest.raises(ValueError, match="cfg_scale must be >= 0 and needs layout 'full_sequence'"):
         DecodeConfig(cfg_scale=1.0).validate()
+
+
+# ---------------------------------------------------------------- random orderings (LLaDA random, Dream origin)
+
+def uniforms(seed: int, step: int, n: int) -> torch.Tensor:
+    """The engine's 'random' scores of n window positions at a noise step (orl.engine.commit.rank_score)."""
+    from orl.engine.commit import RANDOM_SALT
+    return hash_uniform(torch.tensor([seed ^ RANDOM_SALT]), torch.tensor([step]), n, 1)[0, :, 0]
+
+
+def dream_origin_generate(model, prompt, banned, gen, steps, seed, eps=1e-3):
+    """Dream `_sample` alg='origin': per step, each masked position transfers with probability 1 - s / t
+    (all at the last step), its token sampled (greedy here); torch.rand replaced by the engine's uniforms."""
+    x = torch.tensor(list(prompt) + [TOK.mask_id] * gen)
+    T, P = len(x), len(prompt)
+    timesteps = torch.linspace(1, eps, steps + 1)
+    for i in range(steps):
+        mask_index = x == TOK.mask_id
+        logits = logits_at(model, x.tolist(), torch.ones(1, T, T, dtype=torch.bool), banned)
+        t, s = timesteps[i], timesteps[i + 1]
+        p_transfer = 1 - s / t if i < steps - 1 else 1
+        u = torch.zeros(T)
+        u[P:] = uniforms(seed, i, gen)
+        transfer = mask_index & (u < p_transfer)
+        x[transfer] = logits.argmax(-1)[transfer]
+    return truncate(x[P:].tolist())
+
+
+def llada_random_generate(model, prompt, banned, gen, block, steps, seed):
+    """LLaDA generate() with remasking='random': x0_p uniform instead of the confidence, then the same
+    per-block topk schedule (the engine's noise step counts every step of the request)."""
+    x = torch.tensor(list(prompt) + [TOK.mask_id] * gen)
+    P, T = len(prompt), len(prompt) + gen
+    full, gstep = torch.ones(1, T, T, dtype=torch.bool), 0
+    for b in range(-(-gen // block)):
+        s, e = P + b * block, min(P + (b + 1) * block, T)
+        n = e - s
+        schedule = [n // steps + (1 if i < n % steps else 0) for i in range(steps)]
+        for i in range(steps):
+            mask_index = x == TOK.mask_id
+            x0 = logits_at(model, x.tolist(), full, banned).argmax(-1)
+            x0_p = torch.full((T,), -torch.inf)
+            x0_p[s:e] = uniforms(seed, gstep, e - s)
+            confidence = torch.where(mask_index, x0_p, -torch.inf)
+            idx = torch.topk(confidence, schedule[i]).indices
+            x[idx] = x0[idx]
+            gstep += 1
+    return truncate(x[P:].tolist())
+
+
+def test_dream_origin(dream_engine):
+    GEN, steps = 10, 4
+    cfg = DecodeConfig(block_len=GEN, max_new_tokens=GEN, rule="dream_origin", confidence="random",
+                       steps_per_block=steps, layout="full_sequence", eos_fill=False, seed=3)
+    banned = list(dream_engine.ids.banned)
+    for p in PROMPTS[:2]:
+        assert dream_engine.generate([p], cfg)[0].token_ids == dream_origin_generate(
+            dream_engine.model, TOK.encode(p), banned, GEN, steps, seed=3)
+    other = [dream_origin_generate(dream_engine.model, TOK.encode(p), banned, GEN, steps, seed=4) for p in PROMPTS[:2]]
+    assert other != [dream_origin_generate(dream_engine.model, TOK.encode(p), banned, GEN, steps, seed=3)
+                     for p in PROMPTS[:2]]  # the uniforms decide: the comparison above can tell
+    with pytest.raises(ValueError, match="rule 'dream_origin' needs confidence 'random'"):
+        DecodeConfig(rule="dream_origin").validate()
+
+
+def test_llada_random_remasking():
+    model = random_model(5, vocab_size=TOK.vocab_size, eos_bias=-2.0, adapter_dim=0)
+    engine = Engine(model, TOK)
+    banned = list(engine.ids.banned)
+    cfg = DecodeConfig(block_len=4, max_new_tokens=10, rule="topk", confidence="random", steps_per_block=2,
+                       layout="full_sequence", eos_fill=False, seed=9)
+    want = [llada_random_generate(model, TOK.encode(p), banned, 10, 4, 2, seed=9) for p in PROMPTS[:2]]
+    assert [engine.generate([p], cfg)[0].token_ids for p in PROMPTS[:2]] == want
+    low = [llada_generate_cfg(model, TOK.encode(p), banned, 10, 4, 2, 0.0) for p in PROMPTS[:2]]
+    assert want != low  # the random order decoded differently from low_confidence

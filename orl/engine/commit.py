@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from orl.engine.config import DecodeConfig
+from orl.engine.sampling import hash_uniform
 
 
 def rank_desc(score: Tensor, candidates: Tensor) -> Tensor:
@@ -66,15 +67,23 @@ def entropy_rule(entropy: Tensor, candidates: Tensor, bound: float | Tensor) -> 
 DREAM_EPS = 1e-3  # diffusion_generate's default eps: the last timestep of linspace(1, eps, steps + 1)
 
 
-def rank_score(kind: str, logits: Tensor, x: Tensor, conf: Tensor, temperature: float | Tensor) -> Tensor:
+RANDOM_SALT = 0x5DEECE66D  # the 'random' scores' noise stream, apart from the sampling noise of the same seed
+
+
+def rank_score(kind: str, logits: Tensor, x: Tensor, conf: Tensor, temperature: float | Tensor,
+               seed: Tensor | None = None, step: Tensor | None = None) -> Tensor:
     """The score the rule ranks positions by. 'prob': conf, p(token) under the untempered model (LLaDA,
     and the engine's own rules). The others read the sampling distribution p = softmax(logits / T)
     (T = 0: softmax(logits)), as Dream's sample_tokens and SDAR's sampler do: 'sampled_prob' p(token),
     'margin' p_1 - p_2 (Dream topk_margin), 'neg_entropy' sum p log(p + 1e-10) (Dream entropy).
+    'random': a uniform in (0, 1) per (row seed, step, position), from orl's counter-based noise (LLaDA's
+    `random` remasking, Dream's `origin`; seed / step [B] are the rows' seeds and noise counters).
     x: the chosen tokens [B, L] (the argmax, or the Gumbel-max sample of that distribution). T may be
     a 0-d device tensor: no host value is read."""
     if kind == "prob":
         return conf
+    if kind == "random":
+        return hash_uniform(seed ^ RANDOM_SALT, step, conf.shape[-1], 1)[..., 0]
     if isinstance(temperature, Tensor):
         t = torch.where(temperature > 0, temperature, torch.ones_like(temperature))
     else:
@@ -111,6 +120,14 @@ def dream_rule(conf: Tensor, candidates: Tensor, step: Tensor, n_steps: int | Te
     k = (m.float() * (1 - s / t)).long()
     k = torch.where(step >= n_steps - 1, m, k)
     return candidates & (rank_desc(conf, candidates) < k[:, None])
+
+
+def dream_origin_rule(u: Tensor, candidates: Tensor, step: Tensor, n_steps: int | Tensor) -> Tensor:
+    """Dream diffusion_generate alg='origin': each masked position independently with probability
+    1 - s / t (u: its uniform, confidence 'random'); the last step (and any later) all."""
+    t, s = dream_timestep(step, n_steps), dream_timestep(step + 1, n_steps)
+    p = torch.where(step >= n_steps - 1, torch.ones_like(t), 1 - s / t)
+    return candidates & (u < p[:, None])
 
 
 def sdar_schedule(length: int, step: Tensor, n_steps: int | Tensor) -> Tensor:
@@ -151,6 +168,8 @@ def commit_positions(cfg: DecodeConfig, conf: Tensor, entropy: Tensor | None, ca
         return entropy_rule(entropy, candidates, k.entropy_bound)
     if cfg.rule == "dream":
         return dream_rule(conf, candidates, step, k.n_steps)
+    if cfg.rule == "dream_origin":
+        return dream_origin_rule(conf, candidates, step, k.n_steps)
     if cfg.rule == "sdar_static":
         return sdar_static_rule(conf, candidates, step, k.n_steps)
     if cfg.rule == "sdar_dynamic":

@@ -5,8 +5,8 @@ from dataclasses import asdict, dataclass, fields
 
 from orl.model.residual import RESIDUAL_MODES
 
-RULES = ("threshold", "topk", "factor", "entropy", "dream", "sdar_static", "sdar_dynamic")  # orl.engine.commit
-CONFIDENCES = ("prob", "sampled_prob", "margin", "neg_entropy")  # what a rule ranks by (commit.rank_score)
+RULES = ("threshold", "topk", "factor", "entropy", "dream", "dream_origin", "sdar_static", "sdar_dynamic")  # orl.engine.commit
+CONFIDENCES = ("prob", "sampled_prob", "margin", "neg_entropy", "random")  # what a rule ranks by (commit.rank_score)
 LAYOUTS = ("prompt_block", "absolute_grid", "full_sequence")  # orl.engine.layouts, orl.engine.full_sequence
 
 
@@ -48,7 +48,7 @@ class DecodeConfig:
     compile: bool = False          # torch.compile the step function (CPU/GPU)
     cuda_graph: bool = False       # capture chunks of steps as CUDA graphs (GPU only)
     layout: str = "prompt_block"   # where blocks lie: prompt_block | absolute_grid | full_sequence (DESIGN 2)
-    confidence: str = "prob"       # what the rules rank by: prob | sampled_prob | margin | neg_entropy
+    confidence: str = "prob"       # what the rules rank by: prob | sampled_prob | margin | neg_entropy | random
     cfg_scale: float = 0.0         # classifier-free guidance (LLaDA generate(); full_sequence layout only)
 
     @classmethod
@@ -84,6 +84,8 @@ class DecodeConfig:
         if self.cfg_scale < 0 or (self.cfg_scale and self.layout != "full_sequence"):
             problems.append(f"cfg_scale must be >= 0 and needs layout 'full_sequence', got {self.cfg_scale} "
                             f"with layout {self.layout!r}")
+        if self.rule == "dream_origin" and self.confidence != "random":
+            problems.append(f"rule 'dream_origin' needs confidence 'random' (its uniforms), got {self.confidence!r}")
         if self.confidence not in CONFIDENCES:
             problems.append(f"unknown confidence {self.confidence!r}; expected one of {CONFIDENCES}")
         if self.layout not in LAYOUTS:

@@ -205,7 +205,7 @@ def denoise_step(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: Sp
     if cfg.temperature > 0:
         noise = hash_uniform(st.seed, st.global_step, L, V)
     x, conf, ent = select_tokens(logits, st.knobs.temperature, noise, entropy=record or cfg.rule == "entropy")
-    conf = rank_score(cfg.confidence, logits, x, conf, st.knobs.temperature)  # published decoders' orderings
+    conf = rank_score(cfg.confidence, logits, x, conf, st.knobs.temperature, st.seed, st.global_step)
     commit = commit_positions(cfg, conf, ent, st.unresolved, st.steps, st.n_valid, st.knobs)
     canvas = torch.where(commit, x, st.canvas)
     unresolved = st.unresolved & ~commit

@@ -86,7 +86,7 @@ def run(engine, prompt_ids: list[list[int]], cfg: DecodeConfig, *, trace: bool =
             logits = logits.masked_fill(banned, float("-inf"))  # after guidance: -inf - -inf would be NaN
             noise = hash_uniform(seed, global_step, hi - lo, logits.shape[-1]) if cfg.temperature > 0 else None
             x, conf, ent = select_tokens(logits, cfg.temperature, noise, entropy=cfg.rule == "entropy")
-            conf = rank_score(cfg.confidence, logits, x, conf, cfg.temperature)
+            conf = rank_score(cfg.confidence, logits, x, conf, cfg.temperature, seed, global_step)
             commit = commit_positions(cfg, conf, ent, unresolved, steps, n_valid)
             window = torch.where(commit, x, tokens[:, lo:hi])
             active = unresolved.any(-1)  # a step counts even when it commits nothing (Dream's schedule may)
