@@ -198,9 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("prompt", help="prompt text")
     s.add_argument("--model", required=True, help="checkpoint directory")
     s.add_argument("--rule", default="threshold",
-                   help="commit rule: threshold | topk | factor | entropy | dream | sdar_static | sdar_dynamic")
+                   help="commit rule: threshold | topk | factor | entropy | dream | dream_origin | sdar_static | sdar_dynamic")
     s.add_argument("--dtype", default=None, help="cast the weights at load: float32 | bfloat16 | float16 (default: the file's)")
-    s.add_argument("--confidence", default="prob", help="what the rule ranks by: prob | sampled_prob | margin | neg_entropy")
+    s.add_argument("--confidence", default="prob", help="what the rule ranks by: prob | sampled_prob | margin | neg_entropy | random")
     s.add_argument("--threshold", type=float, default=0.9, help="threshold rule: commit p_max >= tau (0, 1]")
     s.add_argument("--steps-per-block", type=int, default=0, help="topk rule: steps per block (0: one token per step)")
     s.add_argument("--factor", type=float, default=1.0, help="factor rule: f (> 0)")
