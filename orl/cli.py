@@ -136,12 +136,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
                                     max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                                     steps_per_block=args.steps_per_block, factor=args.factor,
                                     entropy_bound=args.entropy_bound, chunk_steps=args.chunk_steps,
-                                    compile=args.compile or None, cuda_graph=args.cuda_graph or None).items()
+                                    compile=args.compile or None, cuda_graph=args.cuda_graph or None,
+                                    confidence=args.confidence).items()
               if v is not None}
     spec = EvalSpec(model=args.model, out=args.out, tasks=tasks, split=args.split, limit=args.limit,
                     thresholds=_floats(args.thresholds) if args.thresholds else [args.threshold], decode=decode,
                     batch_size=args.batch_size, n_samples=args.n_samples, seed=args.seed, device=args.device,
-                    prompt_style=args.prompt_style, progress=not args.no_progress)
+                    prompt_style=args.prompt_style, progress=not args.no_progress, dtype=args.dtype)
     print(eval_summary(run_eval(spec)))
     return 0
 
@@ -269,7 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--limit", type=int, default=100, help="samples per task")
     s.add_argument("--threshold", type=float, default=0.9, help="commit threshold (one point)")
     s.add_argument("--thresholds", help="comma-separated thresholds to sweep; overrides --threshold")
-    s.add_argument("--rule", help="commit rule: threshold | topk | factor | entropy")
+    s.add_argument("--rule", help="commit rule: threshold | topk | factor | entropy | dream | dream_origin | sdar_static | sdar_dynamic")
+    s.add_argument("--confidence", help="what the rule ranks by: prob | sampled_prob | margin | neg_entropy | random")
+    s.add_argument("--dtype", help="cast the weights at load: float32 | bfloat16 | float16 (default: the file's)")
     s.add_argument("--residual", help="residual mode: off | rcd | adapter")
     s.add_argument("--block-len", type=int, help="block length (default: the checkpoint's)")
     s.add_argument("--max-new-tokens", type=int)

@@ -26,6 +26,7 @@ from orl.eval.humaneval import HumanEval
 from orl.eval.records import (RecordWriter, code_identity, config_id, decoder_label, model_identity, read_records,
                               record_key)
 from orl.eval.tasks import Sample, get_task, make_samples, task_names
+from orl.model.families.common import DTYPES
 
 PROMPT_STYLES = ("auto", "base", "chat")
 
@@ -44,6 +45,7 @@ class EvalSpec:
     seed: int = 0                        # sample selection and decode seed
     device: str = "cpu"
     prompt_style: str = "auto"           # humaneval: chat if the tokenizer has a chat template
+    dtype: str | None = None             # cast the weights at load (None: the file's dtype)
     progress: bool = True
 
     def validate(self) -> "EvalSpec":
@@ -54,6 +56,8 @@ class EvalSpec:
             problems.append("give at least one threshold")
         if self.prompt_style not in PROMPT_STYLES:
             problems.append(f"unknown prompt style {self.prompt_style!r}; expected one of {PROMPT_STYLES}")
+        if self.dtype is not None and self.dtype not in DTYPES:
+            problems.append(f"unknown dtype {self.dtype!r}; expected one of {sorted(DTYPES)}")
         if unknown := set(self.decode) - {f.name for f in dataclasses.fields(DecodeConfig)}:
             problems.append(f"unknown decode settings {sorted(unknown)}")
         if problems:
@@ -111,7 +115,8 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
     from orl.checkpoint import load_checkpoint, require_objective
 
     spec.validate()
-    model, tokenizer, manifest = load_checkpoint(spec.model, device=spec.device)
+    model, tokenizer, manifest = load_checkpoint(spec.model, device=spec.device,
+                                                 dtype=DTYPES[spec.dtype] if spec.dtype else None)
     if manifest.get("objective") == ARDecoder.objective:
         # An AR peer is judged by its own decoder: greedy (or sampled) next-token decoding, no threshold.
         engine = ARDecoder(model, tokenizer, manifest=manifest)
@@ -126,6 +131,8 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
     tasks = _tasks(spec, tokenizer)
     samples = [s for name, task in tasks.items() for s in _samples(name, task, spec)]
     model_id = model_identity(spec.model)
+    if spec.dtype:  # a cast model is another model: its records must not resume the file dtype's
+        model_id["id"] += f"-{spec.dtype}"
     ident = {"model": model_id, "code": code_identity(),
              "device": torch.cuda.get_device_name() if engine.device.type == "cuda" else platform.processor() or "cpu"}
     cids = set()
