@@ -65,12 +65,6 @@ def _value(reader, key: str, default=None):
     return default if field is None else field.contents()
 
 
-def metadata(reader) -> dict:
-    return {k: f.contents() for k, f in reader.fields.items()
-            if not k.startswith("tokenizer.ggml.") or k.rsplit(".", 1)[1] not in ("tokens", "scores", "token_type",
-                                                                                 "merges")}
-
-
 def gemma3_args(reader, vocab: int) -> ModelArgs:
     a = "gemma3."
 
