@@ -60,7 +60,8 @@ def test_page_shows_denoising_and_final_text(served, tmp_path):
     # the random model commits one token per step: 2 blocks x 8 steps, all but each block's last with masks
     assert steps == trace_rows == 16
     assert masked_steps == 14
-    assert tpf == pytest.approx(16 / 17, abs=0.01)  # 16 denoising steps + 1 commit forward
+    # 16 denoising steps; block 0's commit is fused into block 1's first step (DecodeConfig.fused_commit)
+    assert tpf == pytest.approx(16 / 16, abs=0.01)
     status, body = post(url, "/v1/completions", {"model": "tiny", "prompt": prompt, **params})
     assert status == 200 and final == body["choices"][0]["text"]
     cfg = DecodeConfig(max_new_tokens=params["max_tokens"], threshold=params["threshold"], block_len=params["block_len"])
