@@ -185,3 +185,20 @@ def test_bad_settings_are_named(base):
         replace(smoke_cfg(base), mix=(1, 0, 1))
     with pytest.raises(ValueError, match="--base"):
         cv.convert(replace(smoke_cfg(base), base=""), base / "none")
+
+
+def test_distill_stream_is_the_teachers_own_greedy_continuations(base, tmp_path):
+    from orl.engine.ar import ARConfig, ARDecoder
+    from orl.train.corpus import build_corpus
+
+    model, tok, _ = load_checkpoint(base / "base")
+    cfg = CorpusConfig(roots=(str(base / "src"),), heldout_frac=0.3, train_tokens=5_000, heldout_tokens=2_000,
+                       tasks=("constr",), task_samples=3, distill_prompts=4, distill_prompt_tokens=6,
+                       distill_new_tokens=5)
+    streams = build_corpus(tok, cfg, tmp_path / "c", model=model, log=lambda *_: None)
+    assert torch.equal(streams["distill"], build_corpus(tok, cfg, tmp_path / "c")["distill"])  # read back, no teacher
+    # the first document: a code prompt of 6 tokens, then the decoder's continuation of it
+    first = streams["distill"][:6].tolist()
+    gen = ARDecoder(model, tok).generate_ids([first], ARConfig(max_new_tokens=5))[0]
+    assert streams["distill"][6:6 + gen.n_tokens].tolist() == gen.token_ids
+    assert len(streams["tasks"]) > 0 and json.loads((tmp_path / "c" / "corpus.json").read_text())["tokens"]["distill"] > 0
