@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import ClassVar
 from pathlib import Path
 
@@ -21,11 +21,11 @@ from orl.model.vocab import special_ids
 from orl.model.args import ModelArgs
 from orl.model.model import Transformer
 from orl.train.heldout import heldout_eval, mean_over_tasks
-from orl.train.dist import SINGLE, Dist, setup
+from orl.train.dist import SINGLE, Dist
 from orl.train.loop import TrainLoop, check_fields, make_optimizer
 from orl.train.objective import LossWeights, orl_loss, response_counts
 from orl.train.replay import build_batch, make_unit, pack
-from orl.train.rollout import collect, rollout_stats, sample_prompts, select_kept, trained_tasks
+from orl.train.rollout import collect, rollout_stats, sample_prompts, select_kept, start_run
 
 
 
@@ -116,17 +116,9 @@ def clip(model: Transformer, cfg: ORLConfig) -> torch.Tensor:
 
 def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config_change: bool = False,
               log=tqdm.write) -> Transformer:
-    from orl.checkpoint import load_checkpoint, read_manifest, require_objective
+    from orl.checkpoint import load_checkpoint, require_objective
 
-    cfg = replace(cfg, tasks=cfg.tasks or trained_tasks(read_manifest(cfg.base)))
-    dist = setup()
-    if cfg.prompts_per_update < dist.world:
-        raise ValueError(f"prompts_per_update={cfg.prompts_per_update} is less than the {dist.world} processes: "
-                         "every process rolls out at least one prompt")
-    loop = TrainLoop(cfg, out, cfg.updates, "update", resume=resume, allow_config_change=allow_config_change, log=log,
-                     dist=dist)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    cfg, dist, loop = start_run(cfg, out, resume, allow_config_change, log, "rolls out")
     state = loop.state
     if state:
         model, tok, manifest = load_checkpoint(loop.out, device=dist.device)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import ClassVar
 from pathlib import Path
 
@@ -21,11 +21,11 @@ from orl.engine import DecodeConfig, Engine
 from orl.model.residual import residual_state
 from orl.model.vocab import ban_tokens, special_ids
 from orl.train.batches import diffusion_batch, weighted_ce_sum
-from orl.train.dist import setup, shard_rows
+from orl.train.dist import shard_rows
 from orl.train.heldout import heldout_eval, mean_over_tasks
-from orl.train.loop import TrainLoop, check_fields, make_optimizer
+from orl.train.loop import check_fields, make_optimizer
 from orl.train.orl import SHIPPED_BASE, save_update
-from orl.train.rollout import collect, rollout_stats, sample_prompts, trained_tasks
+from orl.train.rollout import collect, rollout_stats, sample_prompts, start_run
 
 
 @dataclass(frozen=True)
@@ -68,17 +68,9 @@ class RCDConfig:
 
 def train_rcd(cfg: RCDConfig, out: str | Path, resume: bool = True, allow_config_change: bool = False,
               log=tqdm.write) -> None:
-    from orl.checkpoint import load_checkpoint, read_manifest, require_objective
+    from orl.checkpoint import load_checkpoint, require_objective
 
-    cfg = replace(cfg, tasks=cfg.tasks or trained_tasks(read_manifest(cfg.base)))
-    dist = setup()
-    if cfg.prompts_per_update < dist.world:
-        raise ValueError(f"prompts_per_update={cfg.prompts_per_update} is less than the {dist.world} processes: "
-                         "every process decodes at least one prompt")
-    loop = TrainLoop(cfg, out, cfg.updates, "update", resume=resume, allow_config_change=allow_config_change, log=log,
-                     dist=dist)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    cfg, dist, loop = start_run(cfg, out, resume, allow_config_change, log, "decodes")
     ref, tok, manifest = load_checkpoint(cfg.base, device=dist.device)
     require_objective(manifest, "block_diffusion", cfg.base)
     ref.eval()

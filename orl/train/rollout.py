@@ -16,7 +16,7 @@ import torch
 from orl.engine import DecodeConfig, Engine, Generation
 from orl.eval.tasks import SUITE, Sample, get_task
 from orl.eval.tasks.custom import reward_of
-from orl.train.dist import SINGLE, Dist
+from orl.train.dist import SINGLE, Dist, setup
 
 
 @dataclass
@@ -95,3 +95,26 @@ def rollout_stats(rollouts: list[Rollout], dist: Dist = SINGLE) -> dict:
     n = max(sums[0], 1)
     return {"reward": sums[6] / n, "verified": sums[1] / n, "tpf": sums[5] / max(sums[2], 1),
             "steps_per_block": sums[3] / max(sums[4], 1), "tokens": int(sums[5])}
+
+
+def start_run(cfg, out, resume: bool, allow_config_change: bool, log, what: str):
+    """The start every rollout-based recipe (ORL, RCD) shares: the tasks the base was trained on unless
+    the config names some, the torchrun process group, the output checks and resume (TrainLoop).
+    Returns (cfg with its tasks, dist, loop)."""
+    from dataclasses import replace
+
+    import torch
+
+    from orl.checkpoint import read_manifest
+    from orl.train.loop import TrainLoop
+
+    cfg = replace(cfg, tasks=cfg.tasks or trained_tasks(read_manifest(cfg.base)))
+    dist = setup()
+    if cfg.prompts_per_update < dist.world:
+        raise ValueError(f"prompts_per_update={cfg.prompts_per_update} is less than the {dist.world} processes: "
+                         f"every process {what} at least one prompt")
+    loop = TrainLoop(cfg, out, cfg.updates, "update", resume=resume, allow_config_change=allow_config_change, log=log,
+                     dist=dist)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    return cfg, dist, loop
