@@ -101,6 +101,32 @@ class QuantLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, kind={self.kind}, path={self.path}"
 
 
+class PerChannelLinear(QuantLinear):
+    """A weight stored as q [N, K] in `storage` with one fp32 scale per output channel, W ~ q * scale
+    (int8, fp8). Subclasses set `storage` and `quantize` (w [N, K] -> (q, scale [N]))."""
+
+    storage: torch.dtype
+    weight: Tensor        # storage [N, K]
+    weight_scale: Tensor  # fp32 [N]
+
+    @staticmethod
+    def quantize(w: Tensor) -> tuple[Tensor, Tensor]:
+        raise NotImplementedError
+
+    @classmethod
+    def quantize_weight(cls, w: Tensor) -> dict[str, Tensor]:
+        q, scale = cls.quantize(w)
+        return {"weight": q, "weight_scale": scale}
+
+    @classmethod
+    def empty_buffers(cls, out_features: int, in_features: int, device) -> dict[str, Tensor]:
+        return {"weight": torch.empty(out_features, in_features, dtype=cls.storage, device=device),
+                "weight_scale": torch.empty(out_features, dtype=torch.float32, device=device)}
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> Tensor:
+        return (self.weight.float() * self.weight_scale[:, None]).to(dtype)
+
+
 def on_native_fp8_device(device: torch.device) -> bool:
     """FP8 tensor-core matmuls (torch._scaled_mm) need compute capability >= 8.9 (Ada, Hopper, Blackwell)."""
     return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 9)

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from orl.quant.base import QuantLinear, on_native_fp8_device
+from orl.quant.base import PerChannelLinear, on_native_fp8_device
 
 FP8 = torch.float8_e4m3fn
 E4M3_MAX = torch.finfo(FP8).max  # 448
@@ -41,10 +41,6 @@ def quantize_fp8(w: Tensor) -> tuple[Tensor, Tensor]:
     return q, scale[:, 0]
 
 
-def dequantize_fp8(q: Tensor, scale: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
-    return (q.float() * scale[:, None]).to(dtype)
-
-
 def scaled_mm_rowwise(x: Tensor, q: Tensor, scale: Tensor) -> Tensor:
     """x [M, K] (any float dtype) @ (q * scale)^T via torch._scaled_mm with per-token activation
     scales and per-channel weight scales -> bf16 [M, N]. q [N, K] row-major, so q.t() is the
@@ -53,23 +49,10 @@ def scaled_mm_rowwise(x: Tensor, q: Tensor, scale: Tensor) -> Tensor:
     return torch._scaled_mm(xq, q.t(), scale_a=x_scale, scale_b=scale[None, :], out_dtype=torch.bfloat16)
 
 
-class Fp8Linear(QuantLinear):
+class Fp8Linear(PerChannelLinear):
     kind = "fp8"
-    weight: Tensor        # float8_e4m3fn [N, K]
-    weight_scale: Tensor  # fp32 [N]
-
-    @classmethod
-    def quantize_weight(cls, w: Tensor) -> dict[str, Tensor]:
-        q, scale = quantize_fp8(w)
-        return {"weight": q, "weight_scale": scale}
-
-    @classmethod
-    def empty_buffers(cls, out_features: int, in_features: int, device) -> dict[str, Tensor]:
-        return {"weight": torch.empty(out_features, in_features, dtype=FP8, device=device),
-                "weight_scale": torch.empty(out_features, dtype=torch.float32, device=device)}
-
-    def dequantize(self, dtype: torch.dtype = torch.float32) -> Tensor:
-        return dequantize_fp8(self.weight, self.weight_scale, dtype)
+    storage = FP8
+    quantize = staticmethod(quantize_fp8)
 
     def choose_path(self) -> str:
         aligned = self.in_features % 16 == 0 and self.out_features % 16 == 0  # _scaled_mm's alignment

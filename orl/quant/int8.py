@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from orl.quant.base import QuantLinear
+from orl.quant.base import PerChannelLinear
 
 QMAX = 127
 # a zero row gets this scale instead of 0 (its q is 0 either way; no 0/0 anywhere)
@@ -29,27 +29,10 @@ def quantize_int8(w: Tensor) -> tuple[Tensor, Tensor]:
     return q, scale
 
 
-def dequantize_int8(q: Tensor, scale: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
-    return (q.float() * scale[:, None]).to(dtype)
-
-
-class Int8Linear(QuantLinear):
+class Int8Linear(PerChannelLinear):
     kind = "int8"
-    weight: Tensor        # int8 [N, K]
-    weight_scale: Tensor  # fp32 [N]
-
-    @classmethod
-    def quantize_weight(cls, w: Tensor) -> dict[str, Tensor]:
-        q, scale = quantize_int8(w)
-        return {"weight": q, "weight_scale": scale}
-
-    @classmethod
-    def empty_buffers(cls, out_features: int, in_features: int, device) -> dict[str, Tensor]:
-        return {"weight": torch.empty(out_features, in_features, dtype=torch.int8, device=device),
-                "weight_scale": torch.empty(out_features, dtype=torch.float32, device=device)}
-
-    def dequantize(self, dtype: torch.dtype = torch.float32) -> Tensor:
-        return dequantize_int8(self.weight, self.weight_scale, dtype)
+    storage = torch.int8
+    quantize = staticmethod(quantize_int8)
 
     def choose_path(self) -> str:
         cpu_kernel = self.weight.device.type == "cpu" and hasattr(torch, "_weight_int8pack_mm")
