@@ -7,7 +7,8 @@ Held-out windows come from the corpus's held-out code stream (files the run neve
 spaced, each starting with BOS as training rows do. Measured:
   next block   the true prefix (`context` tokens) given, the next B tokens predicted: the AR original
                greedily one by one (orl.engine.ar.ARDecoder), the converted model as one block under
-               the engine (threshold rule); exact match of the whole block and per-token accuracy
+               the engine (threshold rule, in the layout the manifest records: orl.json `layout`, else
+               prompt_block; --layout overrides); exact match of the whole block and per-token accuracy
                against the text, and the two models' block agreement.
   free running greedy continuations of `free_tokens` from the same prefixes: per-position agreement
                with the AR original's and the mean length of the agreed prefix.
@@ -48,13 +49,14 @@ def padded(ids: list[int], n: int, eos: int) -> list[int]:
 
 
 def next_block(ar: ARDecoder, dlm: Engine, rows: list[list[int]], context: int, block: int, threshold: float,
-               eos: int, batch: int = 8) -> dict:
+               eos: int, batch: int = 8, layout: str = "prompt_block") -> dict:
     prefixes, truth = [r[:context] for r in rows], [r[context:context + block] for r in rows]
     ar_out, dlm_out, recs = [], [], []
     for k in range(0, len(rows), batch):
         part = prefixes[k:k + batch]
         ar_out += [padded(g.token_ids, block, eos) for g in ar.generate_ids(part, ARConfig(max_new_tokens=block))]
-        gens = dlm.generate_ids(part, DecodeConfig(block_len=block, max_new_tokens=block, threshold=threshold))
+        gens = dlm.generate_ids(part, DecodeConfig(block_len=block, max_new_tokens=block, threshold=threshold,
+                                                   layout=layout))
         dlm_out += [padded(g.token_ids, block, eos) for g in gens]
         recs += [record(g) for g in gens]
 
@@ -73,7 +75,7 @@ def record(g) -> dict:
 
 
 def free_running(ar: ARDecoder, dlm: Engine, prefixes: list[list[int]], n: int, block: int, threshold: float,
-                 eos: int) -> dict:
+                 eos: int, layout: str = "prompt_block") -> dict:
     """Batch-1 continuations of each prefix by both decoders: agreement, TPF, tokens/s."""
     agree_pos, agree_prefix, recs = 0, 0, []
     ar_tok = ar_s = dlm_tok = dlm_s = ar_cpu = dlm_cpu = 0.0
@@ -82,7 +84,8 @@ def free_running(ar: ARDecoder, dlm: Engine, prefixes: list[list[int]], n: int, 
         a = ar.generate_ids([p], ARConfig(max_new_tokens=n))[0]
         ar_s, ar_cpu = ar_s + time.perf_counter() - t, ar_cpu + time.process_time() - c
         t, c = time.perf_counter(), time.process_time()
-        d = dlm.generate_ids([p], DecodeConfig(block_len=block, max_new_tokens=n, threshold=threshold))[0]
+        d = dlm.generate_ids([p], DecodeConfig(block_len=block, max_new_tokens=n, threshold=threshold,
+                                               layout=layout))[0]
         dlm_s, dlm_cpu = dlm_s + time.perf_counter() - t, dlm_cpu + time.process_time() - c
         ar_tok, dlm_tok = ar_tok + a.n_tokens, dlm_tok + d.n_tokens
         recs.append(record(d))
@@ -100,7 +103,7 @@ def free_running(ar: ARDecoder, dlm: Engine, prefixes: list[list[int]], n: int, 
 
 
 def evaluate(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows: int, context: int, block: int | None,
-             threshold: float, free_tokens: int, free_prompts: int) -> dict:
+             threshold: float, free_tokens: int, free_prompts: int, layout: str | None = None) -> dict:
     from orl.checkpoint import load_checkpoint
 
     ar_model, tok, _ = load_checkpoint(ar_dir)
@@ -111,15 +114,16 @@ def evaluate(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows: int, cont
     else:
         dlm_model, dtok, manifest = load_checkpoint(dlm_dir)
     block = block or manifest.get("block_len") or 4
+    layout = layout or manifest.get("layout") or "prompt_block"
     # caches sized to the requests, not the model's context (32k for Gemma: GiBs per row)
     max_len = context + max(block, free_tokens) + 2 * block
     ar, dlm = ARDecoder(ar_model, tok, max_len=max_len), Engine(dlm_model, dtok, max_len=max_len)
     rows = held_out_rows(stream, windows, context + block, getattr(tok, "bos_id", None))
     out = {"ar": ar_dir, "dlm": dlm_dir, "dlm_recipe_step": (manifest.get("recipe") or {}).get("step"),
-           "threshold": threshold, "threads": torch.get_num_threads(),
-           "next_block": next_block(ar, dlm, rows, context, block, threshold, tok.eos_id)}
+           "threshold": threshold, "layout": layout, "threads": torch.get_num_threads(),
+           "next_block": next_block(ar, dlm, rows, context, block, threshold, tok.eos_id, layout=layout)}
     out["free_running"] = free_running(ar, dlm, [r[:context] for r in rows[:free_prompts]], free_tokens, block,
-                                       threshold, tok.eos_id)
+                                       threshold, tok.eos_id, layout)
     return out
 
 
@@ -133,6 +137,8 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=64)
     ap.add_argument("--block", type=int, help="default: the converted model's block_len")
     ap.add_argument("--threshold", type=float, default=0.9)
+    ap.add_argument("--layout", choices=("prompt_block", "absolute_grid"),
+                    help="the engine's block layout; default: the checkpoint's orl.json, else prompt_block")
     ap.add_argument("--free-tokens", type=int, default=32)
     ap.add_argument("--free-prompts", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
@@ -143,7 +149,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     stream = load_file(Path(args.corpus) / "tokens.safetensors")["code_heldout"]
     res = evaluate(args.ar, args.dlm, stream, args.windows, args.context, args.block, args.threshold,
-                   args.free_tokens, args.free_prompts)
+                   args.free_tokens, args.free_prompts, args.layout)
     text = json.dumps(res, indent=1)
     print(text)
     if args.out:

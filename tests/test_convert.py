@@ -164,6 +164,7 @@ def test_recipe_runs_from_the_cli_and_resumes_exactly(base, tmp_path, monkeypatc
     for (n, a), b in zip(whole.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(a, b), n
     assert manifest["objective"] == "block_diffusion" and manifest["block_len"] == cfg.block_len
+    assert manifest["layout"] == "absolute_grid"  # so orl generate / eval decode the way the rows trained
     assert manifest["model_args"]["shift_logits"] is True
     rec = manifest["recipe"]
     assert rec["name"] == "convert" and rec["step"] == cfg.steps and rec["base"] == cfg.base
@@ -183,6 +184,11 @@ def test_bad_settings_are_named(base):
         replace(smoke_cfg(base), window=25)
     with pytest.raises(ValueError, match="distill"):
         replace(smoke_cfg(base), mix=(1, 0, 1))
+    with pytest.raises(ValueError, match="unknown layout"):
+        replace(smoke_cfg(base), layout="grid")
+    with pytest.raises(ValueError, match="absolute_grid needs context"):
+        replace(smoke_cfg(base), context=6, window=26)
+    assert replace(smoke_cfg(base), context=6, window=26, layout="prompt_block").layout == "prompt_block"
     with pytest.raises(ValueError, match="--base"):
         cv.convert(replace(smoke_cfg(base), base=""), base / "none")
 

@@ -67,16 +67,22 @@ def block_causal(prompt_len: int, answer_len: int, block_len: int, device=None) 
 
 
 def staircase_layout(prompt_len: int, answer_len: int, block_len: int, noisy_blocks: list[int],
-                     device=None) -> dict[str, Tensor]:
+                     device=None, grid: bool = False) -> dict[str, Tensor]:
     """Metadata of one training row: the clean sequence, then one noisy copy of each listed answer block.
 
     noisy_blocks holds answer block indices (0-based, may repeat for several states of one block).
+    grid: the absolute grid (orl.engine.layouts): block = position // block_len from position 0, so the
+    prompt is block-causal in blocks of block_len too; the prompt must then be whole blocks, so that
+    every answer block is one grid block.
     Returns block, state, pos (RoPE position of every row token) and src (index into the clean
     sequence each row token copies), all [T_row].
     """
     n_blocks = -(-answer_len // block_len)
-    clean_block = block_ids(prompt_len, answer_len, block_len, device)
     T = prompt_len + answer_len
+    if grid and prompt_len % block_len:
+        raise ValueError(f"absolute grid rows need a prompt of whole blocks: {prompt_len} tokens, block_len {block_len}")
+    clean_block = (torch.arange(T, device=device) // block_len if grid
+                   else block_ids(prompt_len, answer_len, block_len, device))
     blocks, states, pos = [clean_block], [torch.zeros(T, dtype=torch.long, device=device)], [torch.arange(T, device=device)]
     for s, j in enumerate(noisy_blocks, start=1):
         if not 0 <= j < n_blocks:
@@ -102,9 +108,9 @@ def predecessors(state: Tensor, pos: Tensor) -> Tensor:
 
 
 def staircase(prompt_len: int, answer_len: int, block_len: int, noisy_blocks: list[int],
-              device=None) -> tuple[dict[str, Tensor], Tensor]:
+              device=None, grid: bool = False) -> tuple[dict[str, Tensor], Tensor]:
     """Layout metadata and its [T_row, T_row] mask."""
-    meta = staircase_layout(prompt_len, answer_len, block_len, noisy_blocks, device)
+    meta = staircase_layout(prompt_len, answer_len, block_len, noisy_blocks, device, grid)
     return meta, visibility(meta["block"], meta["state"], meta["block"], meta["state"])
 
 

@@ -61,13 +61,18 @@ def answer_blocks(answer: list[int], eos_id: int, length: int, eos: bool = True)
 
 
 def diffusion_batch(pairs: list[tuple[list[int], list[int]]], block_len: int, ids, gen: torch.Generator,
-                    copies: int = 1, eos: bool = True) -> Batch:
+                    copies: int = 1, eos: bool = True, grid: bool = False) -> Batch:
     """Staircase rows: clean prompt + answer, then `copies` noisy states of every answer block.
     eos=False: the answers are windows cut from running text, not followed by EOS (orl.train.convert).
+    grid: the engine's absolute_grid layout (masks.staircase_layout); every prompt must be whole blocks,
+    so that left padding is whole blocks too and the grid of slots is the grid of positions.
 
     Each noisy state masks each position with probability t ~ U(0, 1) (at least one position), and
     the loss is cross-entropy at the masked positions (plain mean: it beat 1/t weighting here).
     """
+    if grid and any(len(p) % block_len for p, _ in pairs):
+        raise ValueError(f"absolute grid rows need prompts of whole blocks of {block_len}, got lengths "
+                         f"{sorted({len(p) for p, _ in pairs})}")
     prompts, pad = left_pad([p for p, _ in pairs], ids.pad)
     B, P = prompts.shape
     A = -(-(max(len(a) for _, a in pairs) + eos) // block_len) * block_len
@@ -76,7 +81,7 @@ def diffusion_batch(pairs: list[tuple[list[int], list[int]]], block_len: int, id
     ans, ans_w = torch.stack(ans), torch.stack(ans_w)
     clean = torch.cat([prompts, ans], 1)  # [B, P + A]
     noisy_blocks = [j for _ in range(copies) for j in range(n_blocks)]
-    meta, mask = staircase(P, A, block_len, noisy_blocks)
+    meta, mask = staircase(P, A, block_len, noisy_blocks, grid=grid)
     src = meta["src"]  # [T]
     T = src.numel()
     N = T - (P + A)

@@ -6,6 +6,12 @@ learns to fill masked blocks under the staircase training mask the pretrain reci
 (batches.diffusion_batch): clean context + answer blocks, then a noisy copy of every block, loss on
 the masked positions only. Rows are windows of offline text (orl.train.corpus).
 
+Layout (`layout`, recorded in the manifest so the engine decodes the way the rows trained):
+  absolute_grid  (default; SDAR, Fast-dLLM v2, LLaDA2) block = position // block_len from position 0:
+                 the context is block-causal in blocks of block_len, so an AR model's prompt states
+                 change only inside each block of B tokens, and at block_len 1 nothing changes.
+  prompt_block   the context is one bidirectional block (the first layout; kept for comparison).
+
 What keeps a 262k-vocabulary model trainable on a CPU: the head runs only at the masked positions,
 a chunk at a time with the gradients computed in the same pass (orl.train.chunked_ce), so no
 [tokens, V] logits tensor ever exists; bf16 autocast; activation checkpointing per block (a knob);
@@ -30,6 +36,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 from tqdm import tqdm
 
+from orl.engine.layouts import LAYOUTS
 from orl.model.model import Transformer
 from orl.model.vocab import special_ids
 from orl.train.batches import Batch, diffusion_batch
@@ -46,6 +53,7 @@ class ConvertConfig:
     corpus: CorpusConfig = field(default_factory=CorpusConfig)
     data_dir: str = ""                  # where the corpus is built; empty: $ORL_CACHE/corpus/<key>
     block_len: int = 4
+    layout: str = "absolute_grid"       # absolute_grid | prompt_block (module docstring)
     window: int = 160                   # tokens per row: `context` clean tokens, then answer blocks
     context: int = 32
     mix: tuple[int, ...] = (8, 0, 0)    # rows per step from the code / tasks / distill streams
@@ -74,6 +82,11 @@ class ConvertConfig:
         if self.context >= self.window or (self.window - self.context) % self.block_len:
             problems.append(f"window - context ({self.window} - {self.context}) must be a positive multiple of "
                             f"block_len ({self.block_len})")
+        if self.layout not in LAYOUTS:
+            problems.append(f"unknown layout {self.layout!r}; expected one of {LAYOUTS}")
+        elif self.layout == "absolute_grid" and self.context % self.block_len:
+            problems.append(f"layout absolute_grid needs context ({self.context}) to be a multiple of block_len "
+                            f"({self.block_len}): every answer block must be one block of the grid")
         if len(self.mix) != len(STREAMS) or min(self.mix) < 0 or sum(self.mix) == 0:
             problems.append(f"mix {self.mix} must give a row count >= 0 for each stream {STREAMS}")
         elif self.mix[1] and not self.corpus.tasks:
@@ -139,7 +152,7 @@ def make_batches(cfg: ConvertConfig, streams: dict, ids, step: int, bos: int | N
         if n:
             rows = with_bos(windows(streams["code_train" if name == "code" else name], n, cfg.window, gen), bos)
             out.append(diffusion_batch(row_pairs(rows, cfg.context), cfg.block_len, ids, gen, cfg.noisy_copies,
-                                       eos=False))
+                                       eos=False, grid=cfg.layout == "absolute_grid"))
     return out
 
 
@@ -176,7 +189,7 @@ def evaluate(model: Transformer, streams: dict, cfg: ConvertConfig, ids, bos: in
     ce_sum, hits, n, blocks_hit, n_blocks = 0.0, 0, 0, 0, 0
     for k in range(0, len(rows), batch_rows):
         b = diffusion_batch(row_pairs(rows[k:k + batch_rows], cfg.context), cfg.block_len, ids,
-                            torch.Generator().manual_seed(0), 1, eos=False)
+                            torch.Generator().manual_seed(0), 1, eos=False, grid=cfg.layout == "absolute_grid")
         start = b.tokens.shape[1] - (cfg.window - cfg.context)   # the noisy copies, one per block
         b.tokens[:, start:] = ids.mask
         b = Batch(*(None if x is None else x.to(dev) for x in (b.tokens, b.pos, b.mask, b.targets, b.weight,
@@ -258,7 +271,8 @@ def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_conf
         loop.write(rec)
         if loop.due(done, cfg.save_every):
             model.eval()
-            manifest = {"objective": "block_diffusion", "block_len": cfg.block_len, "residual_mode": "off",
+            manifest = {"objective": "block_diffusion", "block_len": cfg.block_len, "layout": cfg.layout,
+                        "residual_mode": "off",
                         "recipe": {"name": "convert", "config": loop.config, "step": done,
                                    "tokens_seen": rec["tokens_seen"], "heldout": rec.get("heldout"), **extra}}
             loop.save(model, tok, manifest, opt, done)
