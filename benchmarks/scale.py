@@ -65,11 +65,12 @@ SHAPES = {  # published config.json values
     "qwen3-0.6b": dict(QWEN3, dim=1024, n_layers=28, ffn_dim=3072),
     "qwen3-1.7b": dict(QWEN3, dim=2048, n_layers=28, ffn_dim=6144),
     "qwen3-4b": dict(QWEN3, dim=2560, n_layers=36, n_heads=32, ffn_dim=9728),
-    # LLaDA2.0-mini: 16B total, 1.4B active; its first layer is dense (first_k_dense_replace 1), which
-    # this model has no switch for: every layer is MoE here (one layer's FFN is 0.6% of the weights)
+    # LLaDA2.0-mini: 16B total, 1.4B active; its first layer is a dense SwiGLU of ffn_dim
+    # (first_k_dense_replace 1), the other 19 are MoE
     "llada2-mini": dict(dim=2048, n_layers=20, n_heads=16, n_kv_heads=4, head_dim=128, ffn_dim=5120,
                         vocab_size=157184, tie_embeddings=False, rope_theta=6e5, rotary_fraction=0.5, qk_norm=True,
-                        n_experts=256, n_experts_per_tok=8, moe_ffn_dim=512, shared_expert_ffn_dim=512),
+                        n_experts=256, n_experts_per_tok=8, moe_ffn_dim=512, shared_expert_ffn_dim=512,
+                        first_dense_layers=1),
 }
 TINY = dict(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, ffn_dim=128, vocab_size=512)
 TINY_MOE = dict(n_experts=8, n_experts_per_tok=2, moe_ffn_dim=32, shared_expert_ffn_dim=32)

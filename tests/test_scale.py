@@ -79,3 +79,24 @@ def test_jobs_in_priority_order_and_budget(capsys):
 def test_bad_tpf_is_refused():
     with pytest.raises(SystemExit):
         scale.parse_args(["--tpf", "3"])  # 3 does not divide the block length 32
+
+
+def test_moe_shape_has_a_dense_first_layer():
+    """LLaDA2.0-mini's config.json: first_k_dense_replace 1, so layer 0 is a dense SwiGLU of
+    intermediate_size 5120 and layers 1..19 MoE; built on the meta device (no memory), its parameter
+    count is the published ~16B (17.0B with layer 0 as MoE too)."""
+    from orl.model import ModelArgs, Transformer
+    from orl.model.moe import MoE
+
+    args = scale.parse_args(["--device", "cpu"])
+    kw = scale.shape_args("llada2-mini", args)
+    a = ModelArgs(**kw)
+    assert [i for i in range(a.n_layers) if not a.is_moe_layer(i)] == [0]
+    with torch.device("meta"):
+        model = Transformer(a)
+    assert not isinstance(model.model.layers[0].mlp, MoE) and isinstance(model.model.layers[1].mlp, MoE)
+    assert model.model.layers[0].mlp.gate_proj.weight.shape == (5120, 2048)
+    assert 16.2e9 < sum(p.numel() for p in model.parameters()) < 16.3e9
+    tiny = scale.build(scale.shape_args("llada2-mini", scale.parse_args(["--tiny", "--device", "cpu"])),
+                       torch.float32, torch.device("cpu"))
+    assert [isinstance(layer.mlp, MoE) for layer in tiny.model.layers] == [False, True]  # the --tiny rows too
