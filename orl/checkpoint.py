@@ -52,8 +52,10 @@ def save_checkpoint(model: Transformer, tokenizer: Tokenizer, directory: str | o
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     if args.tie_embeddings:
         state.pop("lm_head.weight")  # like transformers: the tie is in config.json, not in the file
-    quantized = quantized_names(model)  # int8 / float8 / packed storage (orl.quant): not the model dtype
-    dtypes = {t.dtype for n, t in state.items() if n not in quantized}
+    # the model dtype is its parameters'; buffers (LLaDA2's fp32 expert_bias) and quantized storage
+    # (int8 / float8 / packed, orl.quant) are saved in their own dtypes
+    params = {n for n, _ in model.named_parameters()} - quantized_names(model)
+    dtypes = {t.dtype for n, t in state.items() if n in params}
     if len(dtypes) != 1:
         raise ValueError(f"model has mixed parameter dtypes {sorted(map(str, dtypes))}; cast it with model.to(dtype) first")
     dtype = dtypes.pop()
@@ -145,19 +147,22 @@ def load_checkpoint(directory: str | os.PathLike, device: str | torch.device = "
         raise CheckpointError(f"{d / MANIFEST}: {e}") from None
     verify_checksums(d, manifest)
     tokenizer = _load_tokenizer(d, manifest, args)
-    tensors = family.to_native(_read_tensors(d), args)  # published names -> orl.model's (orl.model.families)
+    # a cast happens tensor by tensor as the files are read (the file-dtype state never exists whole);
+    # quantized checkpoints keep their storage dtypes and are cast as a module below (QuantLinear._apply)
+    read_cast = dtype if quant_kind is None else None
+    tensors = family.to_native(_read_tensors(d, file_dtype, read_cast), args)  # published names -> orl.model's
     _check_sizes(args, tensors, d)  # before any module is built: a forged n_layers must not allocate
     with torch.device("meta"):
         model = Transformer(args)
     if quant_kind is not None:  # the transform that made the checkpoint, on the empty model: same names and dtypes
         quantize(model, quant_kind)
-    _validate(model, tensors, file_dtype, d)
+    _validate(model, tensors, read_cast or file_dtype, d)
     if args.tie_embeddings:
         tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
     model.load_state_dict(tensors, strict=True, assign=True)
     if args.tie_embeddings:  # assign=True replaced embed_tokens.weight; re-point the head at it
         model.lm_head.weight = model.model.embed_tokens.weight
-    return model.to(device=device, dtype=dtype).eval(), tokenizer, manifest
+    return model.to(device=device, dtype=None if read_cast else dtype).eval(), tokenizer, manifest
 
 
 def _read_config(d: Path) -> tuple[dict, ModelArgs, torch.dtype, ModuleType]:
@@ -303,7 +308,10 @@ def _weight_files(d: Path) -> list[str]:
     raise CheckpointError(f"no weights in {d}: expected {SINGLE} or {INDEX}")
 
 
-def _read_tensors(d: Path) -> dict[str, Tensor]:
+def _read_tensors(d: Path, file_dtype: torch.dtype, cast: torch.dtype | None = None) -> dict[str, Tensor]:
+    """Every tensor of the weight files. cast: tensors stored in the model's dtype (file_dtype) become
+    `cast` one at a time as they are read; a tensor stored in another dtype on purpose (LLaDA2's fp32
+    expert_bias in a bf16 file) keeps it."""
     tensors: dict[str, Tensor] = {}
     for fname in _weight_files(d):
         path = d / fname
@@ -311,13 +319,17 @@ def _read_tensors(d: Path) -> dict[str, Tensor]:
             raise CheckpointError(f"weight file {path} listed in {INDEX} is missing")
         try:
             with safe_open(path, framework="pt") as f:
-                part = {k: f.get_tensor(k) for k in f.keys()}
+                part = {k: _cast(f.get_tensor(k), file_dtype, cast) for k in f.keys()}
         except Exception as e:  # safetensors raises its own error type for truncated or corrupt files
             raise CheckpointError(f"cannot read weight file {path}: {e}") from e
         if twice := sorted(part.keys() & tensors.keys()):
             raise CheckpointError(f"tensor(s) {', '.join(twice)} appear in more than one weight file (again in {path})")
         tensors.update(part)
     return tensors
+
+
+def _cast(t: Tensor, file_dtype: torch.dtype, cast: torch.dtype | None) -> Tensor:
+    return t.to(cast) if cast is not None and t.dtype == file_dtype else t
 
 
 def _validate(model: Transformer, tensors: dict[str, Tensor], dtype: torch.dtype, d: Path) -> None:
@@ -331,6 +343,8 @@ def _validate(model: Transformer, tensors: dict[str, Tensor], dtype: torch.dtype
     problems = [f"missing tensor {n}" for n in expected if n not in tensors]
     problems += [f"unexpected tensor {n}" for n in tensors if n not in expected]
     quantized = quantized_names(model)  # their dtype is the quantization format's (orl.quant)
+    # buffers may be stored in their own floating dtype (LLaDA2's expert_bias: fp32 in a bf16 file)
+    own_dtype = {n for n, _ in model.named_buffers()} - quantized
     for n, want in expected.items():
         t = tensors.get(n)
         if t is None:
@@ -339,7 +353,9 @@ def _validate(model: Transformer, tensors: dict[str, Tensor], dtype: torch.dtype
             problems.append(f"shape mismatch {n}: checkpoint {list(t.shape)}, model expects {list(want.shape)}")
         if n in quantized and t.dtype != want.dtype:
             problems.append(f"dtype mismatch {n}: checkpoint {t.dtype}, the quantization format says {want.dtype}")
-        elif n not in quantized and t.dtype != dtype:
+        elif n in own_dtype and not t.is_floating_point():
+            problems.append(f"dtype mismatch {n}: checkpoint {t.dtype}, a floating-point buffer expected")
+        elif n not in quantized and n not in own_dtype and t.dtype != dtype:
             problems.append(f"dtype mismatch {n}: checkpoint {t.dtype}, config says {dtype}")
         # float8 has no isfinite kernel: its values (e4m3 has NaN, no inf) are checked in fp32
         elif t.is_floating_point() and not bool(torch.isfinite(t if t.element_size() > 1 else t.float()).all()):
