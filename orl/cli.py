@@ -113,7 +113,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         host=args.host, port=args.port, queue_size=args.queue_size, timeout_s=args.timeout,
         read_timeout_s=args.read_timeout, api_key=args.api_key, allowed_hosts=names(args.allowed_hosts),
         cors_origins=names(args.cors_origins), docs=args.docs)
-    serve(args.model, config, device=args.device)
+    serve(args.model, config, device=args.device, dtype=args.dtype)
     return 0
 
 
@@ -255,6 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--read-timeout", type=float, default=10.0,
                    help="seconds to send a request's headers, and then its body (default 10)")
     s.add_argument("--device", default=None, help="cpu | cuda (default: cuda when available)")
+    s.add_argument("--dtype", help="cast the weights at load: float32 | bfloat16 | float16 (default: the file's); "
+                                   "the model id becomes '<id>-<dtype>'")
     s.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1/ (or set ORL_API_KEY)")
     s.add_argument("--allowed-hosts", help="comma-separated Host names to serve under, besides IP addresses, "
                                            "localhost and --host ('.example.com': its subdomains too; '*': any)")

@@ -45,21 +45,26 @@ def uvicorn_server(app, config: ServerConfig, log_level: str = "info"):
                                          http=timed_protocol(config.read_timeout_s)))
 
 
-def serve(model_dir: str, config: ServerConfig | None = None, *, device: str | None = None) -> None:
+def serve(model_dir: str, config: ServerConfig | None = None, *, device: str | None = None,
+          dtype: str | None = None) -> None:
+    """dtype: cast the weights at load (as `orl generate` / `orl eval --dtype`); the served model id is
+    then '<dir name>-<dtype>', as eval records name a cast model."""
     from pathlib import Path
 
     from orl.checkpoint import load_checkpoint, require_objective
+    from orl.model.families.common import dtype_from_name
 
     config = (config or ServerConfig()).validate()
     dev = resolve_device(device)
+    cast = dtype_from_name(dtype) if dtype else None  # an unknown name fails before the port and the load
     sock = bind(config.host, config.port)
     try:
-        model, tokenizer, manifest = load_checkpoint(model_dir, device=dev)
+        model, tokenizer, manifest = load_checkpoint(model_dir, device=dev, dtype=cast)
         require_objective(manifest, "block_diffusion", model_dir)
         engine = Engine(model, tokenizer, manifest=manifest)
         defaults = DecodeConfig.from_manifest(manifest)  # the block length and residual mode it was trained for
         warm_up(engine, defaults)
-        name = Path(model_dir).resolve().name
+        name = Path(model_dir).resolve().name + (f"-{dtype}" if dtype else "")
         server = uvicorn_server(create_app(engine, name, defaults=defaults, config=config), config)
         host, port = sock.getsockname()[:2]
         # uvicorn announces the address only for sockets it bound itself
