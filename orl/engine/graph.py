@@ -43,7 +43,7 @@ def prefill_key(length: int) -> tuple:
 def state_tensors(st: DecodeState) -> list[Tensor]:
     """Every buffer a step or prefill may write (the warm-up before a capture restores them)."""
     out = [v for f in dataclasses.fields(st) if isinstance(v := getattr(st, f.name), Tensor)]
-    return out + [st.cache.k, st.cache.v, st.cache.pos, st.cache.length]
+    return out + [*st.cache.buffers_kv(), st.cache.pos, st.cache.length]
 
 
 class CudaGraphs:

@@ -5,7 +5,7 @@ from dataclasses import asdict, dataclass, fields
 
 HIDDEN_ACTS = ("silu", "gelu_tanh")
 LAYER_TYPES = ("full_attention", "sliding_attention")
-ROUTERS = ("softmax", "sigmoid")
+ROUTERS = ("softmax", "sigmoid", "gemma4")
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,22 @@ class ModelArgs:
     layer_types: list[str] | None = None
     sliding_window: int = 0
     rope_local_theta: float | None = None
+    # Gemma 4 / DiffusionGemma switches (all off = the above). Full-attention ("global") layers may have
+    # their own head_dim and KV-head count, no v_proj (the raw keys are the values) and "proportional"
+    # partial RoPE: the first global_rope_proportion of each head's frequency pairs rotate, with the
+    # exponent over the whole head_dim, the rest have frequency 0 (transformers' rope_type "proportional")
+    global_head_dim: int = 0           # 0: head_dim
+    global_n_kv_heads: int = 0         # 0: n_kv_heads
+    global_k_eq_v: bool = False
+    global_rope_proportion: float = 0.0  # 0: global layers use rotary_fraction like the others
+    v_norm: bool = False               # a scale-free RMSNorm on the values
+    norm_scale_fp32: bool = False      # plain RMSNorm takes the product with its weight in fp32 (Gemma 4)
+    layer_scalar: bool = False         # a [1] buffer multiplying each layer's output
+    # every layer runs the dense MLP and the routed MoE side by side, each with its own pre/post norm,
+    # then a shared post-norm (Gemma 4 "enable_moe_block"); the router is then "gemma4"
+    parallel_moe: bool = False
+    # the diffusion decoder's gated MLP on the previous step's soft embeddings (DiffusionGemma)
+    self_conditioning: bool = False
 
     def __post_init__(self) -> None:
         problems = []
@@ -96,6 +112,15 @@ class ModelArgs:
                 problems.append(f"layer_types entries must be in {LAYER_TYPES}, got {bad}")
             if "sliding_attention" in self.layer_types and self.sliding_window <= 0:
                 problems.append("sliding_attention layers need sliding_window > 0")
+        for name in ("global_head_dim", "global_n_kv_heads"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.global_n_kv_heads > 0 and self.n_heads % self.global_n_kv_heads:
+            problems.append(f"n_heads ({self.n_heads}) must be a multiple of global_n_kv_heads ({self.global_n_kv_heads})")
+        if not 0.0 <= self.global_rope_proportion <= 1.0:
+            problems.append(f"global_rope_proportion must be in [0, 1], got {self.global_rope_proportion}")
+        if self.parallel_moe and not self.n_experts:
+            problems.append("parallel_moe needs n_experts > 0")
         if self.rope_scaling_factor <= 0:
             problems.append(f"rope_scaling_factor must be > 0, got {self.rope_scaling_factor}")
         if problems:
@@ -104,6 +129,15 @@ class ModelArgs:
     @property
     def rotary_dim(self) -> int:
         return int(self.head_dim * self.rotary_fraction)
+
+    def layer_head_dim(self, i: int) -> int:
+        return self.global_head_dim if self.global_head_dim and not self.is_sliding(i) else self.head_dim
+
+    def layer_kv_heads(self, i: int) -> int:
+        return self.global_n_kv_heads if self.global_n_kv_heads and not self.is_sliding(i) else self.n_kv_heads
+
+    def k_eq_v(self, i: int) -> bool:
+        return self.global_k_eq_v and not self.is_sliding(i)
 
     def is_sliding(self, i: int) -> bool:
         return self.layer_types is not None and self.layer_types[i] == "sliding_attention"

@@ -1,6 +1,7 @@
 """Routed experts (DESIGN section 2): one router, two equal ways to run the chosen experts.
 
-Router: softmax scores (Qwen3-MoE) or sigmoid scores (LLaDA2, DeepSeek-V3 style). The sigmoid router
+Router: softmax scores (Qwen3-MoE), sigmoid scores (LLaDA2, DeepSeek-V3 style) or "gemma4" (softmax
+over a scale-free-normed, learned-scaled input, top-k renormalised, then times a per-expert scale). The sigmoid router
 chooses with `scores + expert_bias` (a load-balancing buffer that moves the choice, never the weights),
 optionally only among the `topk_group` groups whose best two scores are highest; the weights are the
 chosen unbiased scores, normalised and times `routed_scaling`. Router logits are fp32 (LLaDA2's
@@ -27,6 +28,7 @@ from torch import Tensor, nn
 
 from orl.model.args import ModelArgs
 from orl.model.mlp import ACTIVATIONS, MLP
+from orl.model.residual import RMSNorm
 
 GROUPED_DTYPES = {"cpu": (torch.float32, torch.bfloat16, torch.float16), "cuda": (torch.bfloat16,)}
 
@@ -34,19 +36,26 @@ GROUPED_DTYPES = {"cpu": (torch.float32, torch.bfloat16, torch.float16), "cuda":
 class Router(nn.Linear):
     """Called, the router logits [N, E] (an nn.Linear: its init, and orl.quant leaves it alone since it
     swaps exact nn.Linear only); `route(x)` [N, D] -> (top_w [N, k] fp32, top_i [N, k]).
-    Parameter names: gate.weight, gate.expert_bias."""
+    Parameter names: gate.weight, gate.expert_bias; gemma4 also gate.scale [D], gate.per_expert_scale [E]."""
 
     def __init__(self, args: ModelArgs):
         super().__init__(args.dim, args.n_experts, bias=False)
         self.k, self.norm = args.n_experts_per_tok, args.norm_topk_prob
-        self.sigmoid, self.scale = args.router == "sigmoid", args.routed_scaling
+        self.sigmoid, self.routed_scale = args.router == "sigmoid", args.routed_scaling
         self.n_group, self.topk_group = args.n_group, args.topk_group
         if args.router_bias:
             self.register_buffer("expert_bias", torch.zeros(args.n_experts))
         else:
             self.expert_bias = None
+        self.gemma4 = args.router == "gemma4"
+        if self.gemma4:
+            self.prenorm = RMSNorm(args.dim, args.norm_eps, with_scale=False)
+            self.scale = nn.Parameter(torch.ones(args.dim))
+            self.per_expert_scale = nn.Parameter(torch.ones(args.n_experts))
 
     def route(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        if self.gemma4:  # the input's scale is learned, not the residual stream's
+            x = self.prenorm(x) * self.scale * self.in_features ** -0.5
         if self.sigmoid:
             scores = F.linear(x.float(), self.weight.float()).sigmoid()
         else:
@@ -59,7 +68,9 @@ class Router(nn.Linear):
         if self.norm and (self.k > 1 or not self.sigmoid):
             # sigmoid: LLaDA2 normalises only when k > 1 and adds 1e-20; softmax: Qwen3-MoE's norm_topk_prob
             top_w = top_w / (top_w.sum(-1, keepdim=True) + (1e-20 if self.sigmoid else 0.0))
-        return top_w * self.scale, top_i
+        if self.gemma4:
+            return top_w * self.per_expert_scale[top_i], top_i
+        return top_w * self.routed_scale, top_i
 
     def _best_groups(self, choice: Tensor) -> Tensor:
         """-inf outside the topk_group groups whose two best scores sum highest."""
@@ -88,10 +99,12 @@ class MoE(nn.Module):
         # re-stack after either, so the grouped path never reads stale weights
         self.register_load_state_dict_post_hook(lambda module, incompatible: module.pack())
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, route_from: Tensor | None = None) -> Tensor:
+        """x [..., D] the experts' input; route_from [..., D] the router's when it differs (Gemma 4 routes
+        on the residual stream and feeds the experts its normed copy)."""
         shape = x.shape
         x = x.reshape(-1, shape[-1])
-        top_w, top_i = self.gate.route(x)
+        top_w, top_i = self.gate.route(x if route_from is None else route_from.reshape(-1, shape[-1]))
         if self._can_group(x):
             out = self._grouped(x, top_w, top_i)
         else:

@@ -26,19 +26,29 @@ def residual_state(logits: Tensor, embedding: Tensor, temperature: float = 1.0) 
 
 class RMSNorm(nn.Module):
     """unit_offset (Gemma): the scale is 1 + weight, the weight stored zero-centred, and the product is
-    taken in fp32 before the cast back (transformers' Gemma3RMSNorm); otherwise Llama/Qwen's order."""
+    taken in fp32 before the cast back (transformers' Gemma3RMSNorm); otherwise Llama/Qwen's order,
+    or with fp32_scale the product in fp32 (Gemma 4). with_scale=False: no weight at all (Gemma 4's
+    v_norm, router norm and self-conditioning post-norm)."""
 
-    def __init__(self, dim: int, eps: float = 1e-6, unit_offset: bool = False):
+    def __init__(self, dim: int, eps: float = 1e-6, unit_offset: bool = False, *, with_scale: bool = True,
+                 fp32_scale: bool = False):
         super().__init__()
-        self.eps, self.unit_offset = eps, unit_offset
-        self.weight = nn.Parameter(torch.zeros(dim) if unit_offset else torch.ones(dim))
+        self.eps, self.unit_offset, self.fp32_scale = eps, unit_offset, fp32_scale
+        if with_scale:
+            self.weight = nn.Parameter(torch.zeros(dim) if unit_offset else torch.ones(dim))
+        else:
+            self.weight = None
 
     def forward(self, x: Tensor) -> Tensor:
         dtype = x.dtype
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.weight is None:
+            return x.to(dtype)
         if self.unit_offset:
             return (x * (1.0 + self.weight.float())).to(dtype)
+        if self.fp32_scale:
+            return (x * self.weight.float()).to(dtype)
         return self.weight * x.to(dtype)
 
 
