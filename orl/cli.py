@@ -28,7 +28,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
                  entropy_bound=args.entropy_bound, residual=args.residual, temperature=args.temperature,
                  seed=args.seed, chunk_steps=args.chunk_steps, compile=args.compile, cuda_graph=args.cuda_graph,
                  confidence=args.confidence)
-    DecodeConfig.from_manifest({}, **flags).validate()  # bad flags fail before the weights load
+    flags["full_sequence_cache"] = args.full_sequence_cache  # None: the exact mode
+    # bad flags fail before the weights load; a named cache is checked against the checkpoint's layout later
+    early = {"layout": "full_sequence"} if args.full_sequence_cache not in (None, "none") else {}
+    DecodeConfig.from_manifest(early, **flags).validate()
     dtype = dtype_from_name(args.dtype) if args.dtype else None  # an unknown name fails before loading too
     model, tok, manifest = load_checkpoint(args.model, device=resolve_device(args.device), dtype=dtype)  # orl.json, once
     # a config.json without orl.json is a causal LM unless its family reader says it is a dLLM (objective)
@@ -139,6 +142,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                                     compile=args.compile or None, cuda_graph=args.cuda_graph or None,
                                     confidence=args.confidence).items()
               if v is not None}
+    if args.full_sequence_cache:
+        decode["full_sequence_cache"] = args.full_sequence_cache
     spec = EvalSpec(model=args.model, out=args.out, tasks=tasks, split=args.split, limit=args.limit,
                     thresholds=_floats(args.thresholds) if args.thresholds else [args.threshold], decode=decode,
                     batch_size=args.batch_size, n_samples=args.n_samples, seed=args.seed, device=args.device,
@@ -184,6 +189,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+CACHE_HELP = ("full_sequence layout (LLaDA, Dream): none (exact, default) | prefix | dual: Fast-dLLM v1's "
+              "approximate caches (docs/MODELS.md)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from orl.cli_tasks import add_task_flags  # --task-module / --tasks-file of train and eval
 
@@ -206,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--steps-per-block", type=int, default=0, help="topk rule: steps per block (0: one token per step)")
     s.add_argument("--factor", type=float, default=1.0, help="factor rule: f (> 0)")
     s.add_argument("--entropy-bound", type=float, default=0.5, help="entropy rule: bound (>= 0)")
+    s.add_argument("--full-sequence-cache", default=None, help=CACHE_HELP)
     s.add_argument("--block-len", type=int, default=None, help="block length (default: the checkpoint's, else 16)")
     s.add_argument("--max-new-tokens", type=int, default=64, help="at most this many generated tokens")
     s.add_argument("--residual", default=None, help="off | rcd | adapter (default: the checkpoint's, else off)")
@@ -276,6 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--confidence", help="what the rule ranks by: prob | sampled_prob | margin | neg_entropy | random")
     s.add_argument("--dtype", help="cast the weights at load: float32 | bfloat16 | float16 (default: the file's)")
     s.add_argument("--residual", help="residual mode: off | rcd | adapter")
+    s.add_argument("--full-sequence-cache", help=CACHE_HELP)
     s.add_argument("--block-len", type=int, help="block length (default: the checkpoint's)")
     s.add_argument("--max-new-tokens", type=int)
     s.add_argument("--temperature", type=float)

@@ -8,6 +8,7 @@ from orl.model.residual import RESIDUAL_MODES
 RULES = ("threshold", "topk", "factor", "entropy", "dream", "dream_origin", "sdar_static", "sdar_dynamic")  # orl.engine.commit
 CONFIDENCES = ("prob", "sampled_prob", "margin", "neg_entropy", "random")  # what a rule ranks by (commit.rank_score)
 LAYOUTS = ("prompt_block", "absolute_grid", "full_sequence")  # orl.engine.layouts, orl.engine.full_sequence
+FULL_SEQUENCE_CACHES = ("none", "prefix", "dual")  # exact, then Fast-dLLM v1's approximations (full_sequence.py)
 
 
 def decoding_problems(max_new_tokens: int, temperature: float, chunk_steps: int) -> list[str]:
@@ -50,6 +51,7 @@ class DecodeConfig:
     layout: str = "prompt_block"   # where blocks lie: prompt_block | absolute_grid | full_sequence (DESIGN 2)
     confidence: str = "prob"       # what the rules rank by: prob | sampled_prob | margin | neg_entropy | random
     cfg_scale: float = 0.0         # classifier-free guidance (LLaDA generate(); full_sequence layout only)
+    full_sequence_cache: str = "none"  # none (exact) | prefix | dual: Fast-dLLM v1's approximate caches
 
     @classmethod
     def from_manifest(cls, manifest: dict, **overrides) -> "DecodeConfig":
@@ -86,6 +88,13 @@ class DecodeConfig:
                             f"with layout {self.layout!r}")
         if self.rule == "dream_origin" and self.confidence != "random":
             problems.append(f"rule 'dream_origin' needs confidence 'random' (its uniforms), got {self.confidence!r}")
+        if self.full_sequence_cache not in FULL_SEQUENCE_CACHES:
+            problems.append(f"unknown full_sequence_cache {self.full_sequence_cache!r}; expected one of "
+                            f"{FULL_SEQUENCE_CACHES}")
+        elif self.full_sequence_cache != "none" and self.layout != "full_sequence":
+            problems.append(f"full_sequence_cache {self.full_sequence_cache!r} (Fast-dLLM v1's approximate cache) "
+                            f"needs layout 'full_sequence', got {self.layout!r}, whose KV cache of committed "
+                            "blocks is already exact")
         if self.confidence not in CONFIDENCES:
             problems.append(f"unknown confidence {self.confidence!r}; expected one of {CONFIDENCES}")
         if self.layout not in LAYOUTS:

@@ -9,8 +9,20 @@ generate(); Dream's diffusion_generate is one window when block_len >= max_new_t
 (Dream) reads position i off the hidden state at i - 1, the answer's first token off the prompt's last.
 
 Per step the code is pure tensor work on the request's buffers (no host value read inside a step); the
-host checks "window resolved" once per step. Fast-dLLM's prefix and dual caches are approximations of
-this mode and are not implemented; residual modes and traces are refused by name here.
+host checks "window resolved" once per step. Residual modes and traces are refused by name here.
+
+cfg.full_sequence_cache names Fast-dLLM v1's caches, approximate modes of this one (the exact
+'none' stays the default). Both start every window with the exact full forward (its logits make the
+window's first step), writing every position's K/V into a [layers, B, Hkv, P + N, Dh] cache; the
+window's later steps then run only part of the row against it:
+  prefix  queries = the window and everything after it (slots lo..T), whose K/V are rewritten each
+          step; the K/V before the window stay as computed at the window's start;
+  dual    queries = the window only; the K/V before it and after it (the future masked windows) both
+          stay as computed at the window's start.
+Approximate because under bidirectional attention the cached K/V depend on the canvas of the window's
+start, not on what the window has committed since. A shifted model (Dream) reads the window's first
+position off the state before it, taken from the window's first forward (Fast-dLLM's Dream loop reads
+it off the first position's own state instead).
 """
 from __future__ import annotations
 
@@ -37,20 +49,36 @@ def check(cfg: DecodeConfig, trace: bool) -> None:
         problems.append("traces / step events (not recorded in the full-sequence layout)")
     if cfg.cuda_graph or cfg.compile:
         problems.append("cuda_graph / compile (the full-sequence layout runs eagerly)")
+    if cfg.full_sequence_cache != "none" and cfg.cfg_scale:
+        problems.append(f"cfg_scale with full_sequence_cache={cfg.full_sequence_cache!r} (guidance runs in the "
+                        "exact mode only)")
     if problems:
         raise ValueError("the full-sequence layout does not support: " + "; ".join(problems))
 
 
-def window_logits(model, tokens, pos, mask, lo: int, hi: int, prompt_slots, mask_id: int, scale: float):
-    """Logits [B, hi - lo, V] of the window. scale > 0: LLaDA generate()'s classifier-free guidance,
-    u + (scale + 1)(c - u), u the logits of a copy whose prompt tokens are all masked (one forward of 2B)."""
+def window_logits(model, tokens, pos, mask, lo: int, hi: int, prompt_slots, mask_id: int, scale: float,
+                  cache=None):
+    """(logits [B, hi - lo, V] of the window, the state before it [B, D]) from one forward over the whole
+    row; with a cache, every position's K/V are written to it. scale > 0: LLaDA generate()'s
+    classifier-free guidance, u + (scale + 1)(c - u), u the logits of a copy whose prompt tokens are all
+    masked (one forward of 2B)."""
     if scale > 0:
         both = torch.cat([tokens, tokens.masked_fill(prompt_slots, mask_id)])
         h = model(both, pos.repeat(2, 1), mask.repeat(2, 1, 1), return_hidden=True)
         c, u = model.read_out(h[:, lo:hi], before=h[:, lo - 1]).float().chunk(2)
-        return u + (scale + 1) * (c - u)
-    h = model(tokens, pos, mask, return_hidden=True)
-    return model.read_out(h[:, lo:hi], before=h[:, lo - 1])
+        return u + (scale + 1) * (c - u), None
+    slots = None if cache is None else torch.arange(tokens.shape[1], device=tokens.device)
+    h = model(tokens, pos, mask, cache=cache, slots=slots, return_hidden=True)
+    return model.read_out(h[:, lo:hi], before=h[:, lo - 1]), h[:, lo - 1]
+
+
+def cached_window_logits(model, tokens, pos, mask, lo: int, hi: int, cache, before, mode: str):
+    """Logits [B, hi - lo, V] of the window from a forward of its queries only against the cache
+    (mode 'prefix': slots lo..T; 'dual': lo..hi); their fresh K/V replace the cached ones."""
+    end = tokens.shape[1] if mode == "prefix" else hi
+    slots = torch.arange(lo, end, device=tokens.device)
+    h = model(tokens[:, lo:end], pos[:, lo:end], mask[:, lo:end], cache=cache, slots=slots, return_hidden=True)
+    return model.read_out(h[:, :hi - lo], before=before)
 
 
 @torch.no_grad()
@@ -75,14 +103,22 @@ def run(engine, prompt_ids: list[list[int]], cfg: DecodeConfig, *, trace: bool =
     banned[list(ids.banned)] = True
     prompt_slots = valid & (slot[None] < P)  # LLaDA's guidance masks these in its unconditional copy
     n_blocks = -(-N // L)
+    mode = cfg.full_sequence_cache
+    cache = None if mode == "none" else model.new_cache(B, T)
     for j in range(n_blocks):
         lo, hi = P + j * L, min(P + (j + 1) * L, T)
         live = torch.tensor([not r.finished for r in rows], device=dev)
         unresolved = live[:, None] & (tokens[:, lo:hi] == engine.mask_id)
         n_valid = torch.full((B,), hi - lo, device=dev)
         steps = torch.zeros(B, dtype=torch.long, device=dev)
+        fresh = True  # the window's first step: the exact forward (which refills the cache)
         while bool(unresolved.any()):  # the one host check per step
-            logits = window_logits(model, tokens, pos, mask, lo, hi, prompt_slots, engine.mask_id, cfg.cfg_scale)
+            if fresh:
+                logits, before = window_logits(model, tokens, pos, mask, lo, hi, prompt_slots, engine.mask_id,
+                                               cfg.cfg_scale, cache)
+                fresh = cache is None
+            else:
+                logits = cached_window_logits(model, tokens, pos, mask, lo, hi, cache, before, mode)
             logits = logits.masked_fill(banned, float("-inf"))  # after guidance: -inf - -inf would be NaN
             noise = hash_uniform(seed, global_step, hi - lo, logits.shape[-1]) if cfg.temperature > 0 else None
             x, conf, ent = select_tokens(logits, cfg.temperature, noise, entropy=cfg.rule == "entropy")
