@@ -6,7 +6,8 @@ the meta device, materialised uninitialised (to_empty), filled tensor by tensor 
 save_checkpoint in the given dtype (sharded at --shard-gb). A fresh Python process then imports torch
 and orl, reads its resident set (the baseline), loads the checkpoint (optionally cast: --load-dtype),
 and reads the kernel's high-water mark (VmHWM). Reported: file bytes, baseline, peak, and
-(peak - baseline) / file bytes. Linux only (/proc/self/status).
+(peak - baseline) against the file bytes and against the loaded model's bytes (the target size of a
+cast). Linux only (/proc/self/status).
 
     .venv/bin/python benchmarks/load_rss.py --dir /tmp/orl_1b --dtype bfloat16
 """
@@ -39,8 +40,9 @@ t = time.perf_counter()
 model, _, _ = load_checkpoint(sys.argv[1], dtype=getattr(torch, sys.argv[2]) if sys.argv[2] != "none" else None)
 seconds = time.perf_counter() - t
 params = sum(p.numel() for p in model.parameters())
+model_bytes = sum(t.numel() * t.element_size() for t in list(model.parameters()) + list(model.buffers()))
 print(json.dumps(dict(baseline=base, peak=status("VmHWM"), after=status("VmRSS"), seconds=seconds, params=params,
-                      dtype=str(next(model.parameters()).dtype))))
+                      model_bytes=model_bytes, dtype=str(next(model.parameters()).dtype))))
 """
 
 
@@ -74,11 +76,12 @@ def main() -> None:
     out = subprocess.run([sys.executable, "-c", CHILD, str(args.dir), args.load_dtype], check=True,
                          capture_output=True, text=True).stdout
     r = json.loads(out.strip().splitlines()[-1])
-    r.update(file_bytes=file_bytes, load_dtype=args.load_dtype, ratio=(r["peak"] - r["baseline"]) / file_bytes)
+    r.update(file_bytes=file_bytes, load_dtype=args.load_dtype, ratio=(r["peak"] - r["baseline"]) / file_bytes,
+             ratio_model=(r["peak"] - r["baseline"]) / r["model_bytes"])
     gib = 2**30
     print(f"params {r['params'] / 1e9:.3f}B  file {file_bytes / gib:.2f} GiB  baseline {r['baseline'] / gib:.2f} GiB  "
           f"peak {r['peak'] / gib:.2f} GiB  after {r['after'] / gib:.2f} GiB  load {r['seconds']:.1f}s  "
-          f"(peak - baseline) / file = {r['ratio']:.2f}")
+          f"(peak - baseline) / file = {r['ratio']:.2f}, / loaded model = {r['ratio_model']:.2f}")
     print(json.dumps(r))
 
 
