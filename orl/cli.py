@@ -27,7 +27,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
                  threshold=args.threshold, steps_per_block=args.steps_per_block, factor=args.factor,
                  entropy_bound=args.entropy_bound, residual=args.residual, temperature=args.temperature,
                  seed=args.seed, chunk_steps=args.chunk_steps, compile=args.compile, cuda_graph=args.cuda_graph,
-                 confidence=args.confidence)
+                 confidence=args.confidence, editing_threshold=args.editing_threshold,
+                 max_post_steps=args.max_post_steps, num_to_transfer=args.num_to_transfer,
+                 small_block_size=args.small_block_size)
     flags["full_sequence_cache"] = args.full_sequence_cache  # None: the exact mode
     # bad flags fail before the weights load; a named cache is checked against the checkpoint's layout later
     early = {"layout": "full_sequence"} if args.full_sequence_cache not in (None, "none") else {}
@@ -208,13 +210,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("prompt", help="prompt text")
     s.add_argument("--model", required=True, help="checkpoint directory")
     s.add_argument("--rule", default="threshold",
-                   help="commit rule: threshold | topk | factor | entropy | dream | dream_origin | sdar_static | sdar_dynamic")
+                   help="commit rule: threshold | topk | factor | entropy | dream | dream_origin | sdar_static | "
+                        "sdar_dynamic | llada21 | fast_dllm_v2")
     s.add_argument("--dtype", default=None, help="cast the weights at load: float32 | bfloat16 | float16 (default: the file's)")
     s.add_argument("--confidence", default="prob", help="what the rule ranks by: prob | sampled_prob | margin | neg_entropy | random")
     s.add_argument("--threshold", type=float, default=0.9, help="threshold rule: commit p_max >= tau (0, 1]")
     s.add_argument("--steps-per-block", type=int, default=0, help="topk rule: steps per block (0: one token per step)")
     s.add_argument("--factor", type=float, default=1.0, help="factor rule: f (> 0)")
     s.add_argument("--entropy-bound", type=float, default=0.5, help="entropy rule: bound (>= 0)")
+    s.add_argument("--editing-threshold", type=float, default=None, help="llada21 rule: re-edit p > this [0, 1] (0.9)")
+    s.add_argument("--max-post-steps", type=int, default=None, help="llada21 rule: edit-only steps after the last mask (16)")
+    s.add_argument("--num-to-transfer", type=int, default=None, help="llada21 rule: least mask commits per step (1)")
+    s.add_argument("--small-block-size", type=int, default=None,
+                   help="fast_dllm_v2 rule: sub-block length (default: the checkpoint's, else 8)")
     s.add_argument("--full-sequence-cache", default=None, help=CACHE_HELP)
     s.add_argument("--block-len", type=int, default=None, help="block length (default: the checkpoint's, else 16)")
     s.add_argument("--max-new-tokens", type=int, default=64, help="at most this many generated tokens")

@@ -26,7 +26,10 @@ RULES = {"threshold": dict(threshold=0.5), "topk": dict(steps_per_block=3), "fac
          # the published decoders (test_published_decoders.py), each with another ranking score
          "dream": dict(steps_per_block=3, confidence="margin"), "sdar_static": dict(steps_per_block=3, confidence="sampled_prob"),
          "sdar_dynamic": dict(steps_per_block=3, threshold=0.5, confidence="neg_entropy"),
-         "dream_origin": dict(steps_per_block=3, confidence="random")}
+         "dream_origin": dict(steps_per_block=3, confidence="random"),
+         # LLaDA2.1 token editing and Fast-dLLM v2 sub-blocks (test_edit_subblock_decoders.py)
+         "llada21": dict(threshold=0.5, editing_threshold=0.1, max_post_steps=2, confidence="sampled_prob"),
+         "fast_dllm_v2": dict(threshold=0.5, small_block_size=4, confidence="sampled_prob")}
 
 
 class HostSync(RuntimeError):
@@ -148,7 +151,8 @@ def test_prepare_block_has_no_host_sync(engine):
 
 @pytest.mark.parametrize("rule,residual,temperature,fused", [
     ("threshold", "rcd", 0.0, True), ("topk", "adapter", 0.8, True), ("factor", "off", 0.8, False),
-    ("entropy", "rcd", 0.0, False), ("dream", "off", 0.8, True), ("sdar_dynamic", "rcd", 0.0, False)])
+    ("entropy", "rcd", 0.0, False), ("dream", "off", 0.8, True), ("sdar_dynamic", "rcd", 0.0, False),
+    ("llada21", "off", 0.8, True), ("fast_dllm_v2", "rcd", 0.0, False)])
 def test_run_chunk_compiles_fullgraph_and_matches_eager(engine, rule, residual, temperature, fused):
     cfg = cfg_of(rule, residual, temperature, chunk_steps=1)
     st, P = prepared(engine, cfg)
@@ -177,12 +181,13 @@ def test_run_chunk_compiles_fullgraph_and_matches_eager(engine, rule, residual, 
 def test_request_numbers_are_step_inputs_not_constants(engine):
     """tau, temperature, factor, the entropy bound, the topk steps and T_res live in st.knobs: a compiled
     step (like a captured graph) serves every value without recompiling, and reads the new values."""
-    torch._dynamo.reset()
-    fn = torch.compile(run_chunk, fullgraph=True, backend="eager")
     for rule in RULES:
+        torch._dynamo.reset()  # one compile per rule: ten rules would pass dynamo's cache limit of 8
+        fn = torch.compile(run_chunk, fullgraph=True, backend="eager")
         base = dataclasses.replace(cfg_of(rule, "rcd", temperature=0.8, chunk_steps=1), seed=3)
         other = dataclasses.replace(base, threshold=0.2, temperature=1.7, factor=3.0, entropy_bound=0.2,
-                                    steps_per_block=2, residual_temperature=0.5)
+                                    steps_per_block=2, residual_temperature=0.5, editing_threshold=0.6,
+                                    max_post_steps=1, num_to_transfer=2, small_block_size=2)
         outs = []
         for i, cfg in enumerate((base, other)):
             st, _ = prepared(engine, cfg)

@@ -143,14 +143,40 @@ def sdar_static_rule(conf: Tensor, candidates: Tensor, step: Tensor, n_steps: in
     return candidates & (rank_desc(conf, candidates) < k[:, None])
 
 
+def above_or_top(conf: Tensor, candidates: Tensor, tau: float | Tensor, k: int | Tensor) -> Tensor:
+    """Every candidate with conf > tau (strictly) when at least k (int, [] or [B]) of them are, else the
+    k most confident (all candidates, if fewer): SDAR's low_confidence_dynamic, LLaDA2.1's mask-to-token."""
+    k = k[..., None] if isinstance(k, Tensor) else k
+    high = candidates & (conf > tau)
+    top = candidates & (rank_desc(conf, candidates) < k)
+    return torch.where(high.sum(-1, keepdim=True) >= k, high, top)
+
+
 def sdar_dynamic_rule(conf: Tensor, candidates: Tensor, step: Tensor, n_steps: int | Tensor,
                       tau: float | Tensor) -> Tensor:
     """SDAR low_confidence_dynamic: every masked position with conf > tau (strictly) when there are at
     least the schedule's number of them, else that number of the most confident (a per-step floor)."""
-    k = sdar_schedule(conf.shape[-1], step, n_steps)
-    high = candidates & (conf > tau)
-    top = candidates & (rank_desc(conf, candidates) < k[:, None])
-    return torch.where((high.sum(-1) >= k)[:, None], high, top)
+    return above_or_top(conf, candidates, tau, sdar_schedule(conf.shape[-1], step, n_steps))
+
+
+def llada21_edit_rule(conf: Tensor, x: Tensor, canvas: Tensor, editable: Tensor,
+                      editing_threshold: float | Tensor) -> Tensor:
+    """LLaDA2.1 token-to-token (T2T): every editable position (a committed answer token of the block,
+    not a prompt token) whose proposal x differs from its token, with conf > editing_threshold (strictly)."""
+    return editable & (x != canvas) & (conf > editing_threshold)
+
+
+def fast_dllm_v2_rule(conf: Tensor, candidates: Tensor, tau: float | Tensor, sub: int | Tensor) -> Tensor:
+    """Fast-dLLM v2 batch_sample: the block decodes in sub-blocks of `sub` in order; in the first
+    sub-block that still holds a mask, every masked position with conf > tau (strictly) and at least the
+    most confident (argmax: the lower index among ties)."""
+    L = conf.shape[-1]
+    sub_id = torch.arange(L, device=conf.device) // sub  # [L]
+    current = torch.where(candidates, sub_id, L).amin(-1, keepdim=True)  # [B, 1]: L when none is masked
+    cands = candidates & (sub_id == current)
+    best = conf.masked_fill(~cands, float("-inf")).argmax(-1, keepdim=True)
+    at_least_one = torch.zeros_like(cands).scatter_(-1, best, True)
+    return cands & ((conf > tau) | at_least_one)
 
 
 def commit_positions(cfg: DecodeConfig, conf: Tensor, entropy: Tensor | None, candidates: Tensor,
@@ -174,4 +200,8 @@ def commit_positions(cfg: DecodeConfig, conf: Tensor, entropy: Tensor | None, ca
         return sdar_static_rule(conf, candidates, step, k.n_steps)
     if cfg.rule == "sdar_dynamic":
         return sdar_dynamic_rule(conf, candidates, step, k.n_steps, k.threshold)
+    if cfg.rule == "llada21":  # its mask-to-token half; the token-to-token edits: llada21_edit_rule
+        return above_or_top(conf, candidates, k.threshold, k.num_to_transfer)
+    if cfg.rule == "fast_dllm_v2":
+        return fast_dllm_v2_rule(conf, candidates, k.threshold, k.small_block_size)
     raise ValueError(f"unknown commit rule {cfg.rule!r}")

@@ -5,7 +5,8 @@ from dataclasses import asdict, dataclass, fields
 
 from orl.model.residual import RESIDUAL_MODES
 
-RULES = ("threshold", "topk", "factor", "entropy", "dream", "dream_origin", "sdar_static", "sdar_dynamic")  # orl.engine.commit
+RULES = ("threshold", "topk", "factor", "entropy", "dream", "dream_origin", "sdar_static", "sdar_dynamic",
+         "llada21", "fast_dllm_v2")  # orl.engine.commit
 CONFIDENCES = ("prob", "sampled_prob", "margin", "neg_entropy", "random")  # what a rule ranks by (commit.rank_score)
 LAYOUTS = ("prompt_block", "absolute_grid", "full_sequence")  # orl.engine.layouts, orl.engine.full_sequence
 FULL_SEQUENCE_CACHES = ("none", "prefix", "dual")  # exact, then Fast-dLLM v1's approximations (full_sequence.py)
@@ -52,17 +53,26 @@ class DecodeConfig:
     confidence: str = "prob"       # what the rules rank by: prob | sampled_prob | margin | neg_entropy | random
     cfg_scale: float = 0.0         # classifier-free guidance (LLaDA generate(); full_sequence layout only)
     full_sequence_cache: str = "none"  # none (exact) | prefix | dual: Fast-dLLM v1's approximate caches
+    # llada21 rule (LLaDA2.1 generate()'s names and defaults): M2T commits conf > threshold, at least
+    # num_to_transfer; T2T re-edits a committed token whose proposal differs with conf > editing_threshold;
+    # after the last mask at most max_post_steps edit-only steps
+    editing_threshold: float = 0.9
+    max_post_steps: int = 16
+    num_to_transfer: int = 1
+    small_block_size: int = 8      # fast_dllm_v2 rule: sub-block length (Fast-dLLM v2 batch_sample's name)
 
     @classmethod
     def from_manifest(cls, manifest: dict, **overrides) -> "DecodeConfig":
-        """The decode defaults a checkpoint was trained for (orl.json: block_len, residual_mode; else
+        """The decode defaults a checkpoint was trained for (orl.json: block_len, residual_mode, layout,
+        sub_block_len (Fast-dLLM v2's sub-blocks); else
         the class defaults) under explicit settings. An override of None keeps the default, so CLI flags
         that were not given pass straight through. Not validated here: the engine validates each request."""
         if unknown := set(overrides) - {f.name for f in fields(cls)}:
             raise ValueError(f"unknown decode settings {sorted(unknown)}")
         base = {"block_len": manifest.get("block_len") or cls.block_len,
                 "residual": manifest.get("residual_mode") or cls.residual,
-                "layout": manifest.get("layout") or cls.layout}
+                "layout": manifest.get("layout") or cls.layout,
+                "small_block_size": manifest.get("sub_block_len") or cls.small_block_size}
         return cls(**{**base, **{k: v for k, v in overrides.items() if v is not None}})
 
     def validate(self) -> "DecodeConfig":
@@ -88,6 +98,18 @@ class DecodeConfig:
                             f"with layout {self.layout!r}")
         if self.rule == "dream_origin" and self.confidence != "random":
             problems.append(f"rule 'dream_origin' needs confidence 'random' (its uniforms), got {self.confidence!r}")
+        if not 0.0 <= self.editing_threshold <= 1.0:
+            problems.append(f"editing_threshold must be in [0, 1], got {self.editing_threshold}")
+        if self.max_post_steps < 0:
+            problems.append(f"max_post_steps must be >= 0, got {self.max_post_steps}")
+        if self.num_to_transfer < 1:
+            problems.append(f"num_to_transfer must be >= 1, got {self.num_to_transfer}")
+        if self.rule == "fast_dllm_v2" and (self.small_block_size <= 0 or self.block_len % self.small_block_size):
+            problems.append(f"rule 'fast_dllm_v2' needs small_block_size > 0 dividing block_len {self.block_len}, "
+                            f"got {self.small_block_size}")
+        if self.rule in ("llada21", "fast_dllm_v2") and self.layout == "full_sequence":
+            problems.append(f"rule {self.rule!r} runs in the block layouts (prompt_block, absolute_grid), "
+                            "not 'full_sequence'")
         if self.full_sequence_cache not in FULL_SEQUENCE_CACHES:
             problems.append(f"unknown full_sequence_cache {self.full_sequence_cache!r}; expected one of "
                             f"{FULL_SEQUENCE_CACHES}")

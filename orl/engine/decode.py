@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from orl.engine.commit import commit_positions, rank_score
+from orl.engine.commit import commit_positions, llada21_edit_rule, rank_score
 from orl.engine.config import DecodeConfig
 from orl.engine.knobs import DeviceKnobs
 from orl.engine.sampling import hash_uniform, select_tokens
@@ -47,6 +47,10 @@ class DecodeState:
     canvas: Tensor       # [B, L] current block tokens (mask token where unresolved)
     unresolved: Tensor   # [B, L] bool
     fixed: Tensor        # [B, L] bool: prompt tokens inside the canvas (the absolute grid's first block)
+    answer: Tensor       # [B, L] bool: a live row's answer positions in the block (llada21: editable once committed)
+    open: Tensor         # [B] bool: llada21 rule: the row's block still takes steps (masks left, or edit-only
+                         #   post steps); False under every other rule, whose blocks end with their last mask
+    post: Tensor         # [B] llada21 rule: edit-only steps begun since the block's last mask
     z: Tensor            # [B, L, D] soft embedding consumed by the next step
     a: Tensor            # [B, L] normalised entropy consumed by the next step (RCD mode)
     carry: Tensor        # [B, D] final hidden state of the last committed position (shifted read-out)
@@ -86,6 +90,7 @@ class DecodeState:
         return cls(cache=model.new_cache(B, S), valid=z(B, S, dtype=torch.bool), pad=z(B),
                    prompt_end=z(()), prompt_blocks=z(S), start=z(()), canvas=z(B, L),
                    unresolved=z(B, L, dtype=torch.bool), fixed=z(B, L, dtype=torch.bool),
+                   answer=z(B, L, dtype=torch.bool), open=z(B, dtype=torch.bool), post=z(B),
                    z=z(B, L, D, dtype=dt), a=z(B, L, dtype=dt), carry=z(B, D, dtype=dt),
                    steps=z(B), global_step=z(B), seed=z(B),
                    banned=banned_mask(model.args.vocab_size, ids.banned, dev), knobs=DeviceKnobs.allocate(dev),
@@ -151,6 +156,11 @@ def prepare_block(st: DecodeState, fused: bool = False) -> None:
         st.fslots.copy_(fslots)
 
 
+def block_closed(st: DecodeState) -> Tensor:
+    """[B] bool: the row's block takes no more steps (no mask left, and no llada21 edit-only step)."""
+    return ~(st.unresolved.any(-1) | st.open)
+
+
 def block_forward(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: SpecialIds) -> Tensor:
     """One forward of the current block against the cache -> logits [B, L, V], banned ids at -inf.
 
@@ -161,7 +171,7 @@ def block_forward(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: S
               z=st.z, a=st.a, unresolved=st.unresolved, residual=cfg.residual, return_hidden=True)
     logits = model.read_out(h, before=st.carry)
     if model.args.shift_logits:
-        resolved = ~st.unresolved.any(-1, keepdim=True)  # [B, 1]
+        resolved = block_closed(st)[:, None]  # [B, 1]
         st.carry.copy_(torch.where(resolved, h[:, -1], st.carry))
     return logits.masked_fill(st.banned, float("-inf"))
 
@@ -184,7 +194,7 @@ def fused_forward(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: S
     last_clean, h = h[:, L - 1], h[:, L:]
     logits = model.read_out(h, before=last_clean)
     if model.args.shift_logits:
-        resolved = ~st.unresolved.any(-1, keepdim=True)  # [B, 1]: as block_forward, for finished rows
+        resolved = block_closed(st)[:, None]  # [B, 1]: as block_forward, for finished rows
         st.carry.copy_(torch.where(resolved, h[:, -1], last_clean))
     return logits.masked_fill(st.banned, float("-inf"))
 
@@ -200,14 +210,20 @@ def denoise_step(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: Sp
     st.knobs, so one compiled or captured step serves every tau, temperature, factor and bound."""
     logits = (fused_forward if fused else block_forward)(model, st, cfg, ids)
     B, L, V = logits.shape
-    active = st.unresolved.any(-1)  # [B]
+    active = ~block_closed(st)  # [B]
     noise = None
     if cfg.temperature > 0:
         noise = hash_uniform(st.seed, st.global_step, L, V)
     x, conf, ent = select_tokens(logits, st.knobs.temperature, noise, entropy=record or cfg.rule == "entropy")
     conf = rank_score(cfg.confidence, logits, x, conf, st.knobs.temperature, st.seed, st.global_step)
     commit = commit_positions(cfg, conf, ent, st.unresolved, st.steps, st.n_valid, st.knobs)
-    canvas = torch.where(commit, x, st.canvas)
+    edit = None
+    if cfg.rule == "llada21":  # token-to-token: committed answer tokens of a running row may change
+        editable = st.answer & ~st.unresolved & active[:, None]
+        edit = llada21_edit_rule(conf, x, st.canvas, editable, st.knobs.editing_threshold)
+        canvas = torch.where(commit | edit, x, st.canvas)
+    else:
+        canvas = torch.where(commit, x, st.canvas)
     unresolved = st.unresolved & ~commit
     if cfg.eos_fill:
         # positions after a resolved EOS can only be EOS: resolve them now
@@ -219,6 +235,8 @@ def denoise_step(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: Sp
         z, a = residual_state(logits, model.model.embed_tokens.weight, st.knobs.residual_temperature)
         st.z.copy_(torch.where(active[:, None, None], z, st.z))
         st.a.copy_(torch.where(active[:, None], a, st.a))
+    if edit is not None:
+        post_steps(st, active, edit, unresolved)
     st.canvas.copy_(canvas)
     st.unresolved.copy_(unresolved)
     st.steps.add_(active)
@@ -227,7 +245,35 @@ def denoise_step(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: Sp
         st.last_x.copy_(x)
         st.last_conf.copy_(conf)
         st.last_entropy.copy_(ent)
-        st.last_commit.copy_(commit)
+        st.last_commit.copy_(commit if edit is None else commit | edit)
+
+
+def post_steps(st: DecodeState, active: Tensor, edit: Tensor, unresolved: Tensor) -> None:
+    """LLaDA2.1 generate()'s block loop, per row: a step that began without masks and edited nothing
+    ends the block; otherwise a step begun without masks is a post step, and the block ends before
+    post step max_post_steps + 1. Decided here, after the step, so no forward is spent on a row whose
+    next step would not run. active [B]: the rows that ran; unresolved [B, L]: masks left after it."""
+    began_clean = ~st.unresolved.any(-1)
+    going = active & ~(began_clean & ~edit.any(-1))
+    post = st.post + (going & ~unresolved.any(-1)).long()
+    st.post.copy_(post)
+    st.open.copy_(going & (post <= st.knobs.max_post_steps))
+
+
+def ar_first_token(model: Transformer, st: DecodeState, ids: SpecialIds, eos_fill: bool) -> None:
+    """Fast-dLLM v2: a block's first token is decoded autoregressively, greedy, off the previous
+    position's state (st.carry: the prefill's last prompt position, or the previous block's commit
+    forward) and committed before the block's first step. Only where the block's first position is a
+    live row's masked answer position (not a prompt tail on the absolute grid). Tensor work only."""
+    logits = model.read_out(st.carry[:, None])[:, 0].masked_fill(st.banned, float("-inf"))  # [B, V]: next token
+    first = logits.argmax(-1)  # [B]
+    take = st.unresolved[:, 0]
+    st.canvas[:, 0] = torch.where(take, first, st.canvas[:, 0])
+    st.unresolved[:, 0] = st.unresolved[:, 0] & ~take
+    if eos_fill:  # an EOS first token ends the row's answer: the rest of the block is EOS
+        stop = take & is_eos(first, ids)
+        st.canvas.copy_(torch.where(stop[:, None] & st.unresolved, ids.eos, st.canvas))
+        st.unresolved.copy_(st.unresolved & ~stop[:, None])
 
 
 def run_chunk(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: SpecialIds,
@@ -236,4 +282,4 @@ def run_chunk(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: Speci
     forward when fused; returns [] bool 'every row's block is resolved'."""
     for i in range(cfg.chunk_steps):
         denoise_step(model, st, cfg, ids, fused=fused and i == 0)
-    return ~st.unresolved.any()
+    return block_closed(st).all()

@@ -9,7 +9,7 @@ import torch
 
 from orl.engine import full_sequence, layouts
 from orl.engine.config import DecodeConfig
-from orl.engine.decode import DecodeState, denoise_step, prepare_block
+from orl.engine.decode import DecodeState, ar_first_token, block_closed, denoise_step, prepare_block
 from orl.engine.events import BlockEvent, DoneEvent, Event, StepEvent
 from orl.engine.graph import ChunkRunner
 from orl.engine.loaded import LoadedModel
@@ -135,6 +135,11 @@ class Engine(LoadedModel):
             st.fixed.zero_()
         st.canvas.copy_(canvas)
         st.unresolved.copy_(in_block & live_t[:, None])
+        st.answer.copy_(in_block & live_t[:, None])
+        st.open.copy_(st.answer.any(-1) if cfg.rule == "llada21" else torch.zeros_like(st.open))
+        st.post.zero_()
+        if cfg.rule == "fast_dllm_v2":  # its first token: greedy AR off the previous position (st.carry)
+            ar_first_token(self.model, st, self.ids, cfg.eos_fill)
         st.z.zero_()
         st.a.zero_()
         st.steps.zero_()
@@ -145,6 +150,9 @@ class Engine(LoadedModel):
     def run(self, prompt_ids: list[list[int]], cfg: DecodeConfig | None = None, *, trace: bool = False,
             seeds: list[int] | None = None, step_events: bool = False) -> Iterator[Event]:
         cfg = (cfg or DecodeConfig()).validate()
+        if cfg.rule == "fast_dllm_v2" and not self.model.args.shift_logits:
+            raise ValueError("rule 'fast_dllm_v2' needs a shifted model (shift_logits: a block's first token is "
+                             "the previous position's prediction); this model reads each position off itself")
         if cfg.layout == "full_sequence":  # bidirectional over the whole canvas, no cache: its own loop
             yield from full_sequence.run(self, prompt_ids, cfg, trace=trace, seeds=seeds)
             return
@@ -154,17 +162,20 @@ class Engine(LoadedModel):
         rows = [Row(list(p)) for p in prompt_ids]
         recorder = TraceRecorder(len(rows), cfg.residual != "off") if trace else None
         last = st.plan.n_blocks - 1
+        # Fast-dLLM v2 reads a block's first token off the previous block's commit forward before the
+        # block's first step, so that forward cannot ride on the step
+        fuse = cfg.fused_commit and cfg.rule != "fast_dllm_v2"
         for j in range(st.plan.n_blocks):
             live = [not r.finished for r in rows]
             # the commit forward of block j - 1 rides on block j's first step (fused), or ran alone below
-            fused = cfg.fused_commit and j > 0
+            fused = fuse and j > 0
             n_valid = self.begin_block(st, cfg, P, j, live, fused)
             while True:
                 if recorder is not None:  # traces need every step's state, so one step per host check
                     recorder.before(st)
                     denoise_step(self.model, st, cfg, self.ids, record=True, fused=fused)
                     recorder.after(st, j)
-                    done = not bool(st.unresolved.any())
+                    done = bool(block_closed(st).all())
                     if step_events:
                         rec = recorder.rows[0][-1]
                         yield StepEvent(j, rec, n_valid, rows[0].forwards + rec.step + 1)
@@ -184,7 +195,7 @@ class Engine(LoadedModel):
                              [self.tokenizer.decode(r.token_ids) for r in rows], rows[0].forwards)
             if all(r.finished for r in rows) or j == last:
                 break
-            if cfg.fused_commit:
+            if fuse:
                 continue  # the next block's first step writes this block's clean K/V (one forward)
             # commit forward: the resolved canvas writes the block's clean K/V (an all-resolved step),
             # compiled / captured like the steps

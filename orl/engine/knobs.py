@@ -17,6 +17,9 @@ from torch import Tensor
 from orl.engine.config import DecodeConfig
 
 
+INTEGER = ("n_steps", "max_post_steps", "num_to_transfer", "small_block_size")
+
+
 @dataclass
 class DeviceKnobs:
     threshold: Tensor             # [] float32: threshold rule's tau
@@ -25,11 +28,15 @@ class DeviceKnobs:
     entropy_bound: Tensor         # [] float32: entropy rule
     residual_temperature: Tensor  # [] float32: T_res of the residual context
     n_steps: Tensor               # [] int64: topk rule's steps per block (DecodeConfig.n_steps)
+    editing_threshold: Tensor     # [] float32: llada21 rule's T2T threshold
+    max_post_steps: Tensor        # [] int64: llada21 rule's edit-only steps after the last mask
+    num_to_transfer: Tensor       # [] int64: llada21 rule's least M2T commits per step
+    small_block_size: Tensor      # [] int64: fast_dllm_v2 rule's sub-block length
 
     @classmethod
     def allocate(cls, device) -> "DeviceKnobs":
         def zero(f):
-            return torch.zeros((), dtype=torch.long if f.name == "n_steps" else torch.float32, device=device)
+            return torch.zeros((), dtype=torch.long if f.name in INTEGER else torch.float32, device=device)
         return cls(**{f.name: zero(f) for f in fields(cls)})
 
     def load(self, cfg: DecodeConfig) -> None:

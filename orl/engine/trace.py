@@ -22,7 +22,7 @@ class StepRecord:
     tokens: Tensor        # [L] token proposed at every position
     confidence: Tensor    # [L] p(proposed token)
     entropy: Tensor       # [L] entropy of the step's distribution (nats)
-    committed: Tensor     # [L] bool, positions fixed by this step
+    committed: Tensor     # [L] bool, positions fixed by this step (llada21: or re-edited)
 
     def to_dict(self, tokenizer=None) -> dict:
         d = {"block": self.block, "step": self.step, "canvas": self.canvas.tolist(),
@@ -44,7 +44,8 @@ class TraceRecorder:
         self._inputs: dict[str, Tensor] = {}
 
     def before(self, st) -> None:
-        self._inputs = {"canvas": st.canvas.cpu().clone(), "unresolved": st.unresolved.cpu().clone()}
+        self._inputs = {"canvas": st.canvas.cpu().clone(), "unresolved": st.unresolved.cpu().clone(),
+                        "open": st.open.cpu().clone()}
         if self.keep_residual:
             self._inputs["z"] = st.z.detach().cpu().clone()
             self._inputs["a"] = st.a.detach().cpu().clone()
@@ -54,8 +55,8 @@ class TraceRecorder:
         out = {k: getattr(st, f"last_{k}").cpu().clone() for k in ("x", "conf", "entropy", "commit")}
         steps = st.steps.cpu()
         for b, rows in enumerate(self.rows):
-            if not bool(inp["unresolved"][b].any()):
-                continue  # the row's block was already resolved: the step was a no-op for it
+            if not (bool(inp["unresolved"][b].any()) or bool(inp["open"][b])):
+                continue  # the row's block was already done (llada21: also its edit-only steps): a no-op for it
             rows.append(StepRecord(
                 block=block, step=int(steps[b]) - 1, canvas=inp["canvas"][b], unresolved=inp["unresolved"][b],
                 z=inp["z"][b] if self.keep_residual else None, a=inp["a"][b] if self.keep_residual else None,
