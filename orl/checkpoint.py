@@ -357,12 +357,21 @@ def _validate(model: Transformer, tensors: dict[str, Tensor], dtype: torch.dtype
             problems.append(f"dtype mismatch {n}: checkpoint {t.dtype}, a floating-point buffer expected")
         elif n not in quantized and n not in own_dtype and t.dtype != dtype:
             problems.append(f"dtype mismatch {n}: checkpoint {t.dtype}, config says {dtype}")
-        # float8 has no isfinite kernel: its values (e4m3 has NaN, no inf) are checked in fp32
-        elif t.is_floating_point() and not bool(torch.isfinite(t if t.element_size() > 1 else t.float()).all()):
+        elif t.is_floating_point() and not _all_finite(t):
             problems.append(f"non-finite values (inf or nan) in {n}")
     if problems:
         raise CheckpointError(f"checkpoint {d} does not match its config ({len(problems)} problem(s)):\n  "
                               + "\n  ".join(problems))
+
+
+def _all_finite(t: Tensor) -> bool:
+    """One fp32 sum per tensor (a pass with no temporary; isfinite(t).all() builds a bool copy and
+    cost ~20x more on gemma-3-270m, docs/BENCHMARKS.md): inf + x is never finite again, so any inf or
+    nan makes the sum non-finite. Only then (or when finite values overflow the sum) the exact
+    per-element scan decides. float8 has neither kernel: its values (e4m3 has NaN, no inf) go via fp32."""
+    t = t if t.element_size() > 1 else t.float()
+    acc = torch.float64 if t.dtype == torch.float64 else torch.float32
+    return bool(torch.isfinite(t.sum(dtype=acc))) or bool(torch.isfinite(t).all())
 
 
 def _read_json(path: Path) -> dict:

@@ -227,6 +227,30 @@ def test_non_finite_weights_are_refused_with_the_tensor_named(tmp_path, bad):
         load_checkpoint(d)
 
 
+@pytest.mark.parametrize("bad", [[float("nan")], [float("inf")], [float("-inf")], [float("inf"), float("-inf")]])
+def test_one_non_finite_element_is_refused_with_the_tensor_named(tmp_path, bad):
+    """The cheap check (one sum per tensor) still catches a single bad element among finite ones,
+    and inf and -inf together (their sum is nan)."""
+    d = save_checkpoint(model(), TOK, tmp_path / "ck")
+    t = load_file(d / "model.safetensors")
+    t["model.layers.0.self_attn.o_proj.weight"].view(-1)[3: 3 + len(bad)] = torch.tensor(bad)
+    save_file(t, d / "model.safetensors", metadata={"format": "pt"})
+    rerecord(d, "model.safetensors")
+    with pytest.raises(CheckpointError, match=r"non-finite values \(inf or nan\) in model.layers.0.self_attn.o_proj.weight$"):
+        load_checkpoint(d)
+
+
+def test_finite_weights_whose_sum_overflows_still_load(tmp_path):
+    """Huge finite values overflow the fp32 sum to inf: the exact per-element scan then clears them."""
+    d = save_checkpoint(model(), TOK, tmp_path / "ck")
+    t = load_file(d / "model.safetensors")
+    t["model.layers.0.self_attn.o_proj.weight"].view(-1)[:2] = 3e38
+    save_file(t, d / "model.safetensors", metadata={"format": "pt"})
+    rerecord(d, "model.safetensors")
+    m, _, _ = load_checkpoint(d)
+    assert torch.equal(m.model.layers[0].self_attn.o_proj.weight.view(-1)[:2], torch.full((2,), 3e38))
+
+
 # ---------------------------------------------------------------- hostile files
 
 def test_hostile_files_get_named_errors(tmp_path):
