@@ -29,7 +29,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                  seed=args.seed, chunk_steps=args.chunk_steps, compile=args.compile, cuda_graph=args.cuda_graph,
                  confidence=args.confidence, editing_threshold=args.editing_threshold,
                  max_post_steps=args.max_post_steps, num_to_transfer=args.num_to_transfer,
-                 small_block_size=args.small_block_size)
+                 small_block_size=args.small_block_size, top_k=args.top_k, top_p=args.top_p)
     flags["full_sequence_cache"] = args.full_sequence_cache  # None: the exact mode
     # bad flags fail before the weights load; a named cache is checked against the checkpoint's layout later
     early = {"layout": "full_sequence"} if args.full_sequence_cache not in (None, "none") else {}
@@ -223,6 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--num-to-transfer", type=int, default=None, help="llada21 rule: least mask commits per step (1)")
     s.add_argument("--small-block-size", type=int, default=None,
                    help="fast_dllm_v2 rule: sub-block length (default: the checkpoint's, else 8)")
+    s.add_argument("--top-k", type=int, default=None, help="sampling: the k most likely tokens only (0: off)")
+    s.add_argument("--top-p", type=float, default=None, help="sampling: the nucleus of mass p only, after top-k (1: off)")
     s.add_argument("--full-sequence-cache", default=None, help=CACHE_HELP)
     s.add_argument("--block-len", type=int, default=None, help="block length (default: the checkpoint's, else 16)")
     s.add_argument("--max-new-tokens", type=int, default=64, help="at most this many generated tokens")

@@ -14,7 +14,7 @@ Both read p from the sampling distribution (confidence 'sampled_prob'). Sampled 
 from the engine's counter-based noise in the references too (the published loops draw from torch's
 generator: the same distribution). As in the SDAR references, the answer stops at max_new_tokens (the
 published loops decode the last block whole) and after the block holding an EOS; top_p / top_k are not
-applied (the engine has no such settings)."""
+applied except where a test says so (top_k / top_p: LLaDA2.x's _top_k_logits / _top_p_logits)."""
 import dataclasses
 from types import SimpleNamespace
 
@@ -24,7 +24,7 @@ import torch
 from orl.engine import DecodeConfig, Engine
 from orl.engine.commit import above_or_top, fast_dllm_v2_rule, llada21_edit_rule
 from orl.engine.decode import ar_first_token, post_steps
-from orl.engine.sampling import hash_uniform
+from orl.engine.sampling import hash_uniform, top_k_top_p
 from orl.tokenizer import CharTokenizer
 from reference_decoder import random_model
 from test_no_sync import NoHostSync
@@ -113,11 +113,34 @@ def block_logits(model, seq, lo, hi, banned):
     return logits
 
 
-def draw(logits, temperature, seed, gstep):
-    """x0 and its probability under softmax(logits / T) (T = 0: argmax of softmax(logits))."""
+def published_top_k(logits, k):
+    """LLaDA2.x `_top_k_logits`: below the k-th largest value -> -inf."""
+    if k is None or k <= 0:
+        return logits
+    kth = torch.topk(logits, k).values[..., -1, None]
+    return torch.where(logits < kth, torch.full_like(logits, float("-inf")), logits)
+
+
+def published_top_p(logits, p):
+    """LLaDA2.x `_top_p_logits`: sort descending, drop where the cumulative softmax exceeds p, shifted
+    right by one so the first token over p stays."""
+    if p is None or p >= 1.0:
+        return logits
+    sorted_logits, sorted_indices = torch.sort(logits, descending=True)
+    remove = torch.cumsum(torch.softmax(sorted_logits, -1), -1) > p
+    remove[..., 1:] = remove[..., :-1].clone()
+    remove[..., 0] = False
+    mask = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, sorted_indices, remove)
+    return logits.masked_fill(mask, float("-inf"))
+
+
+def draw(logits, temperature, seed, gstep, top_k=0, top_p=1.0):
+    """x0 and its probability under softmax(logits / T) (T = 0: argmax of softmax(logits)); sampling
+    from the top-k, then top-p truncated distribution as LLaDA2.x's _sample_with_temperature_topk_topp."""
     if temperature == 0:
         x0 = logits.argmax(-1)
     else:  # the engine's noise covers the whole [L] canvas
+        logits = published_top_p(published_top_k(logits / temperature, top_k), top_p) * temperature
         u = hash_uniform(torch.tensor([seed]), torch.tensor([gstep]), L, logits.shape[-1])[0, : logits.shape[0]]
         x0 = (logits.float() / temperature - torch.log(-torch.log(u))).argmax(-1)
     p = torch.softmax(logits / temperature if temperature > 0 else logits, -1)
@@ -128,7 +151,8 @@ def truncate(answer):
     return answer[: answer.index(TOK.eos_id) + 1] if TOK.eos_id in answer else answer
 
 
-def llada21_generate(model, prompt, banned, tau, edit_tau, max_post, n_transfer, temperature=0.0, seed=0):
+def llada21_generate(model, prompt, banned, tau, edit_tau, max_post, n_transfer, temperature=0.0, seed=0,
+                     top_k=0, top_p=1.0):
     n, end = len(prompt), len(prompt) + MAX_NEW
     seq = list(prompt) + [MASK] * MAX_NEW
     gstep = 0
@@ -142,7 +166,7 @@ def llada21_generate(model, prompt, banned, tau, edit_tau, max_post, n_transfer,
                 post += 1
             if post > max_post:
                 break
-            x0, x0_p = draw(block_logits(model, seq, lo, hi, banned), temperature, seed, gstep)
+            x0, x0_p = draw(block_logits(model, seq, lo, hi, banned), temperature, seed, gstep, top_k, top_p)
             transfer = []
             if active:
                 conf = torch.full((hi - lo,), -torch.inf)
@@ -234,6 +258,35 @@ def test_llada21_sampled_and_fused_or_not(engine):
             assert engine.generate([p], cfg)[0].token_ids == want
 
 
+@pytest.mark.parametrize("top_k,top_p", [(6, 1.0), (0, 0.8), (10, 0.9)])
+def test_llada21_sampled_top_k_top_p(engine, top_k, top_p):
+    banned = list(engine.ids.banned)
+    cfg = llada21_cfg(0.5, 0.2, 4, 1, temperature=1.3, seed=9, top_k=top_k, top_p=top_p)
+    for p in PROMPTS[:3]:
+        want = llada21_generate(engine.model, TOK.encode(p), banned, 0.5, 0.2, 4, 1, 1.3, 9, top_k, top_p)
+        assert engine.generate([p], cfg)[0].token_ids == want
+    plain = dataclasses.replace(cfg, top_k=0, top_p=1.0)
+    assert [g.token_ids for g in engine.generate(PROMPTS, cfg)] != [g.token_ids for g in engine.generate(PROMPTS, plain)]
+
+
+def test_top_k_top_p_by_hand():
+    logits = torch.tensor([[[3.0, 2.0, 1.0, 0.0]]])  # softmax: 0.644 0.237 0.087 0.032 (cum .644 .881 .968 1)
+
+    def kept(**kw):
+        return torch.isfinite(top_k_top_p(logits, **kw))[0, 0].tolist()
+
+    assert kept(temperature=1.0, top_k=2, top_p=1.0) == [True, True, False, False]
+    assert kept(temperature=1.0, top_k=0, top_p=0.5) == [True, False, False, False]   # the first over p stays
+    assert kept(temperature=1.0, top_k=0, top_p=0.9) == [True, True, True, False]
+    assert kept(temperature=1.0, top_k=0, top_p=1.0) == [True] * 4                    # off
+    # top_p over what top_k left: .731 .269
+    assert kept(temperature=1.0, top_k=2, top_p=0.7) == [True, False, False, False]
+    assert kept(temperature=1.0, top_k=2, top_p=0.75) == [True, True, False, False]
+    assert kept(temperature=1.0, top_k=torch.tensor(3), top_p=torch.tensor(0.6)) == [True, False, False, False]
+    # the nucleus of softmax(logits / T): T = 4 flattens it to .35 .27 .21 .17
+    assert kept(temperature=4.0, top_k=0, top_p=0.5) == [True, True, False, False]
+
+
 def test_llada21_edits_change_the_answer(engine):
     """Editing off (editing_threshold 1: no p exceeds it) is SDAR's dynamic rule with a floor of
     num_to_transfer; the edits must change at least one answer."""
@@ -281,7 +334,8 @@ def test_fast_dllm_v2_refuses_an_unshifted_model():
     (dict(rule="fast_dllm_v2", small_block_size=3), "small_block_size"),
     (dict(rule="llada21", layout="full_sequence"), "block layouts"),
     (dict(editing_threshold=1.5), "editing_threshold"), (dict(max_post_steps=-1), "max_post_steps"),
-    (dict(num_to_transfer=0), "num_to_transfer")])
+    (dict(num_to_transfer=0), "num_to_transfer"), (dict(top_k=-1), "top_k"), (dict(top_p=0.0), "top_p"),
+    (dict(top_p=0.9, layout="full_sequence"), "top_k / top_p")])
 def test_bad_settings_are_named(bad, match):
     with pytest.raises(ValueError, match=match):
         dataclasses.replace(DecodeConfig(block_len=8), **bad).validate()

@@ -28,8 +28,10 @@ RULES = {"threshold": dict(threshold=0.5), "topk": dict(steps_per_block=3), "fac
          "sdar_dynamic": dict(steps_per_block=3, threshold=0.5, confidence="neg_entropy"),
          "dream_origin": dict(steps_per_block=3, confidence="random"),
          # LLaDA2.1 token editing and Fast-dLLM v2 sub-blocks (test_edit_subblock_decoders.py)
-         "llada21": dict(threshold=0.5, editing_threshold=0.1, max_post_steps=2, confidence="sampled_prob"),
-         "fast_dllm_v2": dict(threshold=0.5, small_block_size=4, confidence="sampled_prob")}
+         # (with top_k / top_p: sampled steps read the truncated distribution)
+         "llada21": dict(threshold=0.5, editing_threshold=0.1, max_post_steps=2, confidence="sampled_prob",
+                         top_k=5, top_p=0.9),
+         "fast_dllm_v2": dict(threshold=0.5, small_block_size=4, confidence="sampled_prob", top_p=0.8)}
 
 
 class HostSync(RuntimeError):
@@ -187,7 +189,8 @@ def test_request_numbers_are_step_inputs_not_constants(engine):
         base = dataclasses.replace(cfg_of(rule, "rcd", temperature=0.8, chunk_steps=1), seed=3)
         other = dataclasses.replace(base, threshold=0.2, temperature=1.7, factor=3.0, entropy_bound=0.2,
                                     steps_per_block=2, residual_temperature=0.5, editing_threshold=0.6,
-                                    max_post_steps=1, num_to_transfer=2, small_block_size=2)
+                                    max_post_steps=1, num_to_transfer=2, small_block_size=2,
+                                    top_k=3 if base.top_k else 0, top_p=0.6 if base.top_p < 1 else 1.0)
         outs = []
         for i, cfg in enumerate((base, other)):
             st, _ = prepared(engine, cfg)

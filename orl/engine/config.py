@@ -60,6 +60,8 @@ class DecodeConfig:
     max_post_steps: int = 16
     num_to_transfer: int = 1
     small_block_size: int = 8      # fast_dllm_v2 rule: sub-block length (Fast-dLLM v2 batch_sample's name)
+    top_k: int = 0                 # sampling (T > 0) from the k most likely tokens only; 0: off
+    top_p: float = 1.0             # sampling (T > 0) from the nucleus of mass p only (after top_k); 1: off
 
     @classmethod
     def from_manifest(cls, manifest: dict, **overrides) -> "DecodeConfig":
@@ -107,6 +109,10 @@ class DecodeConfig:
         if self.rule == "fast_dllm_v2" and (self.small_block_size <= 0 or self.block_len % self.small_block_size):
             problems.append(f"rule 'fast_dllm_v2' needs small_block_size > 0 dividing block_len {self.block_len}, "
                             f"got {self.small_block_size}")
+        if self.top_k < 0 or not 0.0 < self.top_p <= 1.0:
+            problems.append(f"top_k must be >= 0 and top_p in (0, 1], got {self.top_k} and {self.top_p}")
+        if (self.top_k or self.top_p < 1) and self.layout == "full_sequence":
+            problems.append("top_k / top_p run in the block layouts (prompt_block, absolute_grid), not 'full_sequence'")
         if self.rule in ("llada21", "fast_dllm_v2") and self.layout == "full_sequence":
             problems.append(f"rule {self.rule!r} runs in the block layouts (prompt_block, absolute_grid), "
                             "not 'full_sequence'")
@@ -127,6 +133,11 @@ class DecodeConfig:
     def n_blocks(self) -> int:
         """Blocks of an answer of max_new_tokens (the last one is partly beyond it when L does not divide it)."""
         return -(-self.max_new_tokens // self.block_len)
+
+    @property
+    def truncated(self) -> bool:
+        """Sampling from a top-k / top-p truncated distribution (changes the step's code: graph key)."""
+        return self.temperature > 0 and (self.top_k > 0 or self.top_p < 1)
 
     @property
     def n_steps(self) -> int:

@@ -27,7 +27,7 @@ from torch import Tensor
 from orl.engine.commit import commit_positions, llada21_edit_rule, rank_score
 from orl.engine.config import DecodeConfig
 from orl.engine.knobs import DeviceKnobs
-from orl.engine.sampling import hash_uniform, select_tokens
+from orl.engine.sampling import hash_uniform, select_tokens, top_k_top_p
 from orl.model.kv_cache import KVCache
 from orl.model.masks import see_self_if_blind, visibility
 from orl.model.model import Transformer
@@ -214,8 +214,11 @@ def denoise_step(model: Transformer, st: DecodeState, cfg: DecodeConfig, ids: Sp
     noise = None
     if cfg.temperature > 0:
         noise = hash_uniform(st.seed, st.global_step, L, V)
-    x, conf, ent = select_tokens(logits, st.knobs.temperature, noise, entropy=record or cfg.rule == "entropy")
-    conf = rank_score(cfg.confidence, logits, x, conf, st.knobs.temperature, st.seed, st.global_step)
+    # top_k / top_p: the draw and every confidence read the truncated distribution (as the published
+    # samplers' token probability); the residual context keeps the model's own
+    sel = top_k_top_p(logits, st.knobs.temperature, st.knobs.top_k, st.knobs.top_p) if cfg.truncated else logits
+    x, conf, ent = select_tokens(sel, st.knobs.temperature, noise, entropy=record or cfg.rule == "entropy")
+    conf = rank_score(cfg.confidence, sel, x, conf, st.knobs.temperature, st.seed, st.global_step)
     commit = commit_positions(cfg, conf, ent, st.unresolved, st.steps, st.n_valid, st.knobs)
     edit = None
     if cfg.rule == "llada21":  # token-to-token: committed answer tokens of a running row may change

@@ -33,7 +33,8 @@ from orl.model.model import Transformer
 
 def step_key(cfg: DecodeConfig, fused: bool = False) -> tuple:
     """The Python values a chunk's code depends on: everything else it reads is a buffer."""
-    return ("chunk", cfg.chunk_steps, cfg.rule, cfg.confidence, cfg.residual, cfg.temperature > 0, cfg.eos_fill, fused)
+    return ("chunk", cfg.chunk_steps, cfg.rule, cfg.confidence, cfg.residual, cfg.temperature > 0, cfg.truncated,
+            cfg.eos_fill, fused)
 
 
 def prefill_key(length: int) -> tuple:

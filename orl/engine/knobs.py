@@ -17,7 +17,7 @@ from torch import Tensor
 from orl.engine.config import DecodeConfig
 
 
-INTEGER = ("n_steps", "max_post_steps", "num_to_transfer", "small_block_size")
+INTEGER = ("n_steps", "max_post_steps", "num_to_transfer", "small_block_size", "top_k")
 
 
 @dataclass
@@ -32,6 +32,8 @@ class DeviceKnobs:
     max_post_steps: Tensor        # [] int64: llada21 rule's edit-only steps after the last mask
     num_to_transfer: Tensor       # [] int64: llada21 rule's least M2T commits per step
     small_block_size: Tensor      # [] int64: fast_dllm_v2 rule's sub-block length
+    top_k: Tensor                 # [] int64: sampling's top-k (0: off; read only by truncated steps)
+    top_p: Tensor                 # [] float32: sampling's top-p (1: off)
 
     @classmethod
     def allocate(cls, device) -> "DeviceKnobs":

@@ -59,3 +59,28 @@ def select_tokens(logits: Tensor, temperature: float | Tensor, noise: Tensor | N
     conf = top.exp()
     ent = torch.special.entr(logp.exp()).sum(-1) if entropy else None  # entr(0) = 0: banned tokens have p = 0
     return x, conf, ent
+
+
+def top_k_top_p(logits: Tensor, temperature: float | Tensor, top_k: int | Tensor, top_p: float | Tensor) -> Tensor:
+    """Logits [B, L, V] with the tokens outside the top-k / nucleus of softmax(logits / T) at -inf:
+    top_k first (ties with the k-th value stay), then top_p over what is left (the smallest prefix of
+    the sorted distribution whose mass exceeds p, the first token always kept), as LLaDA2.x's and SDAR's
+    samplers order them. top_k 0 and top_p 1 switch a filter off. Static shapes, no host value: k and p
+    may be 0-d device tensors (one sort serves both filters)."""
+    V = logits.shape[-1]
+    if isinstance(temperature, Tensor):
+        t = torch.where(temperature > 0, temperature, torch.ones_like(temperature))
+    else:
+        t = temperature if temperature > 0 else 1.0
+    scaled = logits.float() / t
+    values, order = scaled.sort(-1, descending=True)
+    if isinstance(top_k, Tensor):
+        idx = (torch.where(top_k > 0, top_k, V).clamp(max=V) - 1).expand(*values.shape[:-1], 1)
+    else:
+        idx = torch.full((*values.shape[:-1], 1), min(top_k if top_k > 0 else V, V) - 1, device=logits.device)
+    kth = values.gather(-1, idx)  # [B, L, 1]: the k-th largest scaled logit
+    values = values.masked_fill(values < kth, float("-inf"))
+    over = torch.softmax(values, -1).cumsum(-1) > top_p  # sorted: the mass before a token exceeds p
+    over = torch.cat([torch.zeros_like(over[..., :1]), over[..., :-1]], -1) & (top_p < 1)
+    drop = torch.zeros_like(over).scatter_(-1, order, over)
+    return logits.masked_fill((scaled < kth) | drop, float("-inf"))
