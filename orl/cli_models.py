@@ -44,8 +44,7 @@ def generate_autoregressive(args: argparse.Namespace, model, tok) -> int:
 
     cfg = ARConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
     prompt = tok.encode(args.prompt)
-    # a cache as long as this request, not the model's whole context (32k for Gemma 3)
-    decoder = ARDecoder(model, tok, max_len=len(prompt) + args.max_new_tokens)
+    decoder = ARDecoder(model, tok)  # its cache is sized to the request (orl.engine.ar.request_cache_len)
     gen = decoder.generate_ids([prompt], cfg)[0]
     print(args.prompt + gen.text)
     stop = "EOS" if gen.finished else "max_new_tokens"

@@ -135,6 +135,38 @@ def test_max_new_tokens_and_context_are_respected():
         dec.generate("a", ARConfig(chunk_steps=0))
 
 
+def test_cache_is_sized_to_the_request_not_the_context():
+    """With a 32k context (Gemma 3's), a short request gets a cache of its own length rounded up to
+    a power of two (at least 64), not 32k slots; a longer one regrows it; tokens equal the uncached
+    recompute either way."""
+    model = tiny_ar(False, max_seq_len=32768)
+    dec = ARDecoder(model, TOK)
+    gens = dec.generate(PROMPTS[:2], ARConfig(max_new_tokens=N))
+    assert dec._states[2].cache.max_len == 64 and dec._states[2].out.shape == (2, 64)
+    assert [g.token_ids for g in gens] == [naive_greedy(model, TOK.encode(p), N) for p in PROMPTS[:2]]
+    long = "the quick brown fox jumps over the lazy dog " * 2  # 88 + 24 tokens -> 128 slots
+    g = dec.generate(long, ARConfig(max_new_tokens=N))[0]
+    assert dec._states[1].cache.max_len == 128 and g.token_ids == naive_greedy(model, TOK.encode(long), N)
+    dec.generate("a", ARConfig(max_new_tokens=4))
+    assert dec._states[1].cache.max_len == 128  # a shorter request reuses the buffers (no new shape)
+    assert [ar.request_cache_len(n, 100) for n in (1, 64, 65, 100)] == [64, 64, 100, 100]  # never past max_len
+
+
+def test_eval_and_bench_size_the_ar_cache_to_the_request(tmp_path, monkeypatch):
+    """orl eval (run_eval) and orl bench --ar (ARDecoder.from_checkpoint) on an AR checkpoint with a
+    32k context allocate request-sized caches only."""
+    from orl.eval.runner import EvalSpec, run_eval
+
+    save_checkpoint(tiny_ar(False, max_seq_len=32768), TOK, tmp_path / "ar", {"objective": "autoregressive"})
+    sizes = []
+    new_cache = Transformer.new_cache
+    monkeypatch.setattr(Transformer, "new_cache", lambda self, b, n, *a, **k: sizes.append(n) or new_cache(self, b, n, *a, **k))
+    run_eval(EvalSpec(model=str(tmp_path / "ar"), out=str(tmp_path / "r.jsonl"), tasks=["add"], limit=2,
+                      batch_size=2, decode={"max_new_tokens": 16}, progress=False))
+    ARDecoder.from_checkpoint(tmp_path / "ar").generate("12+34=", ARConfig(max_new_tokens=16))
+    assert sizes and max(sizes) <= 128, sizes
+
+
 # ---------------------------------------------------------------- no host sync in the step
 
 class HostSync(RuntimeError):

@@ -4,6 +4,9 @@ peer that dlmrt is measured against, on the same model code, cache and timing di
 - Static buffers: one preallocated KVCache (model.new_cache) and output buffer per batch size,
   reused by every request; the next slot (cache.length), positions and the attention mask are
   device tensors built inside the step, so a compiled step has one shape for every request.
+  The cache holds what the request needs (prompt + max_new_tokens, rounded up to a power of two:
+  request_cache_len), not the model's whole context (32k for Gemma 3: ~1.2 GB per row in fp32);
+  a longer request regrows it, so the shapes (and compiled steps) stay few.
 - Prefill covers prompt[:-1]; every decode step feeds one token (first the prompt's last one) and
   yields one generated token. So every generated token costs exactly one decode forward and
   TPF = 1 by definition (DESIGN section 5), prefill counted separately as for dLLMs.
@@ -80,6 +83,12 @@ def ar_step(model: Transformer, st: ARState, temperature: float, eos_id: int, eo
     st.step.add_(1)
 
 
+def request_cache_len(need: int, limit: int, floor: int = 64) -> int:
+    """Cache slots for a request of `need` tokens: the next power of two (at least floor), at most
+    limit (the decoder's max_len). Powers of two bound the distinct shapes by log2 of the context."""
+    return min(limit, max(floor, 1 << (need - 1).bit_length()))
+
+
 class ARDecoder(LoadedModel):
     objective = "autoregressive"
 
@@ -93,18 +102,22 @@ class ARDecoder(LoadedModel):
         self._states: dict[int, ARState] = {}
         self._compiled = None
 
-    def state(self, batch: int) -> ARState:
-        if batch not in self._states:
-            dev, S, V = self.device, self.max_len, self.model.args.vocab_size
+    def state(self, batch: int, need: int = 1) -> ARState:
+        """The buffers of this batch size, with room for `need` tokens (grown when a request needs more)."""
+        st = self._states.pop(batch, None)
+        if st is None or st.cache.max_len < need:
+            st = None  # the smaller buffers are freed before the larger ones are allocated
+            dev, S, V = self.device, request_cache_len(need, self.max_len), self.model.args.vocab_size
 
             def z(*shape, dtype=torch.long):
                 return torch.zeros(*shape, dtype=dtype, device=dev)
 
-            self._states[batch] = ARState(
+            st = ARState(
                 cache=self.model.new_cache(batch, S), pad=z(batch), token=z(batch), out=z(batch, S), step=z(()),
                 done=z(batch, dtype=torch.bool), seed=z(batch),
                 banned=torch.arange(V, device=dev) >= self.tokenizer.vocab_size)
-        return self._states[batch]
+        self._states[batch] = st
+        return st
 
     @torch.no_grad()
     def setup(self, prompt_ids: list[list[int]], cfg: ARConfig, seeds: list[int] | None = None) -> ARState:
@@ -113,7 +126,7 @@ class ARDecoder(LoadedModel):
         n = cfg.max_new_tokens
         P, seeds = check_request(prompt_ids, n, f"max_new_tokens ({n})", self.max_len, seeds, cfg.seed)
         dev = self.device
-        st = self.state(len(prompt_ids))
+        st = self.state(len(prompt_ids), P + n)
         tokens, pad = left_pad(prompt_ids, self.pad_id)
         tokens = tokens.to(dev)
         st.pad.copy_(pad)
@@ -124,7 +137,7 @@ class ARDecoder(LoadedModel):
         st.token.copy_(tokens[:, -1])
         if P > 1:
             slots = torch.arange(P - 1, device=dev)
-            keys = torch.arange(self.max_len, device=dev)
+            keys = torch.arange(st.cache.max_len, device=dev)
             mask = (keys[None, None] <= slots[None, :, None]) & (keys >= st.pad[:, None])[:, None]  # [B, P-1, S]
             pos = (slots[None] - st.pad[:, None]).clamp(min=0)
             self.model(tokens[:, :-1], pos, see_self_if_blind(mask), cache=st.cache, slots=slots)
