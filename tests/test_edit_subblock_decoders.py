@@ -324,6 +324,22 @@ def test_fast_dllm_v2_sub_blocks_and_ar_token_matter(shifted):
     assert plain != outs[8]  # the same threshold without the AR first token (and with >=): another decode
 
 
+@pytest.mark.parametrize("rule", ["llada21", "fast_dllm_v2"])
+def test_chunks_traces_and_eos_fill_keep_the_decode(shifted, rule):
+    """Chunks of 3 steps (the steps after a row's block is done are no-ops: llada21's closed rows too),
+    traces (one step per host check; llada21's edit-only steps are recorded) give the same tokens and
+    steps per block."""
+    cfg = llada21_cfg(0.5, 0.0, 3, 1) if rule == "llada21" else v2_cfg(0.7, 4)
+    base = shifted.generate(PROMPTS, cfg)
+    chunked = shifted.generate(PROMPTS, dataclasses.replace(cfg, chunk_steps=3))
+    traced = shifted.generate(PROMPTS, cfg, trace=True)
+    for b, c, t in zip(base, chunked, traced):
+        assert (b.token_ids, b.block_steps) == (c.token_ids, c.block_steps) == (t.token_ids, t.block_steps)
+        assert len(t.trace) == sum(t.block_steps)
+    if rule == "llada21":  # some recorded step re-edited a committed token
+        assert any(bool((r.committed & ~r.unresolved).any()) for t in traced for r in t.trace)
+
+
 def test_fast_dllm_v2_refuses_an_unshifted_model():
     eng = Engine(random_model(3, vocab_size=TOK.vocab_size, learned_pos=False, adapter_dim=0), TOK)
     with pytest.raises(ValueError, match="fast_dllm_v2.*shifted"):

@@ -32,6 +32,8 @@ RULES = {  # settings that give multi-step blocks on the random model (as in tes
     "topk": dict(steps_per_block=3),
     "factor": dict(factor=1.5),
     "entropy": dict(entropy_bound=1.0),
+    # LLaDA2.1 token editing: blocks stay open for edit-only steps after their last mask
+    "llada21": dict(threshold=0.5, editing_threshold=0.2, max_post_steps=3, confidence="sampled_prob"),
 }
 PROMPTS = ["hello world", "hi"]  # different lengths: the batch is left padded
 
