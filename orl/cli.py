@@ -36,6 +36,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     DecodeConfig.from_manifest(early, **flags).validate()
     dtype = dtype_from_name(args.dtype) if args.dtype else None  # an unknown name fails before loading too
     model, tok, manifest = load_checkpoint(args.model, device=resolve_device(args.device), dtype=dtype)  # orl.json, once
+    if manifest.get("objective") == "diffusion_gemma":  # no mask token: dlmrt's canvas mode
+        from orl.cli_canvas import generate_canvas
+
+        return generate_canvas(args, model, tok, manifest)
     # a config.json without orl.json is a causal LM unless its family reader says it is a dLLM (objective)
     plain_causal = manifest.get("source") == "config.json" and manifest.get("objective") is None
     if manifest.get("objective") == "autoregressive" or plain_causal:

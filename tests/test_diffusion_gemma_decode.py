@@ -129,3 +129,15 @@ def test_bad_config_named():
     cfg = CanvasConfig.from_generation_config({"max_denoising_steps": 12, "sampler_config": {"entropy_bound": 0.3,
                                                                                              "_cls_name": "x"}})
     assert cfg.max_denoising_steps == 12 and cfg.entropy_bound == 0.3
+
+
+def test_orl_generate_runs(written, capsys):
+    """`orl generate` on the save_pretrained directory: the canvas mode with generation_config.json's
+    settings (transformers wrote nulls: the defaults) and the flags that apply."""
+    from orl.cli import main
+
+    rc = main(["generate", "--model", str(written[0]), "hi", "--max-new-tokens", "6", "--steps-per-block", "3"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    assert "diffusion_gemma canvas 4, <= 3 steps" in out.out and "denoise + 1 encode" in out.out
+    assert "forwards: 7 (6 denoise" in out.out  # two canvases (6 tokens) of at most 3 steps
