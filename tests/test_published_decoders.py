@@ -7,8 +7,9 @@ reference written here from the published loop, on the same model and so the sam
   rules 'sdar_static' / 'sdar_dynamic' with confidence sampled_prob, on the absolute grid.
 Sampling: the published loops draw from torch's generator (Categorical / multinomial); the references
 draw the same distribution by Gumbel-max from the engine's counter-based noise (orl.engine.sampling),
-so sampled runs are compared token for token too. Not covered: Dream's top_p / top_k / alg_temp and
-'origin', SDAR's top_k / top_p and 'sequential' (DecodeConfig has no such settings)."""
+so sampled runs are compared token for token too, SDAR's with top_k / top_p as well (its
+top_k_logits / top_p_logits). Not covered: Dream's top_p / top_k / alg_temp (the full-sequence layout
+has no such settings) and SDAR's 'sequential'."""
 import pytest
 import torch
 
@@ -137,7 +138,21 @@ L, MAX_NEW = 4, 9
 BRANCHES = {"threshold": 0, "floor": 0}  # which branch of low_confidence_dynamic the references took
 
 
-def sdar_generate(model, prompt, banned, steps, strategy, tau=0.0, temperature=0.0, seed=0):
+def sdar_top_k_top_p(logits, k, p):
+    """SDAR generate.py top_k_logits then top_p_logits (on logits / T): below the k-th value -> -inf;
+    sorted descending, drop where the cumulative softmax exceeds p, shifted right by one."""
+    if k > 0:
+        logits = torch.where(logits < torch.topk(logits, k).values[..., -1, None], float("-inf"), logits)
+    if p < 1.0:
+        sorted_logits, sorted_indices = torch.sort(logits, descending=True)
+        mask = torch.cumsum(torch.softmax(sorted_logits, -1), -1) > p
+        mask[..., 1:] = mask[..., :-1].clone()
+        mask[..., 0] = False
+        logits = logits.masked_fill(torch.zeros_like(mask).scatter(-1, sorted_indices, mask), float("-inf"))
+    return logits
+
+
+def sdar_generate(model, prompt, banned, steps, strategy, tau=0.0, temperature=0.0, seed=0, top_k=0, top_p=1.0):
     """SDAR block_diffusion_generate for one row, recomputing every step (the KV cache is exact): the
     absolute grid, prompt blocks block-causal; per block up to `steps` steps, each transferring
     get_num_transfer_tokens(block_length, steps)[step] positions. Greedy is the T -> 0 limit (SDAR's
@@ -160,6 +175,7 @@ def sdar_generate(model, prompt, banned, steps, strategy, tau=0.0, temperature=0
             if temperature == 0:
                 x0 = logits.argmax(-1)
             else:  # the engine's noise covers the whole [L] canvas
+                logits = sdar_top_k_top_p(logits / temperature, top_k, top_p) * temperature
                 u = hash_uniform(torch.tensor([seed]), torch.tensor([gstep]), L, logits.shape[-1])[0, : hi - lo]
                 x0 = (logits.float() / temperature - torch.log(-torch.log(u))).argmax(-1)
             probs = torch.softmax(logits / temperature if temperature > 0 else logits, -1)
@@ -215,6 +231,15 @@ def test_sdar_sampled(sdar_engine, strategy):
     cfg = sdar_cfg(strategy, 2, 0.5, temperature=0.8, seed=5)
     for p in GRID_PROMPTS[:2]:
         want = sdar_generate(sdar_engine.model, TOK.encode(p), banned, 2, strategy, 0.5, 0.8, seed=5)
+        assert sdar_engine.generate([p], cfg)[0].token_ids == want
+
+
+@pytest.mark.parametrize("top_k,top_p", [(4, 1.0), (0, 0.7), (8, 0.85)])
+def test_sdar_sampled_top_k_top_p(sdar_engine, top_k, top_p):
+    banned = list(sdar_engine.ids.banned)
+    cfg = sdar_cfg("dynamic", 2, 0.5, temperature=1.2, seed=5, top_k=top_k, top_p=top_p)
+    for p in GRID_PROMPTS:
+        want = sdar_generate(sdar_engine.model, TOK.encode(p), banned, 2, "dynamic", 0.5, 1.2, 5, top_k, top_p)
         assert sdar_engine.generate([p], cfg)[0].token_ids == want
 
 
