@@ -296,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--limit", type=int, default=100, help="samples per task")
     s.add_argument("--threshold", type=float, default=0.9, help="commit threshold (one point)")
     s.add_argument("--thresholds", help="comma-separated thresholds to sweep; overrides --threshold")
-    s.add_argument("--rule", help="commit rule: threshold | topk | factor | entropy | dream | dream_origin | sdar_static | sdar_dynamic")
+    s.add_argument("--rule", help="commit rule: threshold | topk | factor | entropy | dream | dream_origin | sdar_static | sdar_dynamic | llada21 | fast_dllm_v2")
     s.add_argument("--confidence", help="what the rule ranks by: prob | sampled_prob | margin | neg_entropy | random")
     s.add_argument("--dtype", help="cast the weights at load: float32 | bfloat16 | float16 (default: the file's)")
     s.add_argument("--residual", help="residual mode: off | rcd | adapter")
