@@ -141,3 +141,16 @@ def test_orl_generate_runs(written, capsys):
     assert rc == 0, out.err
     assert "diffusion_gemma canvas 4, <= 3 steps" in out.out and "denoise + 1 encode" in out.out
     assert "forwards: 7 (6 denoise" in out.out  # two canvases (6 tokens) of at most 3 steps
+
+
+def test_left_padded_row_is_the_prompt_alone(written, monkeypatch):
+    """A shorter prompt in a batch (left padded, positions counting the padding) decodes to what
+    transformers' generate() gives for it alone. (transformers' own left-padded batch gives that row
+    other tokens even without a window in play; orl matches the unpadded call.)"""
+    d, hf = written
+    g = torch.Generator().manual_seed(7)
+    long, short = torch.randint(0, 256, (9,), generator=g).tolist(), torch.randint(0, 256, (5,), generator=g).tolist()
+    cfg = CanvasConfig(max_new_tokens=2 * CANVAS, max_denoising_steps=3)
+    batch = _ours(d, [long, short], cfg, [3, 4], EOS)
+    alone = _replayed_generate(hf, monkeypatch, torch.tensor([short]), [4], cfg, EOS)[0].tolist()
+    assert batch[1].token_ids == _cut(alone, EOS)
