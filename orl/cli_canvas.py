@@ -21,13 +21,19 @@ def generation_config(directory) -> dict:
 
 
 def generate_canvas(args: argparse.Namespace, model, tok, manifest: dict) -> int:
-    """Decoding settings: generation_config.json, then transformers' defaults; of the flags, only
-    --max-new-tokens, --seed, --chunk-steps and --steps-per-block (> 0: max_denoising_steps) apply."""
+    """Decoding settings: generation_config.json (its diffusion keys and EOS ids), then transformers'
+    defaults; of the flags, only --max-new-tokens, --seed, --chunk-steps and --steps-per-block
+    (> 0: max_denoising_steps) apply."""
     from orl.engine.canvas import CanvasConfig, CanvasDecoder
 
+    from orl.model.families.common import token_ids
+
+    gen_cfg = generation_config(args.model)
     cfg = CanvasConfig.from_generation_config(
-        generation_config(args.model), max_new_tokens=args.max_new_tokens, seed=args.seed,
+        gen_cfg, max_new_tokens=args.max_new_tokens, seed=args.seed,
         chunk_steps=args.chunk_steps, max_denoising_steps=args.steps_per_block or None)
+    if token_ids(gen_cfg.get("eos_token_id")):  # what transformers' generate() would stop at
+        manifest = {**manifest, "eos_ids": token_ids(gen_cfg["eos_token_id"])}
     decoder = CanvasDecoder(model, tok, manifest=manifest)
     gen = decoder.generate(args.prompt, cfg)[0]
     print(args.prompt + gen.text, flush=True)

@@ -154,3 +154,21 @@ def test_left_padded_row_is_the_prompt_alone(written, monkeypatch):
     batch = _ours(d, [long, short], cfg, [3, 4], EOS)
     alone = _replayed_generate(hf, monkeypatch, torch.tensor([short]), [4], cfg, EOS)[0].tolist()
     assert batch[1].token_ids == _cut(alone, EOS)
+
+
+def test_orl_generate_reads_generation_config(written, tmp_path, capsys):
+    """generation_config.json's diffusion keys and EOS ids apply, as in transformers' generate()."""
+    import json
+    import shutil
+
+    from orl.cli import main
+
+    d = tmp_path / "ckpt"
+    shutil.copytree(written[0], d)
+    model, tok, manifest = load_checkpoint(d)
+    cfg = CanvasConfig(max_new_tokens=8, max_denoising_steps=2)
+    first = CanvasDecoder(model, tok, manifest=manifest).generate("hi", cfg)[0].token_ids
+    (d / "generation_config.json").write_text(json.dumps({"max_denoising_steps": 2, "eos_token_id": [first[2]]}))
+    rc = main(["generate", "--model", str(d), "hi", "--max-new-tokens", "8"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "<= 2 steps" in out and "stop: EOS" in out and f"tokens: {first.index(first[2]) + 1} " in out
