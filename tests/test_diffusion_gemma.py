@@ -120,3 +120,28 @@ def test_untied_encoder_that_differs_is_refused(written, tmp_path):
     save_file(tensors, tmp_path / "model.safetensors")
     with pytest.raises((CheckpointError, UnsupportedConfig), match="layers.1.layer_scalar differs"):
         load_checkpoint(tmp_path)
+
+
+def test_published_defaults_read_without_weights():
+    """transformers' DiffusionGemmaConfig defaults (the 26B-A4B shapes: 30 layers, 5 local : 1 global,
+    global head_dim 512, proportional RoPE over a quarter) as its to_dict() writes them."""
+    from transformers import DiffusionGemmaConfig
+
+    text = dict(num_experts=128, top_k_experts=8, moe_intermediate_size=704, num_global_key_value_heads=2)
+    cfg = DiffusionGemmaConfig(text_config=text, vision_config={"model_type": "gemma4_vision"}).to_dict()
+    a = diffusion_gemma.args_from_config(cfg)
+    assert (a.n_layers, a.head_dim, a.global_head_dim, a.global_n_kv_heads, a.n_kv_heads) == (30, 256, 512, 2, 4)
+    assert [a.is_sliding(i) for i in range(6)] == [True] * 5 + [False] and not a.is_sliding(29)
+    assert (a.rope_theta, a.rope_local_theta, a.global_rope_proportion, a.sliding_window) == (1e6, 1e4, 0.25, 512)
+    assert diffusion_gemma.manifest_from_config(cfg)["block_len"] == 256
+
+
+def test_proportional_rope_by_hand():
+    """head 16, proportion 0.25: int(0.25 * 16 / 2) = 2 turning pairs with inv_freq theta^(-0/16),
+    theta^(-2/16); the other 6 pairs have frequency 0 (cos 1, sin 0)."""
+    from orl.model.model import rope_cos_sin
+
+    cos, sin = rope_cos_sin(torch.tensor([[3]]), 16, 10_000.0, torch.float32, proportion=0.25)
+    angles = torch.tensor([3.0, 3.0 * 10_000.0 ** (-2 / 16)] + [0.0] * 6)
+    torch.testing.assert_close(cos[0, 0, 0], torch.cat([angles, angles]).cos())
+    torch.testing.assert_close(sin[0, 0, 0], torch.cat([angles, angles]).sin())

@@ -74,9 +74,14 @@ def _global_shape(t: dict, types: list[str], p: Problems) -> tuple[int, int]:
         hd = t.get("global_head_dim", GLOBAL_HEAD_DIM)
         return hd, t.get("num_global_key_value_heads") or t.get("num_key_value_heads", t["num_attention_heads"])
     default = (t.get("head_dim", 256), t.get("num_key_value_heads", t["num_attention_heads"]))
+    try:  # transformers writes the layer keys zero-padded ("05") once there are 10 layers or more
+        per_layer = {int(k): v for k, v in per_layer.items()}
+    except (TypeError, ValueError, AttributeError):
+        p.append(f"per_layer_config {per_layer!r} (expected an object keyed by layer index)")
+        per_layer = {}
     shapes = set()
     for i, kind in enumerate(types):
-        o = per_layer.get(str(i), per_layer.get(i)) or {}
+        o = per_layer.get(i) or {}
         if extra := sorted(set(o) - {"head_dim", "num_key_value_heads"}):
             p.append(f"per_layer_config[{i}] sets {extra} (only head_dim and num_key_value_heads)")
         shape = (o.get("head_dim", default[0]), o.get("num_key_value_heads", default[1]))
