@@ -26,6 +26,16 @@ def written(tmp_path_factory):
     return d, hf, model, manifest
 
 
+@pytest.fixture(scope="module")
+def deep(tmp_path_factory):
+    """12 layers in transformers' default pattern (5 local : 1 global, last forced global): its
+    per_layer_config keys are zero-padded strings."""
+    d = tmp_path_factory.mktemp("diffusion_gemma_deep")
+    hf = write_diffusion_gemma(d, num_hidden_layers=12, layer_types=None)
+    model, tok, manifest = load_checkpoint(d)
+    return d, hf, model, manifest
+
+
 def _cache_mask(q_slots: torch.Tensor, S: int, causal: bool, end: int) -> torch.Tensor:
     """[1, T, S]: causal (encoder) sees slots <= its own; the canvas (decoder) sees every slot < end."""
     k = torch.arange(S)
@@ -55,11 +65,12 @@ def test_reads_the_config(written):
     assert manifest["mask_id"] is None and manifest["eos_ids"] == [257]
 
 
+@pytest.mark.parametrize("which", ["written", "deep"])
 @torch.no_grad()
-def test_encoder_and_decoder_match_transformers(written):
+def test_encoder_and_decoder_match_transformers(which, request):
     from transformers import DynamicCache
 
-    _, hf, model, _ = written
+    _, hf, model, _ = request.getfixturevalue(which)
     g = torch.Generator().manual_seed(1)
     prompt = torch.randint(0, VOCAB, (1, 9), generator=g)   # longer than the window (6)
     canvas1 = torch.randint(0, VOCAB, (1, CANVAS), generator=g)
@@ -145,3 +156,11 @@ def test_proportional_rope_by_hand():
     angles = torch.tensor([3.0, 3.0 * 10_000.0 ** (-2 / 16)] + [0.0] * 6)
     torch.testing.assert_close(cos[0, 0, 0], torch.cat([angles, angles]).cos())
     torch.testing.assert_close(sin[0, 0, 0], torch.cat([angles, angles]).sin())
+
+
+def test_deep_config_layer_pattern(deep):
+    d, _, model, _ = deep
+    cfg = json.loads((d / "config.json").read_text())["text_config"]
+    assert sorted(cfg["per_layer_config"]) == ["05", "11"]  # the zero-padded keys the reader must parse
+    assert [i for i in range(12) if not model.args.is_sliding(i)] == [5, 11]
+    assert model.model.layers[5].self_attn.head_dim == 16 and model.model.layers[4].self_attn.head_dim == 8
