@@ -29,10 +29,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
                  seed=args.seed, chunk_steps=args.chunk_steps, compile=args.compile, cuda_graph=args.cuda_graph,
                  confidence=args.confidence, editing_threshold=args.editing_threshold,
                  max_post_steps=args.max_post_steps, num_to_transfer=args.num_to_transfer,
-                 small_block_size=args.small_block_size, top_k=args.top_k, top_p=args.top_p)
+                 small_block_size=args.small_block_size, top_k=args.top_k, top_p=args.top_p, alg_temp=args.alg_temp)
     flags["full_sequence_cache"] = args.full_sequence_cache  # None: the exact mode
     # bad flags fail before the weights load; a named cache is checked against the checkpoint's layout later
-    early = {"layout": "full_sequence"} if args.full_sequence_cache not in (None, "none") else {}
+    early = {"layout": "full_sequence"} if args.full_sequence_cache not in (None, "none") or args.alg_temp else {}
     DecodeConfig.from_manifest(early, **flags).validate()
     dtype = dtype_from_name(args.dtype) if args.dtype else None  # an unknown name fails before loading too
     model, tok, manifest = load_checkpoint(args.model, device=resolve_device(args.device), dtype=dtype)  # orl.json, once
@@ -146,7 +146,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
                                     steps_per_block=args.steps_per_block, factor=args.factor,
                                     entropy_bound=args.entropy_bound, chunk_steps=args.chunk_steps,
                                     compile=args.compile or None, cuda_graph=args.cuda_graph or None,
-                                    confidence=args.confidence).items()
+                                    confidence=args.confidence, top_k=args.top_k, top_p=args.top_p,
+                                    alg_temp=args.alg_temp, editing_threshold=args.editing_threshold,
+                                    max_post_steps=args.max_post_steps, num_to_transfer=args.num_to_transfer,
+                                    small_block_size=args.small_block_size).items()
               if v is not None}
     if args.full_sequence_cache:
         decode["full_sequence_cache"] = args.full_sequence_cache
@@ -197,6 +200,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 CACHE_HELP = ("full_sequence layout (LLaDA, Dream): none (exact, default) | prefix | dual: Fast-dLLM v1's "
               "approximate caches (docs/MODELS.md)")
+ALG_TEMP_HELP = ("rule dream, full_sequence layout: > 0 draws the positions to commit from softmax(confidence / "
+                 "alg_temp) (Dream's alg_temp; 0: the most confident, default)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -229,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fast_dllm_v2 rule: sub-block length (default: the checkpoint's, else 8)")
     s.add_argument("--top-k", type=int, default=None, help="sampling: the k most likely tokens only (0: off)")
     s.add_argument("--top-p", type=float, default=None, help="sampling: the nucleus of mass p only, after top-k (1: off)")
+    s.add_argument("--alg-temp", type=float, default=None, help=ALG_TEMP_HELP)
     s.add_argument("--full-sequence-cache", default=None, help=CACHE_HELP)
     s.add_argument("--block-len", type=int, default=None, help="block length (default: the checkpoint's, else 16)")
     s.add_argument("--max-new-tokens", type=int, default=64, help="at most this many generated tokens")
@@ -307,6 +313,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--steps-per-block", type=int, help="topk rule")
     s.add_argument("--factor", type=float, help="factor rule")
     s.add_argument("--entropy-bound", type=float, help="entropy rule")
+    s.add_argument("--editing-threshold", type=float, help="llada21 rule: re-edit p > this [0, 1] (0.9)")
+    s.add_argument("--max-post-steps", type=int, help="llada21 rule: edit-only steps after the last mask (16)")
+    s.add_argument("--num-to-transfer", type=int, help="llada21 rule: least mask commits per step (1)")
+    s.add_argument("--small-block-size", type=int, help="fast_dllm_v2 rule: sub-block length (default: the checkpoint's)")
+    s.add_argument("--top-k", type=int, help="sampling: the k most likely tokens only (0: off)")
+    s.add_argument("--top-p", type=float, help="sampling: the nucleus of mass p only (1: off)")
+    s.add_argument("--alg-temp", type=float, help=ALG_TEMP_HELP)
     s.add_argument("--chunk-steps", type=int)
     s.add_argument("--compile", action="store_true", help="torch.compile the denoising step")
     s.add_argument("--cuda-graph", action="store_true", help="capture CUDA graphs (GPU)")

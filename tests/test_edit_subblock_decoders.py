@@ -351,7 +351,7 @@ def test_fast_dllm_v2_refuses_an_unshifted_model():
     (dict(rule="llada21", layout="full_sequence"), "block layouts"),
     (dict(editing_threshold=1.5), "editing_threshold"), (dict(max_post_steps=-1), "max_post_steps"),
     (dict(num_to_transfer=0), "num_to_transfer"), (dict(top_k=-1), "top_k"), (dict(top_p=0.0), "top_p"),
-    (dict(top_p=0.9, layout="full_sequence"), "top_k / top_p")])
+    (dict(alg_temp=0.5), "alg_temp")])  # top_k / top_p run in full_sequence too (tests/test_dream_sampling_knobs.py)
 def test_bad_settings_are_named(bad, match):
     with pytest.raises(ValueError, match=match):
         dataclasses.replace(DecodeConfig(block_len=8), **bad).validate()

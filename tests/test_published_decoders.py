@@ -8,8 +8,8 @@ reference written here from the published loop, on the same model and so the sam
 Sampling: the published loops draw from torch's generator (Categorical / multinomial); the references
 draw the same distribution by Gumbel-max from the engine's counter-based noise (orl.engine.sampling),
 so sampled runs are compared token for token too, SDAR's with top_k / top_p as well (its
-top_k_logits / top_p_logits). Not covered: Dream's top_p / top_k / alg_temp (the full-sequence layout
-has no such settings) and SDAR's 'sequential'."""
+top_k_logits / top_p_logits). Dream's top_p / top_k / alg_temp: tests/test_dream_sampling_knobs.py.
+Not covered: SDAR's 'sequential'."""
 import pytest
 import torch
 

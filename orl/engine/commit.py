@@ -111,6 +111,21 @@ def dream_timestep(i: Tensor, n_steps: int | Tensor) -> Tensor:
     return torch.where(i < n // 2, first, last)
 
 
+ALG_TEMP_SALT = 0x2B992DDFA  # alg_temp's noise stream, apart from sampling and 'random' of the same seed
+
+
+def alg_temp_keys(score: Tensor, alg_temp: float | Tensor, seed: Tensor, step: Tensor) -> Tensor:
+    """Dream's alg_temp (> 0): instead of the k best scores, k positions drawn without replacement from
+    softmax(score / alg_temp) over the candidates (diffusion_generate's torch.multinomial). Drawn as
+    Gumbel-top-k: the k largest score / alg_temp + Gumbel(u) are such a draw (each next pick is the
+    Gumbel-max of the rest), so a rule that takes the k best keys takes it, with no host value and no
+    generator state; u per (row seed, noise step, position) from orl's counter-based noise, its own
+    stream. Unlike multinomial, weights that underflow to 0 in fp32 still rank (no 'not enough
+    categories' error). score [B, L], seed / step [B] -> keys [B, L] float32."""
+    u = hash_uniform(seed ^ ALG_TEMP_SALT, step, score.shape[-1], 1)[..., 0]
+    return score.float() / alg_temp - torch.log(-torch.log(u))
+
+
 def dream_rule(conf: Tensor, candidates: Tensor, step: Tensor, n_steps: int | Tensor) -> Tensor:
     """Dream diffusion_generate (maskgit_plus / topk_margin / entropy): at step i of S, with t, s =
     timesteps i, i + 1 of linspace(1, eps, S + 1), the int(m (1 - s / t)) best of the m masked
@@ -180,10 +195,15 @@ def fast_dllm_v2_rule(conf: Tensor, candidates: Tensor, tau: float | Tensor, sub
 
 
 def commit_positions(cfg: DecodeConfig, conf: Tensor, entropy: Tensor | None, candidates: Tensor,
-                     step: Tensor, n_valid: Tensor, knobs=None) -> Tensor:
+                     step: Tensor, n_valid: Tensor, knobs=None, seed: Tensor | None = None,
+                     noise_step: Tensor | None = None) -> Tensor:
     """entropy may be None unless cfg.rule == 'entropy'. knobs (orl.engine.knobs.DeviceKnobs): read the
-    rule's number from its device tensor instead of cfg (cfg then only chooses the rule)."""
+    rule's number from its device tensor instead of cfg (cfg then only chooses the rule). seed /
+    noise_step [B]: the rows' seeds and noise counters, read by the rules that draw (rule 'dream' with
+    cfg.alg_temp > 0; the full-sequence layout, where alg_temp is a Python value)."""
     k = knobs if knobs is not None else cfg
+    if cfg.rule == "dream" and cfg.alg_temp > 0:
+        return dream_rule(alg_temp_keys(conf, cfg.alg_temp, seed, noise_step), candidates, step, k.n_steps)
     if cfg.rule == "threshold":
         return threshold_rule(conf, candidates, k.threshold)
     if cfg.rule == "topk":

@@ -62,6 +62,8 @@ class DecodeConfig:
     small_block_size: int = 8      # fast_dllm_v2 rule: sub-block length (Fast-dLLM v2 batch_sample's name)
     top_k: int = 0                 # sampling (T > 0) from the k most likely tokens only; 0: off
     top_p: float = 1.0             # sampling (T > 0) from the nucleus of mass p only (after top_k); 1: off
+    # (full_sequence layout: Dream's order, top_p then top_k, and at T = 0 too: see full_sequence.py)
+    alg_temp: float = 0.0          # rule 'dream': > 0 draws the positions from softmax(score / alg_temp)
 
     @classmethod
     def from_manifest(cls, manifest: dict, **overrides) -> "DecodeConfig":
@@ -111,8 +113,9 @@ class DecodeConfig:
                             f"got {self.small_block_size}")
         if self.top_k < 0 or not 0.0 < self.top_p <= 1.0:
             problems.append(f"top_k must be >= 0 and top_p in (0, 1], got {self.top_k} and {self.top_p}")
-        if (self.top_k or self.top_p < 1) and self.layout == "full_sequence":
-            problems.append("top_k / top_p run in the block layouts (prompt_block, absolute_grid), not 'full_sequence'")
+        if self.alg_temp < 0 or (self.alg_temp and (self.rule != "dream" or self.layout != "full_sequence")):
+            problems.append(f"alg_temp must be >= 0, and > 0 needs rule 'dream' in layout 'full_sequence' (Dream's "
+                            f"diffusion_generate), got {self.alg_temp} with rule {self.rule!r}, layout {self.layout!r}")
         if self.rule in ("llada21", "fast_dllm_v2") and self.layout == "full_sequence":
             problems.append(f"rule {self.rule!r} runs in the block layouts (prompt_block, absolute_grid), "
                             "not 'full_sequence'")

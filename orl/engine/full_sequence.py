@@ -34,7 +34,7 @@ from orl.engine.commit import commit_positions, rank_score
 from orl.engine.config import DecodeConfig
 from orl.engine.events import BlockEvent, DoneEvent, Event
 from orl.engine.request import Clock, check_request
-from orl.engine.sampling import hash_uniform, select_tokens
+from orl.engine.sampling import hash_uniform, select_tokens, top_p_then_top_k
 from orl.engine.sequence import Row
 from orl.model.masks import see_self_if_blind
 from orl.model.padding import left_pad
@@ -81,6 +81,20 @@ def cached_window_logits(model, tokens, pos, mask, lo: int, hi: int, cache, befo
     return model.read_out(h[:, :hi - lo], before=before)
 
 
+def propose(cfg: DecodeConfig, logits, unresolved, steps, n_valid, seed, global_step):
+    """One step's proposals x [B, L] and the positions to commit [B, L] from the window's logits
+    [B, L, V]: pure tensor work, no host value read. top_k / top_p cut the distribution in Dream's order
+    (sample_tokens: nucleus, then top-k) whenever set, at T = 0 too: the greedy token is the same, but
+    the confidences are the truncated distribution's, as Dream's. The rules get the rows' seeds and noise
+    counters (rule 'dream' with alg_temp draws its positions)."""
+    if cfg.top_k > 0 or cfg.top_p < 1:
+        logits = top_p_then_top_k(logits, cfg.temperature, cfg.top_k, cfg.top_p)
+    noise = hash_uniform(seed, global_step, logits.shape[1], logits.shape[-1]) if cfg.temperature > 0 else None
+    x, conf, ent = select_tokens(logits, cfg.temperature, noise, entropy=cfg.rule == "entropy")
+    conf = rank_score(cfg.confidence, logits, x, conf, cfg.temperature, seed, global_step)
+    return x, commit_positions(cfg, conf, ent, unresolved, steps, n_valid, seed=seed, noise_step=global_step)
+
+
 @torch.no_grad()
 def run(engine, prompt_ids: list[list[int]], cfg: DecodeConfig, *, trace: bool = False,
         seeds: list[int] | None = None) -> Iterator[Event]:
@@ -120,10 +134,7 @@ def run(engine, prompt_ids: list[list[int]], cfg: DecodeConfig, *, trace: bool =
             else:
                 logits = cached_window_logits(model, tokens, pos, mask, lo, hi, cache, before, mode)
             logits = logits.masked_fill(banned, float("-inf"))  # after guidance: -inf - -inf would be NaN
-            noise = hash_uniform(seed, global_step, hi - lo, logits.shape[-1]) if cfg.temperature > 0 else None
-            x, conf, ent = select_tokens(logits, cfg.temperature, noise, entropy=cfg.rule == "entropy")
-            conf = rank_score(cfg.confidence, logits, x, conf, cfg.temperature, seed, global_step)
-            commit = commit_positions(cfg, conf, ent, unresolved, steps, n_valid)
+            x, commit = propose(cfg, logits, unresolved, steps, n_valid, seed, global_step)
             window = torch.where(commit, x, tokens[:, lo:hi])
             active = unresolved.any(-1)  # a step counts even when it commits nothing (Dream's schedule may)
             unresolved = unresolved & ~commit

@@ -84,3 +84,23 @@ def top_k_top_p(logits: Tensor, temperature: float | Tensor, top_k: int | Tensor
     over = torch.cat([torch.zeros_like(over[..., :1]), over[..., :-1]], -1) & (top_p < 1)
     drop = torch.zeros_like(over).scatter_(-1, order, over)
     return logits.masked_fill((scaled < kth) | drop, float("-inf"))
+
+
+def top_p_then_top_k(logits: Tensor, temperature: float, top_k: int, top_p: float) -> Tensor:
+    """Dream's order (sample_tokens: top_p_logits, then top_k_logits), for the full-sequence layout:
+    the nucleus of mass p of softmax(logits / T) (T = 0: of softmax(logits); the first token always
+    kept), then of what it left the tokens at or above its k-th largest value (k beyond what the nucleus
+    left: no further cut). Unlike `top_k_top_p` the nucleus is taken over the whole distribution, so
+    k = 2, p = 0.55 on p = (.5, .3, .15, .05) keeps two tokens here and one there. Logits [B, L, V]
+    with the dropped tokens at -inf; no host value read (k and p are Python numbers: this layout runs
+    eagerly)."""
+    V = logits.shape[-1]
+    scaled = logits.float() / (temperature if temperature > 0 else 1.0)
+    values, order = scaled.sort(-1, descending=True)
+    over = torch.softmax(values, -1).cumsum(-1) > top_p
+    # a token is dropped when the mass before it already exceeds p; top_p 1 keeps all
+    drop = torch.cat([torch.zeros_like(over[..., :1]), over[..., :-1]], -1) & (top_p < 1)
+    if top_k > 0:
+        kth = values.masked_fill(drop, float("-inf"))[..., min(top_k, V) - 1:min(top_k, V)]  # [B, L, 1]
+        drop = drop | (values < kth)
+    return logits.masked_fill(torch.zeros_like(drop).scatter_(-1, order, drop), float("-inf"))
