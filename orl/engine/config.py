@@ -143,6 +143,11 @@ class DecodeConfig:
         return self.temperature > 0 and (self.top_k > 0 or self.top_p < 1)
 
     @property
+    def draws(self) -> bool:
+        """The decode reads the seed: sampled tokens, alg_temp's positions or 'random' scores."""
+        return self.temperature > 0 or self.alg_temp > 0 or self.confidence == "random"
+
+    @property
     def n_steps(self) -> int:
         """Steps of the topk schedule (LLaDA): at most one per position."""
         return self.steps_per_block or self.block_len

@@ -164,7 +164,7 @@ def create_app(engine: Engine, model_name: str, *, defaults: DecodeConfig | None
             raise APIError(400, f"steps_per_block ({cfg.steps_per_block}) must be <= block_len ({cfg.block_len}): "
                                 "a block never takes more steps than it has positions",
                            param="steps_per_block", code="less_than_equal")
-        if cfg.temperature > 0 and req.seed is None:
+        if cfg.draws and req.seed is None:  # temperature > 0, or alg_temp's drawn positions
             cfg = dataclasses.replace(cfg, seed=secrets.randbits(63))
         return cfg
 
@@ -201,7 +201,7 @@ def create_app(engine: Engine, model_name: str, *, defaults: DecodeConfig | None
         ids = prepare(prompt, cfg, "messages" if chat else "prompt")
         job, events = submit(ids, cfg, steps=False)
         rid = new_id("chatcmpl" if chat else "cmpl")
-        seed = cfg.seed if cfg.temperature > 0 else None
+        seed = cfg.seed if cfg.draws else None
         if req.stream:
             first = await first_event(request, job, events)
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
@@ -233,7 +233,7 @@ def create_app(engine: Engine, model_name: str, *, defaults: DecodeConfig | None
         job, events = submit(ids, cfg, steps=True)
         first = await first_event(request, job, events)
         info = {"model": model_name, "prompt_tokens": len(ids), "block_len": cfg.block_len,
-                "max_tokens": cfg.max_new_tokens, "seed": cfg.seed if cfg.temperature > 0 else None}
+                "max_tokens": cfg.max_new_tokens, "seed": cfg.seed if cfg.draws else None}
         return JobStreamingResponse(dlm_stream(events, first, job, engine.tokenizer, info), worker, job)
 
     def model_card() -> dict:

@@ -33,6 +33,8 @@ class APIError(Exception):
 
 
 SEED_MIN, SEED_MAX = -(1 << 63), (1 << 63) - 1  # the engine keeps seeds in int64 and hashes all 64 bits
+INT_KNOB_MAX = 1 << 31  # integer knobs go to int64 device tensors: a JSON integer past 2**63 would fail there (500)
+MAX_POST_STEPS = 1024   # llada21's edit-only steps per block: each is a forward, so bounded (LLaDA2.1's default 16)
 
 
 class DlmParams(BaseModel):
@@ -51,12 +53,22 @@ class DlmParams(BaseModel):
     steps_per_block: int | None = Field(None, ge=0)
     factor: float | None = Field(None, gt=0.0)
     entropy_bound: float | None = Field(None, ge=0.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)   # OpenAI's field; the others here are extensions
+    top_k: int | None = Field(None, ge=0, le=INT_KNOB_MAX)
+    alg_temp: float | None = Field(None, ge=0.0)
+    editing_threshold: float | None = Field(None, ge=0.0, le=1.0)
+    max_post_steps: int | None = Field(None, ge=0, le=MAX_POST_STEPS)
+    num_to_transfer: int | None = Field(None, ge=1, le=INT_KNOB_MAX)
+    small_block_size: int | None = Field(None, ge=1, le=INT_KNOB_MAX)
 
     def decode_config(self, defaults: DecodeConfig) -> DecodeConfig:
         knobs = {"max_new_tokens": self.max_tokens, "temperature": self.temperature, "seed": self.seed,
                  "threshold": self.threshold, "rule": self.rule, "block_len": self.block_len,
                  "residual": self.residual, "steps_per_block": self.steps_per_block, "factor": self.factor,
-                 "entropy_bound": self.entropy_bound}
+                 "entropy_bound": self.entropy_bound, "top_p": self.top_p, "top_k": self.top_k,
+                 "alg_temp": self.alg_temp, "editing_threshold": self.editing_threshold,
+                 "max_post_steps": self.max_post_steps, "num_to_transfer": self.num_to_transfer,
+                 "small_block_size": self.small_block_size}
         cfg = DecodeConfig(**{**defaults.to_dict(), **{k: v for k, v in knobs.items() if v is not None}})
         try:
             return cfg.validate()
@@ -78,7 +90,6 @@ class OpenAIParams(DlmParams):
     stream_options: StreamOptions | None = None
     user: str | None = None
     n: int | None = None
-    top_p: float | None = None
     stop: object = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
@@ -89,13 +100,6 @@ class OpenAIParams(DlmParams):
     def _one_choice(cls, v: int | None) -> int | None:
         if v is not None and v != 1:
             raise ValueError(f"n={v} is not supported: the server returns exactly one choice (n=1)")
-        return v
-
-    @field_validator("top_p")
-    @classmethod
-    def _no_nucleus(cls, v: float | None) -> float | None:
-        if v is not None and v != 1.0:
-            raise ValueError("top_p is not supported (only 1.0); use temperature")
         return v
 
     @field_validator("stop", "logit_bias")
