@@ -160,7 +160,8 @@ def test_eval_and_bench_size_the_ar_cache_to_the_request(tmp_path, monkeypatch):
     save_checkpoint(tiny_ar(False, max_seq_len=32768), TOK, tmp_path / "ar", {"objective": "autoregressive"})
     sizes = []
     new_cache = Transformer.new_cache
-    monkeypatch.setattr(Transformer, "new_cache", lambda self, b, n, *a, **k: sizes.append(n) or new_cache(self, b, n, *a, **k))
+    monkeypatch.setattr(Transformer, "new_cache",
+                        lambda self, b, n, *a, **k: sizes.append(n) or new_cache(self, b, n, *a, **k))
     run_eval(EvalSpec(model=str(tmp_path / "ar"), out=str(tmp_path / "r.jsonl"), tasks=["add"], limit=2,
                       batch_size=2, decode={"max_new_tokens": 16}, progress=False))
     ARDecoder.from_checkpoint(tmp_path / "ar").generate("12+34=", ARConfig(max_new_tokens=16))

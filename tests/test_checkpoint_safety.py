@@ -236,7 +236,8 @@ def test_one_non_finite_element_is_refused_with_the_tensor_named(tmp_path, bad):
     t["model.layers.0.self_attn.o_proj.weight"].view(-1)[3: 3 + len(bad)] = torch.tensor(bad)
     save_file(t, d / "model.safetensors", metadata={"format": "pt"})
     rerecord(d, "model.safetensors")
-    with pytest.raises(CheckpointError, match=r"non-finite values \(inf or nan\) in model.layers.0.self_attn.o_proj.weight$"):
+    name = "model.layers.0.self_attn.o_proj.weight"
+    with pytest.raises(CheckpointError, match=rf"non-finite values \(inf or nan\) in {name}$"):
         load_checkpoint(d)
 
 
