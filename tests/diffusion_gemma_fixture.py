@@ -27,11 +27,12 @@ VISION = dict(model_type="gemma4_vision", hidden_size=16, intermediate_size=16, 
 
 
 def write_diffusion_gemma(d: Path, seed: int = 0, **text):
-    """-> the transformers model (eval, fp32, eager attention) whose save_pretrained wrote d."""
+    """-> the transformers model (eval, fp32, its default sdpa attention) whose save_pretrained wrote d.
+    (Setting "eager" on text_config alone would be wrong: the decoder's padding mask is built for the
+    top-level config's implementation, a bool mask, which eager attention would add as 0 / 1.)"""
     from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
 
     cfg = DiffusionGemmaConfig(text_config={**TEXT, **text}, vision_config=VISION, canvas_length=CANVAS)
-    cfg.text_config._attn_implementation = "eager"
     torch.manual_seed(seed)
     model = DiffusionGemmaForBlockDiffusion(cfg).eval()
     g = torch.Generator().manual_seed(seed)

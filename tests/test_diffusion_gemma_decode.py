@@ -143,16 +143,19 @@ def test_orl_generate_runs(written, capsys):
     assert "forwards: 7 (6 denoise" in out.out  # two canvases (6 tokens) of at most 3 steps
 
 
-def test_left_padded_row_is_the_prompt_alone(written, monkeypatch):
-    """A shorter prompt in a batch (left padded, positions counting the padding) decodes to what
-    transformers' generate() gives for it alone. (transformers' own left-padded batch gives that row
-    other tokens even without a window in play; orl matches the unpadded call.)"""
+def test_left_padded_batch_matches_transformers(written, monkeypatch):
+    """Prompts of 9 and 5 tokens in one batch (left padded, positions counting the padding): the same
+    tokens as transformers' generate() with that attention_mask, and the short row as it alone."""
     d, hf = written
     g = torch.Generator().manual_seed(7)
     long, short = torch.randint(0, 256, (9,), generator=g).tolist(), torch.randint(0, 256, (5,), generator=g).tolist()
-    cfg = CanvasConfig(max_new_tokens=2 * CANVAS, max_denoising_steps=3)
+    cfg = CanvasConfig(max_new_tokens=3 * CANVAS, max_denoising_steps=4)
     batch = _ours(d, [long, short], cfg, [3, 4], EOS)
+    ids = torch.tensor([long, [PAD] * 4 + short])
+    mask = torch.tensor([[1] * 9, [0] * 4 + [1] * 5])
+    refs = _replayed_generate(hf, monkeypatch, ids, [3, 4], cfg, EOS, attention_mask=mask).tolist()
     alone = _replayed_generate(hf, monkeypatch, torch.tensor([short]), [4], cfg, EOS)[0].tolist()
+    assert [gen.token_ids for gen in batch] == [_cut(r, EOS) for r in refs]
     assert batch[1].token_ids == _cut(alone, EOS)
 
 
