@@ -54,7 +54,8 @@ def _replayed_generate(hf, monkeypatch, prompt: torch.Tensor, seeds: list[int], 
         m.setattr(torch, "multinomial", multinomial)
         kw = {} if attention_mask is None else {"attention_mask": attention_mask}
         out = hf.generate(prompt, max_new_tokens=cfg.max_new_tokens, max_denoising_steps=N,
-                          t_min=cfg.t_min, t_max=cfg.t_max, sampler_config=EntropyBoundSamplerConfig(cfg.entropy_bound), stability_threshold=cfg.stability_threshold,
+                          t_min=cfg.t_min, t_max=cfg.t_max, sampler_config=EntropyBoundSamplerConfig(cfg.entropy_bound),
+                          stability_threshold=cfg.stability_threshold,
                           confidence_threshold=cfg.confidence_threshold, eos_token_id=eos, pad_token_id=PAD, **kw)
     return out.sequences[:, prompt.shape[1]:]
 

@@ -134,7 +134,7 @@ class CanvasDecoder(LoadedModel):
         cfg = (cfg or CanvasConfig()).validate()
         if not prompt_ids or any(not p for p in prompt_ids):
             raise ValueError("every prompt needs at least one token")
-        B, P, C, V = len(prompt_ids), max(map(len, prompt_ids)), self.canvas, self.model.args.vocab_size
+        B, P, C = len(prompt_ids), max(map(len, prompt_ids)), self.canvas
         n_canvas = math.ceil(cfg.max_new_tokens / C)
         S = P + n_canvas * C
         if S > self.max_len:
@@ -182,6 +182,7 @@ class CanvasDecoder(LoadedModel):
         T, S = tokens.shape[1], cache.max_len
         slots = torch.arange(start, start + T, device=tokens.device)
         k = torch.arange(S, device=tokens.device)
+        # only the prompt block (start 0) has blind (padding) queries, so eye(T, S) is each one's own slot
         mask = see_self_if_blind((k[None, None, :] <= slots[None, :, None]) & valid[:, None, :])
         self.model(tokens, slots[None].expand(len(tokens), -1), mask, cache=cache, slots=slots, return_hidden=True)
 

@@ -116,7 +116,8 @@ class ModelArgs:
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.global_n_kv_heads > 0 and self.n_heads % self.global_n_kv_heads:
-            problems.append(f"n_heads ({self.n_heads}) must be a multiple of global_n_kv_heads ({self.global_n_kv_heads})")
+            problems.append(f"n_heads ({self.n_heads}) must be a multiple of global_n_kv_heads "
+                            f"({self.global_n_kv_heads})")
         if not 0.0 <= self.global_rope_proportion <= 1.0:
             problems.append(f"global_rope_proportion must be in [0, 1], got {self.global_rope_proportion}")
         if self.parallel_moe and not self.n_experts:

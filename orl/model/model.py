@@ -5,9 +5,10 @@ checkpoint maps onto this module without renaming. Gemma 3 is a set of switches 
 (unit-offset norms, sandwich norms, scaled embeddings, GELU-tanh, query_pre_attn_scalar, sliding-window
 local layers with their own RoPE theta, logit softcap), not a separate class; so are Gemma 4 /
 DiffusionGemma (per-layer head_dim and KV heads, keys as values, v_norm, proportional RoPE,
-layer_scalar, a MoE beside the dense MLP, a self-conditioned decoder pass: orl.model.families.diffusion_gemma). The model knows nothing
-about engines or training: visibility comes in as a boolean mask (orl.model.masks), residual context
-as (z, a, unresolved); local layers narrow that mask by RoPE position distance themselves.
+layer_scalar, a MoE beside the dense MLP, a self-conditioned decoder pass:
+orl.model.families.diffusion_gemma). The model knows nothing about engines or training: visibility
+comes in as a boolean mask (orl.model.masks), residual context as (z, a, unresolved); local layers
+narrow that mask by RoPE position distance themselves.
 """
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ def rope_cos_sin(pos: Tensor, rotary_dim: int, theta: float, dtype: torch.dtype,
         exps = torch.arange(0, 2 * turning, 2, dtype=torch.int64, device=pos.device).float() / rotary_dim
         inv_freq = torch.cat([1.0 / theta ** exps, exps.new_zeros(rotary_dim // 2 - turning)])
     else:
-        inv_freq = 1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.int64, device=pos.device).float() / rotary_dim))
+        exps = torch.arange(0, rotary_dim, 2, dtype=torch.int64, device=pos.device).float() / rotary_dim
+        inv_freq = 1.0 / (theta ** exps)
     if scaling != 1.0:
         inv_freq = inv_freq / scaling
     freqs = pos[..., None].float() * inv_freq
