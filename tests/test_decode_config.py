@@ -45,3 +45,21 @@ def test_loaded_decoders_keep_their_manifest(tmp_path):
     assert DecodeConfig.from_manifest(engine.manifest).residual == "adapter"
     assert Engine(engine.model, tok).manifest == {}                 # a bare model has none
     assert ARDecoder(engine.model, tok, manifest={"block_len": 4}).manifest == {"block_len": 4}
+
+
+@pytest.mark.parametrize("knobs", [
+    dict(alg_temp=float("nan"), rule="dream", layout="full_sequence"), dict(temperature=float("nan")),
+    dict(temperature=float("inf")), dict(factor=float("nan")), dict(entropy_bound=float("nan")),
+    dict(residual_temperature=float("nan")), dict(cfg_scale=float("nan"), layout="full_sequence"),
+    dict(top_k=1 << 63), dict(max_post_steps=1 << 70), dict(seed=-(1 << 63) - 1)])
+def test_non_finite_floats_and_ints_past_int64_are_refused_by_name(knobs):
+    # NaN passes every range comparison (alg_temp NaN decoded as 0 before); a huge int failed in DeviceKnobs
+    name = next(iter(knobs))
+    with pytest.raises(ValueError, match=name):
+        DecodeConfig(**knobs).validate()
+
+
+def test_ar_config_refuses_a_nan_temperature():
+    from orl.engine.ar import ARConfig
+    with pytest.raises(ValueError, match="temperature must be a finite number"):
+        ARConfig(temperature=float("nan")).validate()

@@ -1,6 +1,7 @@
 """DecodeConfig: every knob of a decode, validated up front so bad input never reaches the loop."""
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 
 from orl.model.residual import RESIDUAL_MODES
@@ -21,6 +22,21 @@ def decoding_problems(max_new_tokens: int, temperature: float, chunk_steps: int)
         problems.append(f"temperature must be >= 0, got {temperature}")
     if chunk_steps <= 0:
         problems.append(f"chunk_steps must be > 0, got {chunk_steps}")
+    return problems
+
+
+def number_problems(cfg) -> list[str]:
+    """Every float field finite and every int field within int64 (knobs and seeds become int64 device
+    tensors): NaN compares False with every bound, so a range check alone lets it through."""
+    problems = []
+    for f in fields(cfg):
+        v = getattr(cfg, f.name)
+        if isinstance(v, bool):
+            continue
+        if isinstance(v, float) and not math.isfinite(v):
+            problems.append(f"{f.name} must be a finite number, got {v}")
+        elif isinstance(v, int) and not -(1 << 63) <= v < (1 << 63):
+            problems.append(f"{f.name} must fit in 64 bits, got {v}")
     return problems
 
 
@@ -80,6 +96,9 @@ class DecodeConfig:
         return cls(**{**base, **{k: v for k, v in overrides.items() if v is not None}})
 
     def validate(self) -> "DecodeConfig":
+        problems = number_problems(self)
+        if problems:  # NaN passes every range comparison below and a huge int would fail in a device tensor
+            return checked(self, problems)
         problems = decoding_problems(self.max_new_tokens, self.temperature, self.chunk_steps)
         if self.block_len <= 0:
             problems.append(f"block_len must be > 0, got {self.block_len}")
