@@ -11,6 +11,7 @@ import json
 import os
 import re
 import subprocess
+import weakref
 from pathlib import Path
 from types import ModuleType
 
@@ -150,13 +151,14 @@ def load_checkpoint(directory: str | os.PathLike, device: str | torch.device = "
     # a cast happens tensor by tensor as the files are read (the file-dtype state never exists whole);
     # quantized checkpoints keep their storage dtypes and are cast as a module below (QuantLinear._apply)
     read_cast = dtype if quant_kind is None else None
-    tensors = family.to_native(_read_tensors(d, file_dtype, read_cast), args)  # published names -> orl.model's
+    kept: dict[int, weakref.ref] = {}  # the tensors the cast left in a stored dtype of their own
+    tensors = family.to_native(_read_tensors(d, file_dtype, read_cast, kept), args)  # published -> orl.model's
     _check_sizes(args, tensors, d)  # before any module is built: a forged n_layers must not allocate
     with torch.device("meta"):
         model = Transformer(args)
     if quant_kind is not None:  # the transform that made the checkpoint, on the empty model: same names and dtypes
         quantize(model, quant_kind)
-    _validate(model, tensors, read_cast or file_dtype, d)
+    _validate(model, tensors, read_cast or file_dtype, d, file_dtype, kept)
     if args.tie_embeddings:
         tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
     model.load_state_dict(tensors, strict=True, assign=True)
@@ -308,10 +310,12 @@ def _weight_files(d: Path) -> list[str]:
     raise CheckpointError(f"no weights in {d}: expected {SINGLE} or {INDEX}")
 
 
-def _read_tensors(d: Path, file_dtype: torch.dtype, cast: torch.dtype | None = None) -> dict[str, Tensor]:
+def _read_tensors(d: Path, file_dtype: torch.dtype, cast: torch.dtype | None = None,
+                  kept: dict[int, weakref.ref] | None = None) -> dict[str, Tensor]:
     """Every tensor of the weight files. cast: tensors stored in the model's dtype (file_dtype) become
     `cast` one at a time as they are read; a tensor stored in another dtype on purpose (LLaDA2's fp32
-    expert_bias in a bf16 file) keeps it."""
+    expert_bias in a bf16 file) keeps it, and is recorded in `kept` (id -> weak reference) so that
+    _validate still refuses a parameter stored in a dtype of its own that happens to be the cast's."""
     tensors: dict[str, Tensor] = {}
     for fname in _weight_files(d):
         path = d / fname
@@ -319,7 +323,7 @@ def _read_tensors(d: Path, file_dtype: torch.dtype, cast: torch.dtype | None = N
             raise CheckpointError(f"weight file {path} listed in {INDEX} is missing")
         try:
             with safe_open(path, framework="pt") as f:
-                part = {k: _cast(f.get_tensor(k), file_dtype, cast) for k in f.keys()}
+                part = {k: _cast(f.get_tensor(k), file_dtype, cast, kept) for k in f.keys()}
         except Exception as e:  # safetensors raises its own error type for truncated or corrupt files
             raise CheckpointError(f"cannot read weight file {path}: {e}") from e
         if twice := sorted(part.keys() & tensors.keys()):
@@ -328,11 +332,24 @@ def _read_tensors(d: Path, file_dtype: torch.dtype, cast: torch.dtype | None = N
     return tensors
 
 
-def _cast(t: Tensor, file_dtype: torch.dtype, cast: torch.dtype | None) -> Tensor:
-    return t.to(cast) if cast is not None and t.dtype == file_dtype else t
+def _cast(t: Tensor, file_dtype: torch.dtype, cast: torch.dtype | None, kept: dict | None = None) -> Tensor:
+    if cast is None:
+        return t
+    if t.dtype == file_dtype:
+        return t.to(cast)
+    if kept is not None:
+        kept[id(t)] = weakref.ref(t)
+    return t
 
 
-def _validate(model: Transformer, tensors: dict[str, Tensor], dtype: torch.dtype, d: Path) -> None:
+def _stored_dtype(t: Tensor, kept: dict[int, weakref.ref] | None) -> torch.dtype | None:
+    """The dtype a tensor the cast left alone was stored in (None: it was cast, or no cast)."""
+    ref = (kept or {}).get(id(t))
+    return t.dtype if ref is not None and ref() is t else None
+
+
+def _validate(model: Transformer, tensors: dict[str, Tensor], dtype: torch.dtype, d: Path,
+              file_dtype: torch.dtype | None = None, kept: dict[int, weakref.ref] | None = None) -> None:
     expected = model.state_dict()
     if model.args.tie_embeddings:
         expected.pop("lm_head.weight")
@@ -355,6 +372,8 @@ def _validate(model: Transformer, tensors: dict[str, Tensor], dtype: torch.dtype
             problems.append(f"dtype mismatch {n}: checkpoint {t.dtype}, the quantization format says {want.dtype}")
         elif n in own_dtype and not t.is_floating_point():
             problems.append(f"dtype mismatch {n}: checkpoint {t.dtype}, a floating-point buffer expected")
+        elif n not in quantized and n not in own_dtype and _stored_dtype(t, kept) is not None:
+            problems.append(f"dtype mismatch {n}: checkpoint {t.dtype}, config says {file_dtype}")
         elif n not in quantized and n not in own_dtype and t.dtype != dtype:
             problems.append(f"dtype mismatch {n}: checkpoint {t.dtype}, config says {dtype}")
         elif t.is_floating_point() and not _all_finite(t):

@@ -104,3 +104,14 @@ def test_a_parameter_in_its_own_dtype_is_still_refused(tmp_path):
     with pytest.raises(CheckpointError, match=r"dtype mismatch model\.layers\.0\.self_attn\.o_proj\.weight: "
                                               r"checkpoint torch\.float16"):
         load_checkpoint(d)
+
+
+def test_a_parameter_in_its_own_dtype_is_refused_also_when_it_is_the_cast_dtype(tmp_path):
+    # the cast leaves tensors not in the file dtype as they are: a float16 parameter in a bf16 file
+    # matched a float16 cast and loaded silently, though the file contradicts its config
+    d, cfg, stored = bf16_llada2(tmp_path)
+    name = "model.layers.0.attention.dense.weight"
+    save_file({**stored, name: stored[name].to(torch.float16)}, str(d / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match=r"dtype mismatch model\.layers\.0\.self_attn\.o_proj\.weight: "
+                                              r"checkpoint torch\.float16, config says torch\.bfloat16"):
+        load_checkpoint(d, dtype=torch.float16)
