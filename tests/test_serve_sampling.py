@@ -11,7 +11,7 @@ from orl.engine import DecodeConfig, Engine
 from orl.serve import ServerConfig, create_app
 from orl.tokenizer import CharTokenizer
 from reference_decoder import random_model
-from test_serve import SETTINGS, ThreadedServer, post, tiny_checkpoint
+from test_serve import SETTINGS, ThreadedServer, counts, post, tiny_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 MODEL = "tiny"
@@ -97,3 +97,24 @@ def test_alg_temp_alone_gets_a_seed():
         assert out["choices"][0]["text"] == want[0].text
         code, greedy = post(u, "/v1/completions", {**OK, "max_tokens": 10})
         assert greedy["seed"] is None
+
+
+def test_a_rule_or_endpoint_the_model_cannot_run_is_a_400_before_queueing(url, engine):
+    """fast_dllm_v2 on a model that reads each position off itself, and on a full-sequence server the
+    step stream (traces) or a residual mode: refused by name before the engine sees them (they used to
+    reach the worker, which counted them as failed)."""
+    assert not engine.model.args.shift_logits
+    before = counts(url)
+    code, out = post(url, "/v1/completions", {**OK, **SETTINGS, "rule": "fast_dllm_v2", "small_block_size": 2})
+    assert code == 400 and "shifted model" in out["error"]["message"], out
+    assert counts(url) == before
+    tok = CharTokenizer()
+    model = random_model(7, vocab_size=tok.vocab_size, adapter_dim=0, learned_pos=False, shift_logits=True)
+    defaults = DecodeConfig(layout="full_sequence", block_len=10, max_new_tokens=10, rule="dream")
+    with ThreadedServer(create_app(Engine(model, tok), MODEL, defaults=defaults)) as u:
+        before = counts(u)
+        code, out = post(u, "/v1/dlm/stream", {"prompt": "hi", "max_tokens": 10})
+        assert code == 400 and "traces" in out["error"]["message"], out
+        code, out = post(u, "/v1/completions", {**OK, "max_tokens": 10, "residual": "rcd"})
+        assert code == 400 and "residual" in out["error"]["message"], out
+        assert counts(u) == before

@@ -146,13 +146,21 @@ class Engine(LoadedModel):
         prepare_block(st, fused)
         return n_valid
 
-    @torch.no_grad()
-    def run(self, prompt_ids: list[list[int]], cfg: DecodeConfig | None = None, *, trace: bool = False,
-            seeds: list[int] | None = None, step_events: bool = False) -> Iterator[Event]:
-        cfg = (cfg or DecodeConfig()).validate()
+    def check(self, cfg: DecodeConfig, trace: bool = False) -> DecodeConfig:
+        """cfg validated and checked against this model and its layout's loop (ValueError naming the
+        problem), with no work done: run() starts with it, the server calls it before queueing."""
+        cfg = cfg.validate()
         if cfg.rule == "fast_dllm_v2" and not self.model.args.shift_logits:
             raise ValueError("rule 'fast_dllm_v2' needs a shifted model (shift_logits: a block's first token is "
                              "the previous position's prediction); this model reads each position off itself")
+        if cfg.layout == "full_sequence":
+            full_sequence.check(cfg, trace)
+        return cfg
+
+    @torch.no_grad()
+    def run(self, prompt_ids: list[list[int]], cfg: DecodeConfig | None = None, *, trace: bool = False,
+            seeds: list[int] | None = None, step_events: bool = False) -> Iterator[Event]:
+        cfg = self.check(cfg or DecodeConfig(), trace)
         if cfg.layout == "full_sequence":  # bidirectional over the whole canvas, no cache: its own loop
             yield from full_sequence.run(self, prompt_ids, cfg, trace=trace, seeds=seeds)
             return

@@ -153,10 +153,15 @@ def create_app(engine: Engine, model_name: str, *, defaults: DecodeConfig | None
                            code="context_length_exceeded")
         return ids
 
-    def decode_config(req: DlmParams) -> DecodeConfig:
-        """The request's decode settings, checked against this model; sampling without a seed gets a
-        fresh one (returned with the answer, so the sample can be reproduced)."""
+    def decode_config(req: DlmParams, steps: bool = False) -> DecodeConfig:
+        """The request's decode settings, checked against this model (and, steps: the step stream's
+        traces); sampling without a seed gets a fresh one (returned with the answer, so the sample can
+        be reproduced)."""
         cfg = req.decode_config(defaults)
+        try:  # what the engine would refuse only once the job runs (a rule the model cannot run, ...)
+            engine.check(cfg, trace=steps)
+        except ValueError as e:
+            raise APIError(400, str(e), code="unsupported_value") from e
         if cfg.residual == "adapter" and not has_adapter:
             raise APIError(400, f"residual mode 'adapter' needs a model with adapter weights, and {model_name!r} has "
                                 f"none; use one of {residual_modes}", param="residual", code="unsupported_value")
@@ -228,7 +233,7 @@ def create_app(engine: Engine, model_name: str, *, defaults: DecodeConfig | None
     async def dlm(request: Request):
         req: DlmStreamRequest = await read(request, DlmStreamRequest)
         check_model(req.model)
-        cfg = decode_config(req)
+        cfg = decode_config(req, steps=True)
         ids = prepare(req.prompt, cfg, "prompt")
         job, events = submit(ids, cfg, steps=True)
         first = await first_event(request, job, events)

@@ -43,14 +43,14 @@ class DlmParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=1, le=INT_KNOB_MAX)
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     seed: int | None = Field(None, ge=SEED_MIN, le=SEED_MAX)
     threshold: float | None = Field(None, gt=0.0, le=1.0)
     rule: Literal[RULES] | None = None
-    block_len: int | None = Field(None, ge=1)
+    block_len: int | None = Field(None, ge=1, le=INT_KNOB_MAX)
     residual: Literal[RESIDUAL_MODES] | None = None
-    steps_per_block: int | None = Field(None, ge=0)
+    steps_per_block: int | None = Field(None, ge=0, le=INT_KNOB_MAX)
     factor: float | None = Field(None, gt=0.0)
     entropy_bound: float | None = Field(None, ge=0.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)   # OpenAI's field; the others here are extensions
@@ -164,7 +164,7 @@ class Message(BaseModel):
 
 class ChatCompletionRequest(OpenAIParams):
     messages: list[Message] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1, le=INT_KNOB_MAX)
     logprobs: bool | None = None
     top_logprobs: int | None = None
 
