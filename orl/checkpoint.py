@@ -131,8 +131,9 @@ def require_objective(manifest: dict, expected: str, directory) -> None:
     passes): an autoregressive model under the block-diffusion engine yields fluent garbage."""
     got = manifest.get("objective")
     if got is not None and got != expected:
-        hint = "decode it with orl.engine.ar.ARDecoder (orl bench --ar)" if got == "autoregressive" else \
-            "decode it with orl.engine.Engine (orl generate / eval)"
+        hint = {"autoregressive": "decode it with orl.engine.ar.ARDecoder (orl bench --ar)",
+                "diffusion_gemma": "decode it with orl.engine.canvas.CanvasDecoder (orl generate)"}.get(
+            got, "decode it with orl.engine.Engine (orl generate / eval)")
         raise CheckpointError(f"{directory} holds a {got} model, not a {expected} one: {hint}")
 
 

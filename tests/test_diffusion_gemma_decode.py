@@ -176,3 +176,12 @@ def test_orl_generate_reads_generation_config(written, tmp_path, capsys):
     rc = main(["generate", "--model", str(d), "hi", "--max-new-tokens", "8"])
     out = capsys.readouterr().out
     assert rc == 0 and "<= 2 steps" in out and "stop: EOS" in out and f"tokens: {first.index(first[2]) + 1} " in out
+
+
+def test_block_engine_refuses_it_by_name(written):
+    from orl.checkpoint import CheckpointError
+    from orl.engine import Engine
+
+    with pytest.raises(CheckpointError, match="diffusion_gemma model.*CanvasDecoder"):
+        Engine.from_checkpoint(written[0])
+    assert CanvasDecoder.from_checkpoint(written[0]).canvas == CANVAS
