@@ -33,6 +33,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     flags["full_sequence_cache"] = args.full_sequence_cache  # None: the exact mode
     # bad flags fail before the weights load; a named cache is checked against the checkpoint's layout later
     early = {"layout": "full_sequence"} if args.full_sequence_cache not in (None, "none") or args.alg_temp else {}
+    if args.block_len is None and (args.small_block_size or 0) > 0:  # it divides the checkpoint's block: checked later
+        early["block_len"] = args.small_block_size
     DecodeConfig.from_manifest(early, **flags).validate()
     dtype = dtype_from_name(args.dtype) if args.dtype else None  # an unknown name fails before loading too
     model, tok, manifest = load_checkpoint(args.model, device=resolve_device(args.device), dtype=dtype)  # orl.json, once

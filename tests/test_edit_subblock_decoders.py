@@ -387,3 +387,18 @@ def test_orl_generate_runs(tmp_path, capsys, family, flags):
     assert main(["generate", "--model", str(tmp_path / family), "def f(x):", "--max-new-tokens", "12", *flags]) == 0
     out = capsys.readouterr().out
     assert flags[1] in out and "tokens:" in out
+
+
+def test_orl_generate_checks_small_block_size_against_the_checkpoints_block(tmp_path, capsys):
+    """--small-block-size 32 divides the fixture's block of 32 (its bd_size): the early flag check must
+    not hold it against the class default block of 16 (it refused it before the weights loaded)."""
+    pytest.importorskip("transformers")
+    from family_fixtures import WRITERS
+    from orl.cli import main
+
+    WRITERS["fast_dllm_v2"](tmp_path / "v2")
+    args = ["generate", "--model", str(tmp_path / "v2"), "def f(x):", "--max-new-tokens", "4", "--rule", "fast_dllm_v2"]
+    assert main([*args, "--small-block-size", "32"]) == 0
+    assert "block 32" in capsys.readouterr().out
+    assert main([*args, "--small-block-size", "12"]) == 2  # does not divide 32: still refused, by name
+    assert "small_block_size" in capsys.readouterr().err
