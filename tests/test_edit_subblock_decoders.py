@@ -402,3 +402,21 @@ def test_orl_generate_checks_small_block_size_against_the_checkpoints_block(tmp_
     assert "block 32" in capsys.readouterr().out
     assert main([*args, "--small-block-size", "12"]) == 2  # does not divide 32: still refused, by name
     assert "small_block_size" in capsys.readouterr().err
+
+
+def test_a_block_its_ar_first_token_resolves_takes_no_step(shifted):
+    """A block of one answer position (max_new_tokens = L + 1) is resolved by its AR first token: no
+    denoising step runs for it. With steps streamed this raised IndexError (no record of the block's
+    first row) or passed on the previous block's last record as a step of this block."""
+    from orl.engine import StepEvent
+
+    cfg = DecodeConfig(block_len=L, max_new_tokens=L + 1, rule="fast_dllm_v2", small_block_size=4, eos_fill=False)
+    events = list(shifted.stream("hi", cfg, steps=True))
+    steps = [e for e in events if isinstance(e, StepEvent)]
+    assert steps and all(e.block == e.record.block == 0 for e in steps)
+    gen = shifted.generate(["hi"], cfg)[0]
+    assert events[-1].generations[0].token_ids == gen.token_ids
+    assert len(gen.token_ids) == L + 1 and gen.block_steps == [len(steps), 0]
+    assert gen.step_forwards == len(steps)  # no forward spent on the resolved block
+    one = list(shifted.stream("hi", dataclasses.replace(cfg, max_new_tokens=1), steps=True))
+    assert not any(isinstance(e, StepEvent) for e in one) and len(one[-1].generations[0].token_ids) == 1

@@ -178,7 +178,10 @@ class Engine(LoadedModel):
             # the commit forward of block j - 1 rides on block j's first step (fused), or ran alone below
             fused = fuse and j > 0
             n_valid = self.begin_block(st, cfg, P, j, live, fused)
-            while True:
+            # Fast-dLLM v2's AR first token can resolve a block (one answer position left, or an EOS under
+            # eos_fill): no step for it (one host check per block, not per step)
+            done = cfg.rule == "fast_dllm_v2" and bool(block_closed(st).all())
+            while not done:
                 if recorder is not None:  # traces need every step's state, so one step per host check
                     recorder.before(st)
                     denoise_step(self.model, st, cfg, self.ids, record=True, fused=fused)
@@ -190,8 +193,6 @@ class Engine(LoadedModel):
                 else:
                     done = bool(self.runner(st, cfg, fused))  # the one host sync per chunk
                 fused = False
-                if done:
-                    break
             canvas = st.canvas.cpu().tolist()
             block = [c[lo:hi] for c, (lo, hi) in zip(canvas, st.plan.block_span(j, cfg.block_len, cfg.max_new_tokens))]
             steps = st.steps.cpu().tolist()
