@@ -16,18 +16,21 @@ This is transformers' DiffusionGemmaGenerationMixin.generate with its defaults, 
 every random draw comes from orl's counter-based noise (orl.engine.sampling.hash_uniform) keyed by
 (row seed, block, step, purpose), so a row's draws never depend on its batch; tests replay them
 into transformers' generate for token parity. The host reads "all rows stopped" once per
-`chunk_steps` steps (a stopped row is a no-op, so checking later changes no token) and once per canvas.
+`chunk_steps` steps (a stopped row is a no-op, so checking later changes no token) and once per canvas,
+with the tokens so far that run() yields as the canvas's BlockEvent (the server streams them).
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from orl.engine.events import BlockEvent, DoneEvent, Event
 from orl.engine.loaded import LoadedModel
 from orl.engine.sampling import hash_uniform, select_tokens
 from orl.engine.sequence import Generation
@@ -48,6 +51,14 @@ class CanvasConfig:
     confidence_threshold: float = 0.005
     seed: int = 0
     chunk_steps: int = 4
+
+    @property
+    def draws(self) -> bool:
+        """Every canvas decode samples (DecodeConfig.draws' counterpart): the seed decides the answer."""
+        return True
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
 
     def validate(self) -> "CanvasConfig":
         bad = []
@@ -123,15 +134,35 @@ class CanvasDecoder(LoadedModel):
         self.eos_ids = list(self.manifest.get("eos_ids") or [tokenizer.eos_id])
         self.pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else self.eos_ids[0]
 
+    def encode(self, prompt: str) -> list[int]:
+        return self.tokenizer.encode(prompt)
+
     def generate(self, prompts: str | list[str], cfg: CanvasConfig | None = None,
                  seeds: list[int] | None = None) -> list[Generation]:
         prompts = [prompts] if isinstance(prompts, str) else prompts
-        return self.generate_ids([self.tokenizer.encode(p) for p in prompts], cfg, seeds=seeds)
+        return self.generate_ids([self.encode(p) for p in prompts], cfg, seeds=seeds)
 
-    @torch.no_grad()
     def generate_ids(self, prompt_ids: list[list[int]], cfg: CanvasConfig | None = None,
                      seeds: list[int] | None = None) -> list[Generation]:
+        for event in self.run(prompt_ids, cfg, seeds=seeds):
+            if isinstance(event, DoneEvent):
+                return event.generations
+        raise AssertionError("CanvasDecoder.run ended without a DoneEvent")
+
+    def check(self, cfg: CanvasConfig | None, trace: bool = False) -> CanvasConfig:
+        """Engine.check's counterpart (the server calls it before queueing): cfg validated, no work done."""
         cfg = (cfg or CanvasConfig()).validate()
+        if trace:  # the web page's step stream shows commits of masked positions; a canvas has neither
+            raise ValueError("canvas decoding (diffusion_gemma) has no step traces or step events: "
+                             "its canvas is renoised, not committed position by position")
+        return cfg
+
+    @torch.no_grad()
+    def run(self, prompt_ids: list[list[int]], cfg: CanvasConfig | None = None, *, trace: bool = False,
+            seeds: list[int] | None = None, step_events: bool = False) -> Iterator[Event]:
+        """Engine.run's events: a BlockEvent per finished canvas (every row's tokens and text so far),
+        then a DoneEvent. Closing the generator between canvases stops the decode there."""
+        cfg = self.check(cfg, trace or step_events)
         if not prompt_ids or any(not p for p in prompt_ids):
             raise ValueError("every prompt needs at least one token")
         B, P, C = len(prompt_ids), max(map(len, prompt_ids)), self.canvas
@@ -171,11 +202,14 @@ class CanvasDecoder(LoadedModel):
             for i in torch.nonzero(finished & ~live_before).flatten().tolist():  # one read per canvas
                 done_at[i] = now
             start += C
+            new_tokens, steps = torch.cat(out, 1).tolist(), torch.stack(per_block, 1).tolist()
+            so_far = [self._row_tokens(t, cfg)[0] for t in new_tokens]
+            yield BlockEvent(block, min(C, cfg.max_new_tokens - block * C), so_far,
+                             [self._text(t) for t in so_far], sum(steps[0]) + int(encodes[0]))
             if bool(finished.all()):
                 break
-        new_tokens, steps = torch.cat(out, 1).tolist(), torch.stack(per_block, 1).tolist()
-        return [self._generation(prompt_ids[i], new_tokens[i], cfg, steps[i], int(encodes[i]),
-                                 prefill_s, done_at[i] or time.perf_counter() - t0) for i in range(B)]
+        yield DoneEvent([self._generation(prompt_ids[i], new_tokens[i], cfg, steps[i], int(encodes[i]),
+                                          prefill_s, done_at[i] or time.perf_counter() - t0) for i in range(B)])
 
     def _encode(self, cache, tokens: Tensor, start: int, valid: Tensor) -> None:
         """The causal pass over tokens [B, T] at slots start..start+T: writes their K/V."""
@@ -239,13 +273,18 @@ class CanvasDecoder(LoadedModel):
         canvas = torch.where(after & ~finished[:, None], self.pad_id, canvas)
         return canvas, finished | now
 
-    def _generation(self, prompt: list[int], new: list[int], cfg: CanvasConfig, steps: list[int], encodes: int,
-                    prefill_s: float, total_s: float) -> Generation:
+    def _row_tokens(self, new: list[int], cfg: CanvasConfig) -> tuple[list[int], bool]:
+        """A row's generated tokens up to and including its first EOS, within max_new_tokens; finished."""
         new = new[: cfg.max_new_tokens]
         end = next((i for i, t in enumerate(new) if t in self.eos_ids), None)
-        finished = end is not None
-        tokens = new[: end + 1] if finished else new
-        text_ids = tokens[:-1] if finished else tokens
-        return Generation(prompt_ids=list(prompt), token_ids=tokens, text=self.tokenizer.decode(text_ids),
+        return (new[: end + 1], True) if end is not None else (new, False)
+
+    def _text(self, tokens: list[int]) -> str:
+        return self.tokenizer.decode(tokens[:-1] if tokens and tokens[-1] in self.eos_ids else tokens)
+
+    def _generation(self, prompt: list[int], new: list[int], cfg: CanvasConfig, steps: list[int], encodes: int,
+                    prefill_s: float, total_s: float) -> Generation:
+        tokens, finished = self._row_tokens(new, cfg)
+        return Generation(prompt_ids=list(prompt), token_ids=tokens, text=self._text(tokens),
                           finished=finished, prefill_forwards=1, step_forwards=sum(steps), commit_forwards=encodes,
                           prefill_s=prefill_s, total_s=total_s, block_steps=[n for n in steps if n])
