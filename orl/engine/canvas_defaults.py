@@ -1,0 +1,34 @@
+"""A DiffusionGemma checkpoint's decoding defaults, shared by `orl generate`, `orl eval` and `orl serve`:
+generation_config.json (its diffusion keys and EOS ids, as transformers' generate() reads them), then
+transformers' defaults (CanvasConfig)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from orl.engine.canvas import CanvasConfig, CanvasDecoder
+from orl.model.families.common import token_ids
+
+
+def generation_config(directory) -> dict:
+    """The checkpoint's generation_config.json (transformers writes one beside config.json), or {}."""
+    path = Path(directory) / "generation_config.json"
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"cannot read {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a JSON object")
+    return data
+
+
+def canvas_decoder(directory, model, tokenizer, manifest: dict, **overrides) -> tuple[CanvasDecoder, CanvasConfig]:
+    """The decoder (stopping at generation_config.json's EOS ids, where transformers' generate() stops)
+    and its default config with the non-None overrides applied and validated."""
+    gen = generation_config(directory)
+    cfg = CanvasConfig.from_generation_config(gen, **overrides)
+    if token_ids(gen.get("eos_token_id")):
+        manifest = {**manifest, "eos_ids": token_ids(gen["eos_token_id"])}
+    return CanvasDecoder(model, tokenizer, manifest=manifest), cfg
