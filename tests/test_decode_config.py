@@ -63,3 +63,15 @@ def test_ar_config_refuses_a_nan_temperature():
     from orl.engine.ar import ARConfig
     with pytest.raises(ValueError, match="temperature must be a finite number"):
         ARConfig(temperature=float("nan")).validate()
+
+
+@pytest.mark.parametrize("knobs,words", [
+    (dict(block_len="4"), "block_len must be of type int, got '4'"),
+    (dict(small_block_size=2.0, rule="fast_dllm_v2"), "small_block_size must be of type int"),
+    (dict(eos_fill=1), "eos_fill must be of type bool"), (dict(rule=None), "rule must be of type str"),
+    (dict(top_k=True), "top_k must be of type int")])
+def test_wrongly_typed_fields_are_named(knobs, words):
+    # a manifest's "sub_block_len": "2" failed inside a comparison ("'<=' not supported between ...")
+    with pytest.raises(ValueError, match=words):
+        DecodeConfig(**knobs).validate()
+    assert DecodeConfig(threshold=1, temperature=0).validate().threshold == 1  # an int is a float

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from orl.engine.sampling import hash_uniform
-from orl.engine.config import checked, decoding_problems, number_problems
+from orl.engine.config import checked, decoding_problems, field_problems
 from orl.engine.loaded import LoadedModel
 from orl.engine.request import Clock, check_request, encode_prompts
 from orl.engine.sequence import Generation
@@ -44,7 +44,7 @@ class ARConfig:
     compile: bool = False      # torch.compile the decode step
 
     def validate(self) -> "ARConfig":
-        return checked(self, number_problems(self) or decoding_problems(self.max_new_tokens, self.temperature,
+        return checked(self, field_problems(self) or decoding_problems(self.max_new_tokens, self.temperature,
                                                                          self.chunk_steps))
 
     def to_dict(self) -> dict:

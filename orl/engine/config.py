@@ -25,17 +25,24 @@ def decoding_problems(max_new_tokens: int, temperature: float, chunk_steps: int)
     return problems
 
 
-def number_problems(cfg) -> list[str]:
-    """Every float field finite and every int field within int64 (knobs and seeds become int64 device
+def field_problems(cfg) -> list[str]:
+    """Every field of its declared type (a manifest's "block_len": "4" must be named, not fail inside a
+    comparison), every float finite and every int within int64 (knobs and seeds become int64 device
     tensors): NaN compares False with every bound, so a range check alone lets it through."""
     problems = []
     for f in fields(cfg):
-        v = getattr(cfg, f.name)
-        if isinstance(v, bool):
-            continue
-        if isinstance(v, float) and not math.isfinite(v):
+        v, kind = getattr(cfg, f.name), f.type if isinstance(f.type, str) else f.type.__name__
+        if kind == "bool":
+            ok = isinstance(v, bool)
+        elif kind in ("int", "float"):
+            ok = isinstance(v, int if kind == "int" else (int, float)) and not isinstance(v, bool)
+        else:
+            ok = kind != "str" or isinstance(v, str)
+        if not ok:
+            problems.append(f"{f.name} must be of type {kind}, got {v!r}")
+        elif isinstance(v, float) and not math.isfinite(v):
             problems.append(f"{f.name} must be a finite number, got {v}")
-        elif isinstance(v, int) and not -(1 << 63) <= v < (1 << 63):
+        elif isinstance(v, int) and not isinstance(v, bool) and not -(1 << 63) <= v < (1 << 63):
             problems.append(f"{f.name} must fit in 64 bits, got {v}")
     return problems
 
@@ -96,7 +103,7 @@ class DecodeConfig:
         return cls(**{**base, **{k: v for k, v in overrides.items() if v is not None}})
 
     def validate(self) -> "DecodeConfig":
-        problems = number_problems(self)
+        problems = field_problems(self)
         if problems:  # NaN passes every range comparison below and a huge int would fail in a device tensor
             return checked(self, problems)
         problems = decoding_problems(self.max_new_tokens, self.temperature, self.chunk_steps)
