@@ -156,7 +156,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.full_sequence_cache:
         decode["full_sequence_cache"] = args.full_sequence_cache
     spec = EvalSpec(model=args.model, out=args.out, tasks=tasks, split=args.split, limit=args.limit,
-                    thresholds=_floats(args.thresholds) if args.thresholds else [args.threshold], decode=decode,
+                    thresholds=_floats(args.thresholds) if args.thresholds else
+                    [args.threshold] if args.threshold is not None else None, decode=decode,
                     batch_size=args.batch_size, n_samples=args.n_samples, seed=args.seed, device=args.device,
                     prompt_style=args.prompt_style, progress=not args.no_progress, dtype=args.dtype)
     print(eval_summary(run_eval(spec)))
@@ -302,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
                                   "(default: the --task-module / --tasks-file tasks, else all; `orl tasks` lists them)")
     s.add_argument("--split", default="heldout", help="train | heldout | beyond (tasks v7: sizes past the training range)")
     s.add_argument("--limit", type=int, default=100, help="samples per task")
-    s.add_argument("--threshold", type=float, default=0.9, help="commit threshold (one point)")
+    s.add_argument("--threshold", type=float, help="commit threshold (one point; default 0.9)")
     s.add_argument("--thresholds", help="comma-separated thresholds to sweep; overrides --threshold")
     s.add_argument("--rule", help="commit rule: threshold | topk | factor | entropy | dream | dream_origin | sdar_static | sdar_dynamic | llada21 | fast_dllm_v2")
     s.add_argument("--confidence", help="what the rule ranks by: prob | sampled_prob | margin | neg_entropy | random")

@@ -68,7 +68,7 @@ def decoder_label(decode: dict) -> str:
     label = "AR" if decode["rule"] == "ar" else f"{decode['rule']} L{decode['block_len']}"
     if decode["residual"] != "off":
         label += f" +{decode['residual']}"
-    if decode["temperature"] > 0:
+    if decode.get("temperature", 0) > 0:  # a canvas decoder has a schedule (t_min, t_max) instead
         label += f" T{decode['temperature']:g}"
     return label
 

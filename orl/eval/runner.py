@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from orl.engine import DecodeConfig, Engine, Generation
 from orl.engine.ar import ARConfig, ARDecoder
+from orl.engine.canvas import CanvasConfig, CanvasDecoder
 from orl.eval import metrics
 from orl.eval.humaneval import HumanEval
 from orl.eval.records import (RecordWriter, code_identity, config_id, decoder_label, model_identity, read_records,
@@ -38,7 +39,7 @@ class EvalSpec:
     tasks: list[str] = field(default_factory=lambda: ["all"])   # "all" = every synthetic family
     split: str = "heldout"
     limit: int = 100                     # samples per task
-    thresholds: list[float] = field(default_factory=lambda: [0.9])
+    thresholds: list[float] | None = None   # None: [0.9] (a canvas decoder has no threshold)
     decode: dict = field(default_factory=dict)   # DecodeConfig.from_manifest overrides (block_len, residual: the manifest's)
     batch_size: int = 16
     n_samples: int = 1                   # draws per prompt (pass@k; use temperature > 0)
@@ -52,7 +53,7 @@ class EvalSpec:
         problems = []
         if self.limit <= 0 or self.batch_size <= 0 or self.n_samples <= 0:
             problems.append(f"limit, batch_size and n_samples must be > 0, got {self.limit}, {self.batch_size}, {self.n_samples}")
-        if not self.thresholds:
+        if self.thresholds is not None and not self.thresholds:
             problems.append("give at least one threshold")
         if self.prompt_style not in PROMPT_STYLES:
             problems.append(f"unknown prompt style {self.prompt_style!r}; expected one of {PROMPT_STYLES}")
@@ -94,8 +95,7 @@ def row_seed(seed: int, pid: str, draw: int) -> int:
     return int.from_bytes(hashlib.blake2b(f"{seed}|{pid}|{draw}".encode(), digest_size=4).digest(), "big") >> 1
 
 
-def _record(s: Sample, draw: int, g: Generation, verdict: bool, cfg: DecodeConfig | ARConfig, batch: int,
-            ident: dict) -> dict:
+def _record(s: Sample, draw: int, g: Generation, verdict: bool, decode: dict, batch: int, ident: dict) -> dict:
     return {
         "prompt_id": prompt_id(s), "task": s.task, "split": s.split, "index": s.index, "sample": draw,
         "prompt": s.prompt, "answer": s.answer, "output_ids": g.token_ids, "output_text": g.text,
@@ -105,7 +105,7 @@ def _record(s: Sample, draw: int, g: Generation, verdict: bool, cfg: DecodeConfi
         "block_steps": g.block_steps,
         "timing": {"total_s": g.total_s, "prefill_s": g.prefill_s,
                    "tokens_per_s": metrics.tokens_per_s(g.n_tokens, g.total_s)},
-        "batch_size": batch, "decode": decode_dict(cfg), **ident,
+        "batch_size": batch, "decode": decode, **ident,
     }
 
 
@@ -117,7 +117,9 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
     spec.validate()
     model, tokenizer, manifest = load_checkpoint(spec.model, device=spec.device,
                                                  dtype=DTYPES[spec.dtype] if spec.dtype else None)
-    if manifest.get("objective") == ARDecoder.objective:
+    if manifest.get("objective") == CanvasDecoder.objective:  # DiffusionGemma: no mask token, no threshold
+        engine, configs = _canvas(spec, model, tokenizer, manifest)
+    elif manifest.get("objective") == ARDecoder.objective:
         # An AR peer is judged by its own decoder: greedy (or sampled) next-token decoding, no threshold.
         engine = ARDecoder(model, tokenizer, manifest=manifest)
         configs = [ARConfig(max_new_tokens=spec.decode.get("max_new_tokens", DecodeConfig.max_new_tokens),
@@ -127,7 +129,7 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
         engine = Engine(model, tokenizer, manifest=manifest)
         settings = {"seed": spec.seed, **spec.decode}
         configs = [DecodeConfig.from_manifest(manifest, **{**settings, "threshold": t}).validate()
-                   for t in spec.thresholds]
+                   for t in spec.thresholds or [0.9]]
     tasks = _tasks(spec, tokenizer)
     samples = [s for name, task in tasks.items() for s in _samples(name, task, spec)]
     model_id = model_identity(spec.model)
@@ -139,19 +141,20 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
     with RecordWriter(spec.out) as writer:
         done = writer.keys()
         for cfg in configs:
-            cid = config_id(decode_dict(cfg), spec.batch_size)
+            decode = decode_dict(cfg, engine)
+            cid = config_id(decode, spec.batch_size)
             cids.add(cid)
             todo = [(s, k) for s in samples for k in range(spec.n_samples)
                     if (model_id["id"], cid, prompt_id(s), k) not in done]
             if not todo:
                 continue
             _batch_generate(engine, todo[: spec.batch_size], cfg, spec.batch_size)  # warm-up, untimed
-            desc = f"eval {decoder_label(decode_dict(cfg))} tau={getattr(cfg, 'threshold', '-')}"
+            desc = f"eval {decoder_label(decode)} tau={getattr(cfg, 'threshold', '-')}"
             bar = tqdm(total=len(todo), desc=desc, disable=not spec.progress, unit="sample")
             for i in range(0, len(todo), spec.batch_size):
                 chunk = todo[i: i + spec.batch_size]
                 gens = _batch_generate(engine, chunk, cfg, spec.batch_size)
-                recs = [_record(s, k, g, tasks[s.task].verify(s.prompt, g.text), cfg, spec.batch_size,
+                recs = [_record(s, k, g, tasks[s.task].verify(s.prompt, g.text), decode, spec.batch_size,
                                 {"config_id": cid, **ident}) for (s, k), g in zip(chunk, gens)]
                 writer.write(recs)
                 bar.update(len(chunk))
@@ -162,15 +165,42 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
     return [r for r in read_records(spec.out) if record_key(r) in keys]
 
 
-def decode_dict(cfg: DecodeConfig | ARConfig) -> dict:
-    """A record's decoder settings; an AR decoder is the degenerate block decoder (block 1, no threshold)."""
+# eval's decode settings (DecodeConfig names, as `orl eval` flags) that canvas decoding has, and its names
+CANVAS_SETTINGS = {"max_new_tokens": "max_new_tokens", "steps_per_block": "max_denoising_steps",
+                   "entropy_bound": "entropy_bound", "chunk_steps": "chunk_steps"}
+
+
+def _canvas(spec: EvalSpec, model, tokenizer, manifest: dict) -> tuple[CanvasDecoder, list[CanvasConfig]]:
+    """The canvas decoder and its one config (generation_config.json, then the settings that apply);
+    a setting it has no use for is refused by name, not ignored."""
+    from orl.engine.canvas_defaults import canvas_decoder
+
+    unused = [f"--{k.replace('_', '-')}" for k in spec.decode if k not in CANVAS_SETTINGS]
+    if spec.thresholds is not None:
+        unused.insert(0, "--threshold / --thresholds")
+    if unused:
+        raise ValueError(f"{', '.join(unused)}: not used by diffusion_gemma canvas decoding ({spec.model}); it takes "
+                         "--max-new-tokens, --steps-per-block (max denoising steps), --entropy-bound, --chunk-steps, "
+                         "--seed, the rest from generation_config.json")
+    settings = {CANVAS_SETTINGS[k]: v for k, v in spec.decode.items()}
+    if settings.get("max_denoising_steps") == 0:  # as `orl generate`: 0 is the checkpoint's default
+        settings["max_denoising_steps"] = None
+    decoder, cfg = canvas_decoder(spec.model, model, tokenizer, manifest, seed=spec.seed, **settings)
+    return decoder, [cfg]
+
+
+def decode_dict(cfg: DecodeConfig | ARConfig | CanvasConfig, engine=None) -> dict:
+    """A record's decoder settings; an AR decoder is the degenerate block decoder (block 1, no threshold),
+    a canvas decoder one without threshold over blocks of its canvas length (engine: the decoder)."""
+    if isinstance(cfg, CanvasConfig):
+        return {"rule": "canvas", "block_len": engine.canvas, "residual": "off", "threshold": None, **cfg.to_dict()}
     if isinstance(cfg, ARConfig):
         return {"rule": "ar", "block_len": 1, "residual": "off", "threshold": None, **cfg.to_dict()}
     return cfg.to_dict()
 
 
-def _batch_generate(engine: Engine | ARDecoder, chunk: list[tuple[Sample, int]], cfg: DecodeConfig | ARConfig,
-                    batch: int) -> list[Generation]:
+def _batch_generate(engine: Engine | ARDecoder | CanvasDecoder, chunk: list[tuple[Sample, int]],
+                    cfg: DecodeConfig | ARConfig | CanvasConfig, batch: int) -> list[Generation]:
     rows = chunk + [chunk[-1]] * (batch - len(chunk))
     seeds = [row_seed(cfg.seed, prompt_id(s), k) for s, k in rows]
     return engine.generate([s.prompt for s, _ in rows], cfg, seeds=seeds)[: len(chunk)]
