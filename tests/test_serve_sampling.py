@@ -54,10 +54,19 @@ def test_top_p_and_top_k_are_decoded_with(client, engine):
     assert same.choices[0].text == direct(engine, "hello", **sampled)
 
 
-def test_llada21_knobs_reach_the_engine(client, engine):
-    knobs = dict(rule="llada21", threshold=0.3, editing_threshold=0.2, max_post_steps=3, num_to_transfer=2)
+@pytest.mark.parametrize("knobs,each", [
+    # sampled, with re-edits at any confidence: on this tiny model every proposal's p is small, so with
+    # editing_threshold 0.2 (as before) no edit ever happened and the test could not tell it was passed
+    (dict(threshold=0.02, temperature=1.5, seed=0), ("editing_threshold", "max_post_steps", "num_to_transfer")),
+    (dict(threshold=0.005, temperature=1.5, seed=1), ("threshold",))])
+def test_llada21_knobs_reach_the_engine(client, engine, knobs, each):
+    knobs = dict(rule="llada21", editing_threshold=0.0, max_post_steps=1, num_to_transfer=2, **knobs)
     r = client.completions.create(model=MODEL, prompt="abc", max_tokens=12, extra_body={**SETTINGS, **knobs})
-    assert r.choices[0].text == direct(engine, "abc", **knobs)
+    want = direct(engine, "abc", **knobs)
+    assert r.choices[0].text == want
+    for name in each:  # a server that dropped this knob would answer with its default: a different answer
+        default = {**knobs, name: SETTINGS.get(name, getattr(DecodeConfig, name))}
+        assert direct(engine, "abc", **default) != want, name
 
 
 OK = {"model": MODEL, "prompt": "hi", "max_tokens": 4}
