@@ -1,4 +1,5 @@
-"""OpenAI-compatible HTTP API over one dlmrt Engine, plus the live denoising page at `/`.
+"""OpenAI-compatible HTTP API over one dlmrt Engine (or a DiffusionGemma CanvasDecoder: defaults a
+CanvasConfig), plus the live denoising page at `/`.
 
 Every request is validated, tokenized and checked against the context and the model before it is
 queued, so the worker only ever sees runnable jobs and a request cannot produce a 500. See
@@ -24,6 +25,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response as PlainResponse
 
 from orl.engine import DecodeConfig, DoneEvent, Engine, Generation
+from orl.engine.canvas import CanvasConfig, CanvasDecoder
 from orl.engine.config import RULES
 from orl.model.residual import RESIDUAL_MODES
 from orl.serve.chat import render_chat
@@ -51,14 +53,15 @@ async def until_disconnected(request: Request) -> None:
         pass
 
 
-def create_app(engine: Engine, model_name: str, *, defaults: DecodeConfig | None = None,
-               config: ServerConfig | None = None) -> FastAPI:
+def create_app(engine: Engine | CanvasDecoder, model_name: str, *,
+               defaults: DecodeConfig | CanvasConfig | None = None, config: ServerConfig | None = None) -> FastAPI:
     defaults = (defaults or DecodeConfig()).validate()
     config = (config or ServerConfig()).validate()
     worker = EngineWorker(engine, config.queue_size)
     created = int(time.time())
+    canvas = isinstance(defaults, CanvasConfig)  # the engine is a CanvasDecoder: its own knobs, blocks of its canvas
     has_adapter = getattr(engine.model, "residual_adapter", None) is not None
-    residual_modes = [m for m in RESIDUAL_MODES if m != "adapter" or has_adapter]
+    residual_modes = [] if canvas else [m for m in RESIDUAL_MODES if m != "adapter" or has_adapter]
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -137,31 +140,34 @@ def create_app(engine: Engine, model_name: str, *, defaults: DecodeConfig | None
             raise APIError(404, f"model {name!r} does not exist; this server serves {model_name!r}",
                            param="model", code="model_not_found")
 
-    def prepare(prompt: str, cfg: DecodeConfig, param: str) -> list[int]:
+    def prepare(prompt: str, cfg: DecodeConfig | CanvasConfig, param: str) -> list[int]:
         try:
             ids = engine.encode(prompt)
         except ValueError as e:  # TokenizerError: a character or byte the vocabulary cannot express
             raise APIError(400, f"cannot tokenize the {param}: {e}", param=param, code="invalid_prompt") from e
         if not ids:
             raise APIError(400, f"the {param} is empty after tokenization", param=param, code="invalid_prompt")
-        n_blocks = cfg.n_blocks
-        need = len(ids) + n_blocks * cfg.block_len
+        block_len = engine.canvas if canvas else cfg.block_len
+        n_blocks = math.ceil(cfg.max_new_tokens / block_len) if canvas else cfg.n_blocks
+        need = len(ids) + n_blocks * block_len
         if need > engine.max_len:
             raise APIError(400, f"prompt ({len(ids)} tokens) + max_tokens {cfg.max_new_tokens} (rounded up to "
-                                f"{n_blocks} blocks of {cfg.block_len}) = {need} tokens exceeds the model's context "
+                                f"{n_blocks} blocks of {block_len}) = {need} tokens exceeds the model's context "
                                 f"of {engine.max_len} tokens", param="max_tokens" if len(ids) < engine.max_len else param,
                            code="context_length_exceeded")
         return ids
 
-    def decode_config(req: DlmParams, steps: bool = False) -> DecodeConfig:
+    def decode_config(req: DlmParams, steps: bool = False) -> DecodeConfig | CanvasConfig:
         """The request's decode settings, checked against this model (and, steps: the step stream's
         traces); sampling without a seed gets a fresh one (returned with the answer, so the sample can
-        be reproduced)."""
-        cfg = req.decode_config(defaults)
+        be reproduced). Canvas decoding always samples."""
+        cfg = req.canvas_config(defaults) if canvas else req.decode_config(defaults)
         try:  # what the engine would refuse only once the job runs (a rule the model cannot run, ...)
             engine.check(cfg, trace=steps)
         except ValueError as e:
             raise APIError(400, str(e), code="unsupported_value") from e
+        if canvas:
+            return dataclasses.replace(cfg, seed=secrets.randbits(63)) if req.seed is None else cfg
         if cfg.residual == "adapter" and not has_adapter:
             raise APIError(400, f"residual mode 'adapter' needs a model with adapter weights, and {model_name!r} has "
                                 f"none; use one of {residual_modes}", param="residual", code="unsupported_value")
@@ -173,7 +179,7 @@ def create_app(engine: Engine, model_name: str, *, defaults: DecodeConfig | None
             cfg = dataclasses.replace(cfg, seed=secrets.randbits(63))
         return cfg
 
-    def submit(ids: list[int], cfg: DecodeConfig, steps: bool) -> tuple[Job, partial]:
+    def submit(ids: list[int], cfg: DecodeConfig | CanvasConfig, steps: bool) -> tuple[Job, partial]:
         loop = asyncio.get_running_loop()
         job = Job(ids, cfg, steps, loop)
         try:
@@ -257,7 +263,7 @@ def create_app(engine: Engine, model_name: str, *, defaults: DecodeConfig | None
     @app.get("/v1/dlm/info")
     async def info():
         return {"model": model_name, "max_context": engine.max_len, "defaults": defaults.to_dict(),
-                "rules": list(RULES), "residual_modes": residual_modes}
+                "rules": ["canvas"] if canvas else list(RULES), "residual_modes": residual_modes}
 
     @app.get("/health")
     async def health():

@@ -6,6 +6,7 @@ Bodies are parsed by orl.serve.parse.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from typing import Literal
@@ -13,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orl.engine import DecodeConfig, Generation
+from orl.engine.canvas import CanvasConfig
 from orl.engine.config import RULES
 from orl.model.residual import RESIDUAL_MODES
 
@@ -35,6 +37,10 @@ class APIError(Exception):
 SEED_MIN, SEED_MAX = -(1 << 63), (1 << 63) - 1  # the engine keeps seeds in int64 and hashes all 64 bits
 INT_KNOB_MAX = 1 << 31  # integer knobs go to int64 device tensors: a JSON integer past 2**63 would fail there (500)
 MAX_POST_STEPS = 1024   # llada21's edit-only steps per block: each is a forward, so bounded (LLaDA2.1's default 16)
+MAX_DENOISING_STEPS = 1024  # a canvas's decoder passes (DiffusionGemma's default 48): each is a forward
+# the knobs canvas decoding (DiffusionGemma) has, and their CanvasConfig names; any other is refused
+CANVAS_KNOBS = {"max_tokens": "max_new_tokens", "seed": "seed", "steps_per_block": "max_denoising_steps",
+                "entropy_bound": "entropy_bound"}
 
 
 class DlmParams(BaseModel):
@@ -74,6 +80,26 @@ class DlmParams(BaseModel):
             return cfg.validate()
         except ValueError as e:
             raise APIError(400, str(e)) from e
+
+    def canvas_config(self, defaults: CanvasConfig) -> CanvasConfig:
+        """The request's settings for canvas decoding (a DiffusionGemma server): max_tokens, seed,
+        steps_per_block (its max denoising steps per canvas; 0: the default) and entropy_bound; any other
+        knob is a 400 naming it, not ignored."""
+        for name in DlmParams.model_fields:
+            if name not in CANVAS_KNOBS and getattr(self, name) is not None:
+                raise APIError(400, f"{name} does not apply to canvas decoding (diffusion_gemma); it takes "
+                                    f"{', '.join(CANVAS_KNOBS)}", param=name, code="unsupported_value")
+        if (self.steps_per_block or 0) > MAX_DENOISING_STEPS:
+            raise APIError(400, f"steps_per_block ({self.steps_per_block}) must be <= {MAX_DENOISING_STEPS}: each "
+                                "denoising step of a canvas is a forward", param="steps_per_block",
+                           code="less_than_equal")
+        values = {CANVAS_KNOBS[k]: getattr(self, k) for k in CANVAS_KNOBS if getattr(self, k) is not None}
+        if values.get("max_denoising_steps") == 0:  # as `orl generate --steps-per-block 0`: the default
+            del values["max_denoising_steps"]
+        try:
+            return dataclasses.replace(defaults, **values).validate()
+        except ValueError as e:  # entropy_bound 0: CanvasConfig needs > 0
+            raise APIError(400, str(e), param="entropy_bound" if "entropy_bound" in str(e) else None) from e
 
 
 class StreamOptions(BaseModel):
@@ -175,15 +201,20 @@ class ChatCompletionRequest(OpenAIParams):
             raise ValueError(f"{info.field_name} is not supported by this server")
         return v
 
+    def one_max(self) -> "ChatCompletionRequest":
+        """max_completion_tokens (OpenAI's newer name) folded into max_tokens."""
+        if self.max_completion_tokens is None:
+            return self
+        if self.max_tokens is not None and self.max_tokens != self.max_completion_tokens:
+            raise APIError(400, "max_tokens and max_completion_tokens disagree; give one of them",
+                           param="max_completion_tokens")
+        return self.model_copy(update={"max_tokens": self.max_completion_tokens, "max_completion_tokens": None})
+
     def decode_config(self, defaults: DecodeConfig) -> DecodeConfig:
-        if self.max_completion_tokens is not None:
-            if self.max_tokens is not None and self.max_tokens != self.max_completion_tokens:
-                raise APIError(400, "max_tokens and max_completion_tokens disagree; give one of them",
-                               param="max_completion_tokens")
-            # the copy must not carry max_completion_tokens again, or this method calls itself for ever
-            copy = self.model_copy(update={"max_tokens": self.max_completion_tokens, "max_completion_tokens": None})
-            return copy.decode_config(defaults)
-        return super().decode_config(defaults)
+        return DlmParams.decode_config(self.one_max(), defaults)
+
+    def canvas_config(self, defaults: CanvasConfig) -> CanvasConfig:
+        return DlmParams.canvas_config(self.one_max(), defaults)
 
 
 class DlmStreamRequest(DlmParams):

@@ -3,20 +3,27 @@ server. Everything a user can get wrong on the command line (port, timeouts, dev
 is refused with a ValueError naming it before the model is loaded; the CLI prints it in one line."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 
 from orl.device import resolve_device
 from orl.engine import DecodeConfig, Engine
+from orl.engine.canvas import CanvasConfig, CanvasDecoder
 from orl.serve.app import create_app
 from orl.serve.config import ServerConfig
 from orl.serve.connection import timed_protocol
 
 
-def warm_up(engine: Engine, cfg: DecodeConfig) -> None:
+def warm_up(engine: Engine | CanvasDecoder, cfg: DecodeConfig | CanvasConfig) -> None:
     """One short decode before the first request: allocates the static buffers of the default shape and
     runs every kernel once. Two blocks where the context allows, so the commit forward runs too. The
     prompt is a single EOS token because it exists in every vocabulary."""
+    if isinstance(engine, CanvasDecoder):  # two canvases (the re-encode runs too) of two denoising steps
+        n_canvas = 2 if 1 + 2 * engine.canvas <= engine.max_len else 1
+        engine.generate_ids([[engine.eos_ids[0]]], dataclasses.replace(
+            cfg, max_new_tokens=n_canvas * engine.canvas, max_denoising_steps=min(2, cfg.max_denoising_steps)))
+        return
     n_blocks = 2 if 1 + 2 * cfg.block_len <= engine.max_len else 1
     engine.generate_ids([[engine.eos_id]], DecodeConfig(**{**cfg.to_dict(), "max_new_tokens": n_blocks * cfg.block_len}))
 
@@ -60,9 +67,14 @@ def serve(model_dir: str, config: ServerConfig | None = None, *, device: str | N
     sock = bind(config.host, config.port)
     try:
         model, tokenizer, manifest = load_checkpoint(model_dir, device=dev, dtype=cast)
-        require_objective(manifest, "block_diffusion", model_dir)
-        engine = Engine(model, tokenizer, manifest=manifest)
-        defaults = DecodeConfig.from_manifest(manifest)  # the block length and residual mode it was trained for
+        if manifest.get("objective") == CanvasDecoder.objective:  # DiffusionGemma: generation_config.json's defaults
+            from orl.engine.canvas_defaults import canvas_decoder
+
+            engine, defaults = canvas_decoder(model_dir, model, tokenizer, manifest)
+        else:
+            require_objective(manifest, Engine.objective, model_dir)
+            engine = Engine(model, tokenizer, manifest=manifest)
+            defaults = DecodeConfig.from_manifest(manifest)  # the block length and residual mode it was trained for
         warm_up(engine, defaults)
         name = Path(model_dir).resolve().name + (f"-{dtype}" if dtype else "")
         server = uvicorn_server(create_app(engine, name, defaults=defaults, config=config), config)
