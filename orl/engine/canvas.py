@@ -186,6 +186,7 @@ class CanvasDecoder(LoadedModel):
         per_block = []                                           # [B] decoder passes while the row is live
         encodes = torch.zeros(B, dtype=torch.long, device=dev)   # re-encodes of finished canvases
         out, done_at, start = [], [0.0] * B, P
+        new_tokens: list[list[int]] = [[] for _ in range(B)]    # host copy of each row's canvases so far
         prefill_s = 0.0
         for block in range(n_canvas):
             first, new = start - (P if block == 0 else C), tokens if block == 0 else out[-1]
@@ -202,7 +203,9 @@ class CanvasDecoder(LoadedModel):
             for i in torch.nonzero(finished & ~live_before).flatten().tolist():  # one read per canvas
                 done_at[i] = now
             start += C
-            new_tokens, steps = torch.cat(out, 1).tolist(), torch.stack(per_block, 1).tolist()
+            for row, t in zip(new_tokens, canvas.tolist()):
+                row += t
+            steps = torch.stack(per_block, 1).tolist()
             so_far = [self._row_tokens(t, cfg)[0] for t in new_tokens]
             yield BlockEvent(block, min(C, cfg.max_new_tokens - block * C), so_far,
                              [self._text(t) for t in so_far], sum(steps[0]) + int(encodes[0]))
