@@ -8,10 +8,11 @@ import openai
 import pytest
 
 from orl.engine import DecodeConfig, Engine
+from orl.engine.config import RULES
 from orl.serve import ServerConfig, create_app
 from orl.tokenizer import CharTokenizer
 from reference_decoder import random_model
-from test_serve import SETTINGS, ThreadedServer, counts, post, tiny_checkpoint
+from test_serve import SETTINGS, ThreadedServer, counts, get, post, tiny_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 MODEL = "tiny"
@@ -127,3 +128,23 @@ def test_a_rule_or_endpoint_the_model_cannot_run_is_a_400_before_queueing(url, e
         code, out = post(u, "/v1/completions", {**OK, "max_tokens": 10, "residual": "rcd"})
         assert code == 400 and "residual" in out["error"]["message"], out
         assert counts(u) == before
+
+
+def test_dlm_info_lists_only_the_rules_a_request_can_choose(url, engine):
+    """The page's rule menu comes from /v1/dlm/info: it listed every rule, fast_dllm_v2 on a model without
+    shifted logits and llada21 / fast_dllm_v2 on a full-sequence model included, each then a 400."""
+    rules = get(url, "/v1/dlm/info")["rules"]
+    assert "llada21" in rules and "threshold" in rules
+    assert "fast_dllm_v2" not in rules and "dream_origin" not in rules  # unshifted; confidence 'random' unset
+    for rule in set(RULES) - set(rules):
+        code, _ = post(url, "/v1/completions", {**OK, **SETTINGS, "rule": rule, "small_block_size": 2})
+        assert code == 400, rule
+    tok = CharTokenizer()
+    model = random_model(7, vocab_size=tok.vocab_size, adapter_dim=0, learned_pos=False, shift_logits=True)
+    shifted = Engine(model, tok)
+    with ThreadedServer(create_app(shifted, MODEL, defaults=DecodeConfig(block_len=4))) as u:
+        assert "fast_dllm_v2" in get(u, "/v1/dlm/info")["rules"]
+    defaults = DecodeConfig(layout="full_sequence", block_len=10, max_new_tokens=10, rule="dream")
+    with ThreadedServer(create_app(shifted, MODEL, defaults=defaults)) as u:
+        rules = get(u, "/v1/dlm/info")["rules"]
+        assert "dream" in rules and not {"llada21", "fast_dllm_v2"} & set(rules)

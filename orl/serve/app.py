@@ -53,6 +53,17 @@ async def until_disconnected(request: Request) -> None:
         pass
 
 
+def runnable(engine: Engine, defaults: DecodeConfig, rule: str) -> bool:
+    """Whether a request may choose this rule on this model and layout (/v1/dlm/info lists only those, so
+    the page offers no rule that is a 400: fast_dllm_v2 needs a shifted model, llada21 / fast_dllm_v2 the
+    block layouts, dream_origin the confidence 'random' no request sets); its sub-block length aside."""
+    try:
+        engine.check(dataclasses.replace(defaults, rule=rule, small_block_size=defaults.block_len))
+    except ValueError:
+        return False
+    return True
+
+
 def create_app(engine: Engine | CanvasDecoder, model_name: str, *,
                defaults: DecodeConfig | CanvasConfig | None = None, config: ServerConfig | None = None) -> FastAPI:
     defaults = (defaults or DecodeConfig()).validate()
@@ -62,6 +73,7 @@ def create_app(engine: Engine | CanvasDecoder, model_name: str, *,
     canvas = isinstance(defaults, CanvasConfig)  # the engine is a CanvasDecoder: its own knobs, blocks of its canvas
     has_adapter = getattr(engine.model, "residual_adapter", None) is not None
     residual_modes = [] if canvas else [m for m in RESIDUAL_MODES if m != "adapter" or has_adapter]
+    rules = ["canvas"] if canvas else [r for r in RULES if runnable(engine, defaults, r)]
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -263,7 +275,7 @@ def create_app(engine: Engine | CanvasDecoder, model_name: str, *,
     @app.get("/v1/dlm/info")
     async def info():
         return {"model": model_name, "max_context": engine.max_len, "defaults": defaults.to_dict(),
-                "rules": ["canvas"] if canvas else list(RULES), "residual_modes": residual_modes}
+                "rules": rules, "residual_modes": residual_modes}
 
     @app.get("/health")
     async def health():
