@@ -58,9 +58,19 @@ def code_identity() -> dict:
             "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
 
 
+# Decode knobs added after the record id was defined, each with the value that reproduces what
+# decoding did before the knob existed (a historical fact, not the knob's current default: records
+# from before the fused commit are unfused). A knob at that value stays out of the id, so an eval
+# file written before it existed still resumes and pools with new records. Add every new knob here.
+LATER_KNOBS = {"fused_commit": False, "layout": "prompt_block", "confidence": "prob", "cfg_scale": 0.0,
+               "full_sequence_cache": "none", "editing_threshold": 0.9, "max_post_steps": 16,
+               "num_to_transfer": 1, "small_block_size": 8, "top_k": 0, "top_p": 1.0, "alg_temp": 0.0}
+
+
 def config_id(decode: dict, batch_size: int) -> str:
     """Everything that changes a sample's outcome or timing besides the model and the prompt."""
-    return _digest({"decode": decode, "batch_size": batch_size})
+    kept = {k: v for k, v in decode.items() if not (k in LATER_KNOBS and v == LATER_KNOBS[k])}
+    return _digest({"decode": kept, "batch_size": batch_size})
 
 
 def decoder_label(decode: dict) -> str:
