@@ -15,62 +15,6 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_generate(args: argparse.Namespace) -> int:
-    from orl.checkpoint import load_checkpoint
-    from orl.cli_format import format_step
-    from orl.cli_models import generate_autoregressive
-    from orl.device import resolve_device
-    from orl.engine import DecodeConfig, DoneEvent, Engine, StepEvent
-    from orl.model.families.common import dtype_from_name
-
-    flags = dict(block_len=args.block_len, max_new_tokens=args.max_new_tokens, rule=args.rule,
-                 threshold=args.threshold, steps_per_block=args.steps_per_block, factor=args.factor,
-                 entropy_bound=args.entropy_bound, residual=args.residual, temperature=args.temperature,
-                 seed=args.seed, chunk_steps=args.chunk_steps, compile=args.compile, cuda_graph=args.cuda_graph,
-                 confidence=args.confidence, editing_threshold=args.editing_threshold,
-                 max_post_steps=args.max_post_steps, num_to_transfer=args.num_to_transfer,
-                 small_block_size=args.small_block_size, top_k=args.top_k, top_p=args.top_p, alg_temp=args.alg_temp)
-    flags["full_sequence_cache"] = args.full_sequence_cache  # None: the exact mode
-    # bad flags fail before the weights load; a named cache is checked against the checkpoint's layout later
-    early = {"layout": "full_sequence"} if args.full_sequence_cache not in (None, "none") or args.alg_temp else {}
-    if args.block_len is None and (args.small_block_size or 0) > 0:  # it divides the checkpoint's block: checked later
-        early["block_len"] = args.small_block_size
-    DecodeConfig.from_manifest(early, **flags).validate()
-    dtype = dtype_from_name(args.dtype) if args.dtype else None  # an unknown name fails before loading too
-    model, tok, manifest = load_checkpoint(args.model, device=resolve_device(args.device), dtype=dtype)  # orl.json, once
-    if manifest.get("objective") == "diffusion_gemma":  # no mask token: dlmrt's canvas mode
-        from orl.cli_canvas import generate_canvas
-
-        return generate_canvas(args, model, tok, manifest)
-    # a config.json without orl.json is a causal LM unless its family reader says it is a dLLM (objective)
-    plain_causal = manifest.get("source") == "config.json" and manifest.get("objective") is None
-    if manifest.get("objective") == "autoregressive" or plain_causal:
-        if plain_causal:
-            print(f"note: {args.model} has no orl.json: a plain causal LM, not a diffusion model; "
-                  "decoding it with the autoregressive decoder", file=sys.stderr)
-        return generate_autoregressive(args, model, tok)
-    engine = Engine(model, tok, manifest=manifest)
-    cfg = DecodeConfig.from_manifest(engine.manifest, **flags)  # validated by the engine with the request
-    color = sys.stdout.isatty()
-    gen = None
-    for event in engine.stream(args.prompt, cfg, steps=args.show_steps):
-        if isinstance(event, StepEvent):
-            r = event.record
-            line = format_step(engine.tokenizer, r, event.n_valid, cfg.eos_fill, color)
-            print(f"block {r.block} step {r.step + 1}: {line}  (+{int(r.committed.sum())})", flush=True)
-        elif isinstance(event, DoneEvent):
-            gen = event.generations[0]
-    print(gen.text, flush=True)  # before the note on stderr
-    if not gen.text.strip() and ((manifest.get("recipe") or {}).get("config") or {}).get("tasks"):
-        print("note: this model answers the prompts of the tasks it was trained on; `orl tasks` shows their "
-              "formats, with an example to type", file=sys.stderr)
-    stop = "EOS" if gen.finished else "max_new_tokens"
-    print(f"tokens: {gen.n_tokens}  forwards: {gen.forwards} ({gen.step_forwards} denoise + "
-          f"{gen.commit_forwards} commit)  TPF: {gen.tpf:.2f}  tokens/s: {gen.tokens_per_s:.1f}  "
-          f"stop: {stop}  [{cfg.rule}, block {cfg.block_len}, residual {cfg.residual}]")
-    return 0
-
-
 def cmd_train(args: argparse.Namespace) -> int:
     import dataclasses
 
@@ -136,6 +80,7 @@ def _floats(text: str) -> list[float]:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from orl.cli_decode import decode_overrides
     from orl.cli_tasks import load_task_flags
     from orl.eval.report import eval_summary
     from orl.eval.runner import EvalSpec, run_eval
@@ -143,21 +88,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     custom = load_task_flags(args)
     tasks = args.tasks.split(",") if args.tasks else custom or ["all"]
 
-    decode = {k: v for k, v in dict(rule=args.rule, residual=args.residual, block_len=args.block_len,
-                                    max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                                    steps_per_block=args.steps_per_block, factor=args.factor,
-                                    entropy_bound=args.entropy_bound, chunk_steps=args.chunk_steps,
-                                    compile=args.compile or None, cuda_graph=args.cuda_graph or None,
-                                    confidence=args.confidence, top_k=args.top_k, top_p=args.top_p,
-                                    alg_temp=args.alg_temp, editing_threshold=args.editing_threshold,
-                                    max_post_steps=args.max_post_steps, num_to_transfer=args.num_to_transfer,
-                                    small_block_size=args.small_block_size).items()
-              if v is not None}
-    if args.full_sequence_cache:
-        decode["full_sequence_cache"] = args.full_sequence_cache
+    decode = decode_overrides(args)
+    threshold = decode.pop("threshold", None)  # a point of the sweep, not a decode setting of the spec
     spec = EvalSpec(model=args.model, out=args.out, tasks=tasks, split=args.split, limit=args.limit,
                     thresholds=_floats(args.thresholds) if args.thresholds else
-                    [args.threshold] if args.threshold is not None else None, decode=decode,
+                    [threshold] if threshold is not None else None, decode=decode,
                     batch_size=args.batch_size, n_samples=args.n_samples, seed=args.seed, device=args.device,
                     prompt_style=args.prompt_style, progress=not args.no_progress, dtype=args.dtype)
     print(eval_summary(run_eval(spec)))
@@ -201,13 +136,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-CACHE_HELP = ("full_sequence layout (LLaDA, Dream): none (exact, default) | prefix | dual: Fast-dLLM v1's "
-              "approximate caches (docs/MODELS.md)")
-ALG_TEMP_HELP = ("rule dream, full_sequence layout: > 0 draws the positions to commit from softmax(confidence / "
-                 "alg_temp) (Dream's alg_temp; 0: the most confident, default)")
-
-
 def build_parser() -> argparse.ArgumentParser:
+    from orl.cli_decode import add_decode_flags  # the decode flags of generate and eval
+    from orl.cli_generate import add_command as add_generate  # generate (dLLMs, AR and canvas models)
     from orl.cli_tasks import add_task_flags  # --task-module / --tasks-file of train and eval
 
     p = argparse.ArgumentParser(prog="orl", description="ORL post-training and the dlmrt inference engine")
@@ -218,39 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("dir", help="checkpoint directory")
     s.set_defaults(func=cmd_info)
 
-    s = sub.add_parser("generate", help="decode one prompt with dlmrt and print the text and a speed summary")
-    s.add_argument("prompt", help="prompt text")
-    s.add_argument("--model", required=True, help="checkpoint directory")
-    s.add_argument("--rule", default="threshold",
-                   help="commit rule: threshold | topk | factor | entropy | dream | dream_origin | sdar_static | "
-                        "sdar_dynamic | llada21 | fast_dllm_v2")
-    s.add_argument("--dtype", default=None, help="cast the weights at load: float32 | bfloat16 | float16 (default: the file's)")
-    s.add_argument("--confidence", default="prob", help="what the rule ranks by: prob | sampled_prob | margin | neg_entropy | random")
-    s.add_argument("--threshold", type=float, default=0.9, help="threshold rule: commit p_max >= tau (0, 1]")
-    s.add_argument("--steps-per-block", type=int, default=0, help="topk rule: steps per block (0: one token per step)")
-    s.add_argument("--factor", type=float, default=1.0, help="factor rule: f (> 0)")
-    s.add_argument("--entropy-bound", type=float, default=0.5, help="entropy rule: bound (>= 0)")
-    s.add_argument("--editing-threshold", type=float, default=None, help="llada21 rule: re-edit p > this [0, 1] (0.9)")
-    s.add_argument("--max-post-steps", type=int, default=None, help="llada21 rule: edit-only steps after the last mask (16)")
-    s.add_argument("--num-to-transfer", type=int, default=None, help="llada21 rule: least mask commits per step (1)")
-    s.add_argument("--small-block-size", type=int, default=None,
-                   help="fast_dllm_v2 rule: sub-block length (default: the checkpoint's, else 8)")
-    s.add_argument("--top-k", type=int, default=None, help="sampling: the k most likely tokens only (0: off)")
-    s.add_argument("--top-p", type=float, default=None, help="sampling: the nucleus of mass p only, after top-k (1: off)")
-    s.add_argument("--alg-temp", type=float, default=None, help=ALG_TEMP_HELP)
-    s.add_argument("--full-sequence-cache", default=None, help=CACHE_HELP)
-    s.add_argument("--block-len", type=int, default=None, help="block length (default: the checkpoint's, else 16)")
-    s.add_argument("--max-new-tokens", type=int, default=64, help="at most this many generated tokens")
-    s.add_argument("--residual", default=None, help="off | rcd | adapter (default: the checkpoint's, else off)")
-    s.add_argument("--temperature", type=float, default=0.0, help="0: greedy; > 0: sampling")
-    s.add_argument("--seed", type=int, default=0, help="sampling seed")
-    s.add_argument("--chunk-steps", type=int, default=1, help="denoising steps between two host checks")
-    s.add_argument("--compile", action="store_true", help="torch.compile the step function")
-    s.add_argument("--cuda-graph", action="store_true", help="replay the steps as CUDA graphs (GPU)")
-    s.add_argument("--device", default=None, help="cpu | cuda (default: cuda when available)")
-    s.add_argument("--show-steps", action="store_true",
-                   help="print every denoising step: '_' masked, [x] committed by that step")
-    s.set_defaults(func=cmd_generate)
+    add_generate(sub)
 
     shipped = Path(__file__).resolve().parent.parent / "checkpoints"
     s = sub.add_parser("demo", help="base vs ORL on held-out prompts, side by side, and one denoising step by step")
@@ -303,29 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
                                   "(default: the --task-module / --tasks-file tasks, else all; `orl tasks` lists them)")
     s.add_argument("--split", default="heldout", help="train | heldout | beyond (tasks v7: sizes past the training range)")
     s.add_argument("--limit", type=int, default=100, help="samples per task")
-    s.add_argument("--threshold", type=float, help="commit threshold (one point; default 0.9)")
+    add_decode_flags(s)  # --threshold: one point
     s.add_argument("--thresholds", help="comma-separated thresholds to sweep; overrides --threshold")
-    s.add_argument("--rule", help="commit rule: threshold | topk | factor | entropy | dream | dream_origin | sdar_static | sdar_dynamic | llada21 | fast_dllm_v2")
-    s.add_argument("--confidence", help="what the rule ranks by: prob | sampled_prob | margin | neg_entropy | random")
     s.add_argument("--dtype", help="cast the weights at load: float32 | bfloat16 | float16 (default: the file's)")
-    s.add_argument("--residual", help="residual mode: off | rcd | adapter")
-    s.add_argument("--full-sequence-cache", help=CACHE_HELP)
-    s.add_argument("--block-len", type=int, help="block length (default: the checkpoint's)")
-    s.add_argument("--max-new-tokens", type=int)
-    s.add_argument("--temperature", type=float)
-    s.add_argument("--steps-per-block", type=int, help="topk rule")
-    s.add_argument("--factor", type=float, help="factor rule")
-    s.add_argument("--entropy-bound", type=float, help="entropy rule")
-    s.add_argument("--editing-threshold", type=float, help="llada21 rule: re-edit p > this [0, 1] (0.9)")
-    s.add_argument("--max-post-steps", type=int, help="llada21 rule: edit-only steps after the last mask (16)")
-    s.add_argument("--num-to-transfer", type=int, help="llada21 rule: least mask commits per step (1)")
-    s.add_argument("--small-block-size", type=int, help="fast_dllm_v2 rule: sub-block length (default: the checkpoint's)")
-    s.add_argument("--top-k", type=int, help="sampling: the k most likely tokens only (0: off)")
-    s.add_argument("--top-p", type=float, help="sampling: the nucleus of mass p only (1: off)")
-    s.add_argument("--alg-temp", type=float, help=ALG_TEMP_HELP)
-    s.add_argument("--chunk-steps", type=int)
-    s.add_argument("--compile", action="store_true", help="torch.compile the denoising step")
-    s.add_argument("--cuda-graph", action="store_true", help="capture CUDA graphs (GPU)")
     s.add_argument("--batch-size", type=int, default=16, help="prompts per generate call; 1 for latency/tokens-per-s runs")
     s.add_argument("--n-samples", type=int, default=1, help="draws per prompt, for pass@k (use --temperature > 0)")
     s.add_argument("--seed", type=int, default=0, help="sample selection and decoding seed")

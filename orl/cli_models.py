@@ -42,7 +42,8 @@ def generate_autoregressive(args: argparse.Namespace, model, tok) -> int:
     """`orl generate` on an autoregressive checkpoint: orl's AR decoder (greedy unless --temperature)."""
     from orl.engine.ar import ARConfig, ARDecoder
 
-    cfg = ARConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
+    given = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
+    cfg = ARConfig(**{k: v for k, v in given.items() if v is not None})  # a flag not given: ARConfig's default
     prompt = tok.encode(args.prompt)
     decoder = ARDecoder(model, tok)  # its cache is sized to the request (orl.engine.ar.request_cache_len)
     gen = decoder.generate_ids([prompt], cfg)[0]

@@ -1,0 +1,57 @@
+"""The decode flags of `orl generate` and `orl eval` (DecodeConfig's knobs), defined once so that both
+commands name and explain them alike. Every flag defaults to None: the checkpoint's default, else
+DecodeConfig's, applies (DecodeConfig.from_manifest skips None), and a command can tell a flag that
+was given from one that was not (a decoder with no use for a flag refuses it by name)."""
+from __future__ import annotations
+
+import argparse
+
+RULES_HELP = ("commit rule: threshold (default) | topk | factor | entropy | dream | dream_origin | sdar_static | "
+              "sdar_dynamic | llada21 | fast_dllm_v2")
+CACHE_HELP = ("full_sequence layout (LLaDA, Dream): none (exact, default) | prefix | dual: Fast-dLLM v1's "
+              "approximate caches (docs/MODELS.md)")
+ALG_TEMP_HELP = ("rule dream, full_sequence layout: > 0 draws the positions to commit from softmax(confidence / "
+                 "alg_temp) (Dream's alg_temp; 0: the most confident, default)")
+
+# (flag, type (None: a switch), help); the DecodeConfig field is the flag's name with underscores
+DECODE_FLAGS = (
+    ("--rule", str, RULES_HELP),
+    ("--confidence", str, "what the rule ranks by: prob (default) | sampled_prob | margin | neg_entropy | random"),
+    ("--threshold", float, "commit threshold tau in (0, 1]: the threshold rule commits p_max >= tau (default 0.9)"),
+    ("--steps-per-block", int, "topk rule: steps per block (0, default: one token per step); DiffusionGemma: "
+                               "max denoising steps per canvas (0: the checkpoint's)"),
+    ("--factor", float, "factor rule: f > 0 (default 1)"),
+    ("--entropy-bound", float, "entropy rule: bound >= 0 (default 0.5); DiffusionGemma: its entropy bound "
+                               "(default: the checkpoint's)"),
+    ("--editing-threshold", float, "llada21 rule: re-edit p > this [0, 1] (0.9)"),
+    ("--max-post-steps", int, "llada21 rule: edit-only steps after the last mask (16)"),
+    ("--num-to-transfer", int, "llada21 rule: least mask commits per step (1)"),
+    ("--small-block-size", int, "fast_dllm_v2 rule: sub-block length (default: the checkpoint's, else 8)"),
+    ("--top-k", int, "sampling: the k most likely tokens only (0: off)"),
+    ("--top-p", float, "sampling: the nucleus of mass p only, after top-k (1: off)"),
+    ("--alg-temp", float, ALG_TEMP_HELP),
+    ("--full-sequence-cache", str, CACHE_HELP),
+    ("--block-len", int, "block length (default: the checkpoint's, else 16)"),
+    ("--max-new-tokens", int, "at most this many generated tokens (default 64; DiffusionGemma under orl eval: "
+                              "its generation_config.json's)"),
+    ("--residual", str, "residual mode: off | rcd | adapter (default: the checkpoint's, else off)"),
+    ("--temperature", float, "0: greedy (default); > 0: sampling"),
+    ("--chunk-steps", int, "denoising steps between two host checks (default 1)"),
+    ("--compile", None, "torch.compile the denoising step"),
+    ("--cuda-graph", None, "replay the steps as CUDA graphs (GPU)"),
+)
+DECODE_FIELDS = tuple(flag[2:].replace("-", "_") for flag, _, _ in DECODE_FLAGS)
+
+
+def add_decode_flags(parser: argparse.ArgumentParser) -> None:
+    for flag, kind, text in DECODE_FLAGS:
+        if kind is None:
+            parser.add_argument(flag, action="store_true", default=None, help=text)
+        else:
+            parser.add_argument(flag, type=kind, default=None, help=text)
+
+
+def decode_overrides(args: argparse.Namespace) -> dict:
+    """The decode flags given, as DecodeConfig overrides (field name -> value)."""
+    return {name: getattr(args, name) for name in DECODE_FIELDS if getattr(args, name) is not None}
+
