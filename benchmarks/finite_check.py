@@ -1,4 +1,4 @@
-"""Cost of the load-time finiteness check (orl.checkpoint._all_finite) on a real checkpoint, against
+"""Cost of the load-time finiteness check (orl.checkpoint_checks.all_finite) on a real checkpoint, against
 the per-element scan it replaced (torch.isfinite(t).all(): a bool copy of every tensor).
 
 Reads every tensor of DIR's model.safetensors, then times each check over all of them (best of
@@ -17,7 +17,7 @@ import torch
 from safetensors import safe_open
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from orl.checkpoint import _all_finite  # noqa: E402
+from orl.checkpoint_checks import all_finite  # noqa: E402
 
 
 def per_element(t: torch.Tensor) -> bool:
@@ -37,7 +37,7 @@ def main(argv=None) -> None:
     n = sum(t.numel() for t in tensors)
     print(f"{a.dir}: {len(tensors)} floating tensors, {n / 1e6:.1f}M values, "
           f"{sorted({str(t.dtype) for t in tensors})}, {a.threads} thread(s), best of {a.repeats}")
-    for name, check in (("isfinite(t).all() (before)", per_element), ("_all_finite: one fp32 sum (after)", _all_finite)):
+    for name, check in (("isfinite(t).all() (before)", per_element), ("all_finite: one fp32 sum (after)", all_finite)):
         best, ok = float("inf"), None
         for _ in range(a.repeats):
             t0 = time.perf_counter()

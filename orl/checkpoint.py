@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import weakref
 from pathlib import Path
@@ -21,6 +20,8 @@ from safetensors.torch import save_file
 from torch import Tensor
 
 from orl.atomic_dir import MANIFEST, RUN_FILES, NotOrlDirectory, file_digest, write_atomically
+from orl.checkpoint_checks import (CheckpointError, check_config_agrees, check_sizes, read_json,
+                                   validate_tensors, verify_checksums)
 from orl.device import resolve_device
 from orl.model import ModelArgs, Transformer
 from orl.model.families import family_for, get_family
@@ -34,10 +35,6 @@ INDEX = "model.safetensors.index.json"
 # derived from the model itself; a caller's manifest may not contradict them
 DERIVED = ("format_version", "family", "model_args", "dtype", "quantization")
 Tokenizer = CharTokenizer | HFTokenizer
-
-
-class CheckpointError(ValueError):
-    pass
 
 
 # ---------------------------------------------------------------- save
@@ -154,12 +151,12 @@ def load_checkpoint(directory: str | os.PathLike, device: str | torch.device = "
     read_cast = dtype if quant_kind is None else None
     kept: dict[int, weakref.ref] = {}  # the tensors the cast left in a stored dtype of their own
     tensors = family.to_native(_read_tensors(d, file_dtype, read_cast, kept), args)  # published -> orl.model's
-    _check_sizes(args, tensors, d)  # before any module is built: a forged n_layers must not allocate
+    check_sizes(args, tensors, d)  # before any module is built: a forged n_layers must not allocate
     with torch.device("meta"):
         model = Transformer(args)
     if quant_kind is not None:  # the transform that made the checkpoint, on the empty model: same names and dtypes
         quantize(model, quant_kind)
-    _validate(model, tensors, read_cast or file_dtype, d, file_dtype, kept)
+    validate_tensors(model, tensors, read_cast or file_dtype, d, file_dtype, kept)
     if args.tie_embeddings:
         tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
     model.load_state_dict(tensors, strict=True, assign=True)
@@ -175,18 +172,18 @@ def _read_config(d: Path) -> tuple[dict, ModelArgs, torch.dtype, ModuleType]:
         raise FileNotFoundError(f"checkpoint directory {d} does not exist")
     man_path, cfg_path = d / MANIFEST, d / "config.json"
     if man_path.exists():
-        m = _read_json(man_path)
+        m = read_json(man_path)
         if m.get("format_version") != FORMAT_VERSION:
             raise CheckpointError(f"{man_path}: unsupported format_version {m.get('format_version')!r} "
                                   f"(this orl reads version {FORMAT_VERSION})")
         parsed = _parsed(man_path, lambda: (m, ModelArgs.from_dict(m["model_args"]), dtype_from_name(m["dtype"]),
                                             get_family(m["family"])))
         if cfg_path.exists():
-            _check_config_agrees(cfg_path, parsed[3], parsed[1], parsed[2])
+            check_config_agrees(cfg_path, parsed[3], parsed[1], parsed[2])
         return parsed
     if not cfg_path.exists():
         raise CheckpointError(f"{d} is not a checkpoint: neither {MANIFEST} nor config.json exists")
-    cfg = _read_json(cfg_path)
+    cfg = read_json(cfg_path)
     family = _parsed(cfg_path, lambda: get_family(cfg.get("model_type")))
     args, dtype = _parsed(cfg_path, lambda: (family.args_from_config(cfg), config_dtype(cfg)))
     m = {"format_version": None, "family": cfg["model_type"], "model_args": args.to_dict(),
@@ -200,66 +197,6 @@ def _read_config(d: Path) -> tuple[dict, ModelArgs, torch.dtype, ModuleType]:
 def read_manifest(directory: str | os.PathLike) -> dict:
     """A checkpoint's manifest (or the one derived from its config.json), without touching the weights."""
     return _read_config(Path(directory))[0]
-
-
-def _check_config_agrees(cfg_path: Path, family: ModuleType, args: ModelArgs, dtype: torch.dtype) -> None:
-    """config.json is what transformers reads, orl.json what orl reads: they must describe one model."""
-    cfg = _read_json(cfg_path)
-    if "orl_args" in cfg:  # an export read through its own modeling file (orl.hf_wrapper)
-        want = {"orl_args": args.to_dict()}
-    elif hasattr(family, "config_from_args"):
-        want = family.config_from_args(args, dtype)
-    else:
-        return
-    diff = [f"{k}: config.json {cfg[k]!r}, {MANIFEST} {v!r}" for k, v in want.items()
-            if k in cfg and cfg[k] != v and k not in ("eos_token_id", "pad_token_id", "bos_token_id")]
-    if diff:
-        raise CheckpointError(f"{cfg_path.parent}: config.json and {MANIFEST} disagree ({len(diff)} field(s)):\n  "
-                              + "\n  ".join(diff))
-
-
-def verify_checksums(d: Path, manifest: dict, names: list[str] | None = None) -> None:
-    """Compare the files the manifest lists (those that are present, or `names`) with their recorded
-    checksums: a flipped byte in a weight file is refused, with the file named."""
-    listed = manifest.get("files")
-    if not isinstance(listed, dict):
-        return  # a transformers checkpoint, or one written before checksums were recorded
-    for name in names or sorted(listed):
-        path = d / name
-        if name not in listed or not path.is_file():
-            if names:
-                raise CheckpointError(f"{path}: missing or not recorded in {MANIFEST}")
-            continue
-        if file_digest(path) != listed[name]:
-            raise CheckpointError(f"{path}: checksum mismatch (the file changed or was damaged after orl wrote it; "
-                                  f"{MANIFEST} records {listed[name]})")
-
-
-_LAYER = re.compile(r"^model\.layers\.(\d+)\.")
-_EXPERT = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.")
-
-
-def _check_sizes(args: ModelArgs, tensors: dict[str, Tensor], d: Path) -> None:
-    """The config's sizes against the tensors in the file, before the model is built (even on the meta
-    device, a million layers take minutes and gigabytes of Python objects)."""
-    problems = []
-    layers = {int(m.group(1)) for n in tensors if (m := _LAYER.match(n))}
-    if layers != set(range(args.n_layers)):
-        problems.append(f"n_layers is {args.n_layers} but the weights hold {len(layers)} layer(s)")
-    experts: dict[int, set[int]] = {}
-    for n in tensors:
-        if m := _EXPERT.match(n):
-            experts.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
-    for layer, found in experts.items():
-        if found != set(range(args.n_experts)):
-            problems.append(f"n_experts is {args.n_experts} but layer {layer} holds {len(found)} expert(s)")
-            break
-    emb = tensors.get("model.embed_tokens.weight")
-    if emb is not None and list(emb.shape) != [args.vocab_size, args.dim]:
-        problems.append(f"vocab_size x dim is {args.vocab_size} x {args.dim} but model.embed_tokens.weight "
-                        f"is {list(emb.shape)}")
-    if problems:
-        raise CheckpointError(f"checkpoint {d}: the config does not match the weights: " + "; ".join(problems))
 
 
 def _parsed(path: Path, build):
@@ -297,7 +234,7 @@ def _load_tokenizer(d: Path, manifest: dict, args: ModelArgs) -> Tokenizer:
 
 def _weight_files(d: Path) -> list[str]:
     if (d / INDEX).exists():
-        index = _read_json(d / INDEX)
+        index = read_json(d / INDEX)
         if not isinstance(index.get("weight_map"), dict):
             raise CheckpointError(f"{d / INDEX}: no weight_map object")
         files = sorted(set(index["weight_map"].values()))
@@ -341,64 +278,3 @@ def _cast(t: Tensor, file_dtype: torch.dtype, cast: torch.dtype | None, kept: di
     if kept is not None:
         kept[id(t)] = weakref.ref(t)
     return t
-
-
-def _stored_dtype(t: Tensor, kept: dict[int, weakref.ref] | None) -> torch.dtype | None:
-    """The dtype a tensor the cast left alone was stored in (None: it was cast, or no cast)."""
-    ref = (kept or {}).get(id(t))
-    return t.dtype if ref is not None and ref() is t else None
-
-
-def _validate(model: Transformer, tensors: dict[str, Tensor], dtype: torch.dtype, d: Path,
-              file_dtype: torch.dtype | None = None, kept: dict[int, weakref.ref] | None = None) -> None:
-    expected = model.state_dict()
-    if model.args.tie_embeddings:
-        expected.pop("lm_head.weight")
-        head, emb = tensors.get("lm_head.weight"), tensors.get("model.embed_tokens.weight")
-        # some exporters write the tied head anyway; harmless only when it is the embedding
-        if head is not None and emb is not None and head.shape == emb.shape and torch.equal(head, emb):
-            del tensors["lm_head.weight"]
-    problems = [f"missing tensor {n}" for n in expected if n not in tensors]
-    problems += [f"unexpected tensor {n}" for n in tensors if n not in expected]
-    quantized = quantized_names(model)  # their dtype is the quantization format's (orl.quant)
-    # buffers may be stored in their own floating dtype (LLaDA2's expert_bias: fp32 in a bf16 file)
-    own_dtype = {n for n, _ in model.named_buffers()} - quantized
-    for n, want in expected.items():
-        t = tensors.get(n)
-        if t is None:
-            continue
-        if t.shape != want.shape:
-            problems.append(f"shape mismatch {n}: checkpoint {list(t.shape)}, model expects {list(want.shape)}")
-        if n in quantized and t.dtype != want.dtype:
-            problems.append(f"dtype mismatch {n}: checkpoint {t.dtype}, the quantization format says {want.dtype}")
-        elif n in own_dtype and not t.is_floating_point():
-            problems.append(f"dtype mismatch {n}: checkpoint {t.dtype}, a floating-point buffer expected")
-        elif n not in quantized and n not in own_dtype and _stored_dtype(t, kept) is not None:
-            problems.append(f"dtype mismatch {n}: checkpoint {t.dtype}, config says {file_dtype}")
-        elif n not in quantized and n not in own_dtype and t.dtype != dtype:
-            problems.append(f"dtype mismatch {n}: checkpoint {t.dtype}, config says {dtype}")
-        elif t.is_floating_point() and not _all_finite(t):
-            problems.append(f"non-finite values (inf or nan) in {n}")
-    if problems:
-        raise CheckpointError(f"checkpoint {d} does not match its config ({len(problems)} problem(s)):\n  "
-                              + "\n  ".join(problems))
-
-
-def _all_finite(t: Tensor) -> bool:
-    """One fp32 sum per tensor (a pass with no temporary; isfinite(t).all() builds a bool copy and
-    cost ~20x more on gemma-3-270m, docs/BENCHMARKS.md): inf + x is never finite again, so any inf or
-    nan makes the sum non-finite. Only then (or when finite values overflow the sum) the exact
-    per-element scan decides. float8 has neither kernel: its values (e4m3 has NaN, no inf) go via fp32."""
-    t = t if t.element_size() > 1 else t.float()
-    acc = torch.float64 if t.dtype == torch.float64 else torch.float32
-    return bool(torch.isfinite(t.sum(dtype=acc))) or bool(torch.isfinite(t).all())
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"cannot read {path}: {e}") from e
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path} must hold a JSON object, got a {type(data).__name__}")
-    return data

@@ -80,9 +80,9 @@ def check_output(*dirs: Path) -> None:
 
 
 def load_train_state(out: Path) -> dict:
-    from orl.checkpoint import CheckpointError, _read_json, verify_checksums
+    from orl.checkpoint_checks import CheckpointError, read_json, verify_checksums
 
-    verify_checksums(out, _read_json(out / "orl.json"), [TRAIN_STATE])
+    verify_checksums(out, read_json(out / "orl.json"), [TRAIN_STATE])
     try:
         state = torch.load(out / TRAIN_STATE, weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as e:
