@@ -4,20 +4,17 @@ from __future__ import annotations
 import argparse
 
 
-def generate_canvas(args: argparse.Namespace, model, tok, manifest: dict) -> int:
+def generate_canvas(args: argparse.Namespace, model, tok, manifest: dict, decode: dict) -> int:
     """Decoding settings: generation_config.json (its diffusion keys and EOS ids), then transformers'
-    defaults; of the flags, only --max-new-tokens, --seed, --chunk-steps and --steps-per-block
-    (> 0: max_denoising_steps) apply."""
+    defaults; of the decode flags given (decode: DecodeConfig names), --max-new-tokens (default 64),
+    --steps-per-block (> 0: max_denoising_steps), --entropy-bound and --chunk-steps (default 1) apply,
+    with --seed; any other is refused by name (orl.engine.canvas_defaults.canvas_settings)."""
     from orl.engine import DecodeConfig
-    from orl.engine.canvas_defaults import canvas_decoder
+    from orl.engine.canvas_defaults import canvas_decoder, canvas_settings
 
-    def given(value, default):  # generate's default when a flag was not given (DecodeConfig's)
-        return default if value is None else value
-
-    decoder, cfg = canvas_decoder(args.model, model, tok, manifest,
-                                  max_new_tokens=given(args.max_new_tokens, DecodeConfig.max_new_tokens),
-                                  seed=args.seed, chunk_steps=given(args.chunk_steps, DecodeConfig.chunk_steps),
-                                  max_denoising_steps=args.steps_per_block or None)
+    settings = {"max_new_tokens": DecodeConfig.max_new_tokens, "chunk_steps": DecodeConfig.chunk_steps,
+                **canvas_settings(decode, args.model)}  # generate's defaults are DecodeConfig's
+    decoder, cfg = canvas_decoder(args.model, model, tok, manifest, seed=args.seed, **settings)
     gen = decoder.generate(args.prompt, cfg)[0]
     print(args.prompt + gen.text, flush=True)
     stop = "EOS" if gen.finished else "max_new_tokens"

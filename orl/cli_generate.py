@@ -29,7 +29,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from orl.engine import DecodeConfig, DoneEvent, Engine, StepEvent
     from orl.model.families.common import dtype_from_name
 
-    flags = {**decode_overrides(args), "seed": args.seed}  # a flag not given: the checkpoint's or DecodeConfig's
+    decode = decode_overrides(args)
+    flags = {**decode, "seed": args.seed}  # a flag not given: the checkpoint's or DecodeConfig's
     # bad flags fail before the weights load; a named cache is checked against the checkpoint's layout later
     early = {"layout": "full_sequence"} if args.full_sequence_cache not in (None, "none") or args.alg_temp else {}
     if args.block_len is None and (args.small_block_size or 0) > 0:  # it divides the checkpoint's block: checked later
@@ -40,7 +41,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if manifest.get("objective") == "diffusion_gemma":  # no mask token: dlmrt's canvas mode
         from orl.cli_canvas import generate_canvas
 
-        return generate_canvas(args, model, tok, manifest)
+        return generate_canvas(args, model, tok, manifest, decode)  # refuses the flags it has no use for
     # a config.json without orl.json is a causal LM unless its family reader says it is a dLLM (objective)
     plain_causal = manifest.get("source") == "config.json" and manifest.get("objective") is None
     if manifest.get("objective") == "autoregressive" or plain_causal:

@@ -144,6 +144,34 @@ def test_orl_generate_runs(written, capsys):
     assert "forwards: 7 (6 denoise" in out.out  # two canvases (6 tokens) of at most 3 steps
 
 
+@pytest.mark.parametrize("flags, named", [
+    (["--temperature", "0.5"], "--temperature"), (["--rule", "topk"], "--rule"), (["--threshold", "0.5"], "--threshold"),
+    (["--top-k", "3"], "--top-k"), (["--residual", "rcd"], "--residual"), (["--compile"], "--compile"),
+    (["--block-len", "8", "--factor", "2"], "--factor, --block-len")])
+def test_orl_generate_refuses_flags_without_a_use_by_name(written, capsys, flags, named):
+    """A decode flag canvas decoding has no use for is refused by name (exit 2, one line, nothing
+    decoded), as `orl eval` refuses it, instead of being ignored."""
+    from orl.cli import main
+
+    rc = main(["generate", "--model", str(written[0]), "hi", "--max-new-tokens", "4", *flags])
+    out = capsys.readouterr()
+    assert rc == 2 and out.out == "", out
+    assert out.err.count("\n") == 1 and f"{named}: not used by diffusion_gemma canvas decoding" in out.err, out.err
+
+
+def test_orl_generate_applies_the_entropy_bound(written, capsys):
+    """--entropy-bound is the canvas's acceptance bound (it was ignored): the answer equals the decoder's
+    with that bound, and the bound changes this answer."""
+    from orl.cli import main
+
+    model, tok, manifest = load_checkpoint(written[0])
+    decoder = CanvasDecoder(model, tok, manifest=manifest)
+    want = decoder.generate("hi", CanvasConfig(max_new_tokens=8, chunk_steps=1, entropy_bound=5.0))[0].text
+    assert want != decoder.generate("hi", CanvasConfig(max_new_tokens=8, chunk_steps=1))[0].text
+    assert main(["generate", "--model", str(written[0]), "hi", "--max-new-tokens", "8", "--entropy-bound", "5"]) == 0
+    assert capsys.readouterr().out.split("\ntokens: ")[0] == "hi" + want
+
+
 def test_left_padded_batch_matches_transformers(written, monkeypatch):
     """Prompts of 9 and 5 tokens in one batch (left padded, positions counting the padding): the same
     tokens as transformers' generate() with that attention_mask, and the short row as it alone."""

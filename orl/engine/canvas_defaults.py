@@ -32,3 +32,23 @@ def canvas_decoder(directory, model, tokenizer, manifest: dict, **overrides) -> 
     if token_ids(gen.get("eos_token_id")):
         manifest = {**manifest, "eos_ids": token_ids(gen["eos_token_id"])}
     return CanvasDecoder(model, tokenizer, manifest=manifest), cfg
+
+
+# the decode settings (DecodeConfig names, the `orl generate` / `orl eval` flags) canvas decoding has, and
+# their CanvasConfig names
+CANVAS_SETTINGS = {"max_new_tokens": "max_new_tokens", "steps_per_block": "max_denoising_steps",
+                   "entropy_bound": "entropy_bound", "chunk_steps": "chunk_steps"}
+
+
+def canvas_settings(decode: dict, directory, unused: tuple[str, ...] = ()) -> dict:
+    """The decode settings given (DecodeConfig names) as CanvasConfig overrides. One it has no use for is
+    refused by its flag name, with `unused` (flags the caller already found so), not ignored."""
+    unused = [*unused, *(f"--{k.replace('_', '-')}" for k in decode if k not in CANVAS_SETTINGS)]
+    if unused:
+        raise ValueError(f"{', '.join(unused)}: not used by diffusion_gemma canvas decoding ({directory}); it takes "
+                         "--max-new-tokens, --steps-per-block (max denoising steps), --entropy-bound, --chunk-steps, "
+                         "--seed, the rest from generation_config.json")
+    settings = {CANVAS_SETTINGS[k]: v for k, v in decode.items()}
+    if settings.get("max_denoising_steps") == 0:  # 0 is the checkpoint's default, as for the server
+        settings["max_denoising_steps"] = None
+    return settings

@@ -165,26 +165,13 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
     return [r for r in read_records(spec.out) if record_key(r) in keys]
 
 
-# eval's decode settings (DecodeConfig names, as `orl eval` flags) that canvas decoding has, and its names
-CANVAS_SETTINGS = {"max_new_tokens": "max_new_tokens", "steps_per_block": "max_denoising_steps",
-                   "entropy_bound": "entropy_bound", "chunk_steps": "chunk_steps"}
-
-
 def _canvas(spec: EvalSpec, model, tokenizer, manifest: dict) -> tuple[CanvasDecoder, list[CanvasConfig]]:
     """The canvas decoder and its one config (generation_config.json, then the settings that apply);
     a setting it has no use for is refused by name, not ignored."""
-    from orl.engine.canvas_defaults import canvas_decoder
+    from orl.engine.canvas_defaults import canvas_decoder, canvas_settings
 
-    unused = [f"--{k.replace('_', '-')}" for k in spec.decode if k not in CANVAS_SETTINGS]
-    if spec.thresholds is not None:
-        unused.insert(0, "--threshold / --thresholds")
-    if unused:
-        raise ValueError(f"{', '.join(unused)}: not used by diffusion_gemma canvas decoding ({spec.model}); it takes "
-                         "--max-new-tokens, --steps-per-block (max denoising steps), --entropy-bound, --chunk-steps, "
-                         "--seed, the rest from generation_config.json")
-    settings = {CANVAS_SETTINGS[k]: v for k, v in spec.decode.items()}
-    if settings.get("max_denoising_steps") == 0:  # as `orl generate`: 0 is the checkpoint's default
-        settings["max_denoising_steps"] = None
+    settings = canvas_settings(spec.decode, spec.model,
+                               ("--threshold / --thresholds",) if spec.thresholds is not None else ())
     decoder, cfg = canvas_decoder(spec.model, model, tokenizer, manifest, seed=spec.seed, **settings)
     return decoder, [cfg]
 
