@@ -112,7 +112,7 @@ NASTY = [  # bodies that once produced a 500, or could: each must be a 4xx namin
     ("/v1/completions", {**BODY, "max_tokens": 10**30}, "less_than_equal", "max_tokens"),
     ("/v1/chat/completions", {**CHAT, "max_completion_tokens": 10**30}, "less_than_equal", "max_completion_tokens"),
     ("/v1/completions", {**BODY, "block_len": 4, "rule": "fast_dllm_v2", "small_block_size": 2},  # unshifted model
-     "unsupported_value", None),
+     "unsupported_value", "rule"),
     ("/v1/completions", {**BODY, "rule": "topk", "steps_per_block": 10**30}, "less_than_equal", "steps_per_block"),
     ("/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
      "value_error", "messages.0.content"),

@@ -117,6 +117,7 @@ def test_a_rule_or_endpoint_the_model_cannot_run_is_a_400_before_queueing(url, e
     before = counts(url)
     code, out = post(url, "/v1/completions", {**OK, **SETTINGS, "rule": "fast_dllm_v2", "small_block_size": 2})
     assert code == 400 and "shifted model" in out["error"]["message"], out
+    assert out["error"]["param"] == "rule" and out["error"]["code"] == "unsupported_value", out  # the field
     assert counts(url) == before
     tok = CharTokenizer()
     model = random_model(7, vocab_size=tok.vocab_size, adapter_dim=0, learned_pos=False, shift_logits=True)
@@ -124,9 +125,9 @@ def test_a_rule_or_endpoint_the_model_cannot_run_is_a_400_before_queueing(url, e
     with ThreadedServer(create_app(Engine(model, tok), MODEL, defaults=defaults)) as u:
         before = counts(u)
         code, out = post(u, "/v1/dlm/stream", {"prompt": "hi", "max_tokens": 10})
-        assert code == 400 and "traces" in out["error"]["message"], out
+        assert code == 400 and "traces" in out["error"]["message"] and out["error"]["param"] is None, out  # no field
         code, out = post(u, "/v1/completions", {**OK, "max_tokens": 10, "residual": "rcd"})
-        assert code == 400 and "residual" in out["error"]["message"], out
+        assert code == 400 and "residual" in out["error"]["message"] and out["error"]["param"] == "residual", out
         assert counts(u) == before
 
 

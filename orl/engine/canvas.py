@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from orl.engine.config import UnsupportedSetting
 from orl.engine.events import BlockEvent, DoneEvent, Event
 from orl.engine.loaded import LoadedModel
 from orl.engine.sampling import hash_uniform, select_tokens
@@ -153,8 +154,8 @@ class CanvasDecoder(LoadedModel):
         """Engine.check's counterpart (the server calls it before queueing): cfg validated, no work done."""
         cfg = (cfg or CanvasConfig()).validate()
         if trace:  # the web page's step stream shows commits of masked positions; a canvas has neither
-            raise ValueError("canvas decoding (diffusion_gemma) has no step traces or step events: "
-                             "its canvas is renoised, not committed position by position")
+            raise UnsupportedSetting("canvas decoding (diffusion_gemma) has no step traces or step events: "
+                                     "its canvas is renoised, not committed position by position")
         return cfg
 
     @torch.no_grad()

@@ -47,6 +47,15 @@ def field_problems(cfg) -> list[str]:
     return problems
 
 
+class UnsupportedSetting(ValueError):
+    """A valid setting this model or loop cannot run. field: the DecodeConfig field it concerns (the
+    server's `param`), None when it is the kind of request (traces, step events) rather than a field."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
 def checked(cfg, problems: list[str]):
     """cfg, or one ValueError naming every problem."""
     if problems:

@@ -8,7 +8,7 @@ from typing import Iterator
 import torch
 
 from orl.engine import full_sequence, layouts
-from orl.engine.config import DecodeConfig
+from orl.engine.config import DecodeConfig, UnsupportedSetting
 from orl.engine.decode import DecodeState, ar_first_token, block_closed, denoise_step, prepare_block
 from orl.engine.events import BlockEvent, DoneEvent, Event, StepEvent
 from orl.engine.graph import ChunkRunner
@@ -151,8 +151,9 @@ class Engine(LoadedModel):
         problem), with no work done: run() starts with it, the server calls it before queueing."""
         cfg = cfg.validate()
         if cfg.rule == "fast_dllm_v2" and not self.model.args.shift_logits:
-            raise ValueError("rule 'fast_dllm_v2' needs a shifted model (shift_logits: a block's first token is "
-                             "the previous position's prediction); this model reads each position off itself")
+            raise UnsupportedSetting("rule 'fast_dllm_v2' needs a shifted model (shift_logits: a block's first token "
+                                     "is the previous position's prediction); this model reads each position off "
+                                     "itself", "rule")
         if cfg.layout == "full_sequence":
             full_sequence.check(cfg, trace)
         return cfg

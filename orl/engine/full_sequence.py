@@ -31,7 +31,7 @@ from typing import Iterator
 import torch
 
 from orl.engine.commit import commit_positions, rank_score
-from orl.engine.config import DecodeConfig
+from orl.engine.config import DecodeConfig, UnsupportedSetting
 from orl.engine.events import BlockEvent, DoneEvent, Event
 from orl.engine.request import Clock, check_request
 from orl.engine.sampling import hash_uniform, select_tokens, top_p_then_top_k
@@ -42,18 +42,22 @@ from orl.model.vocab import is_eos
 
 
 def check(cfg: DecodeConfig, trace: bool) -> None:
-    problems = []
+    problems = []  # (the field it concerns or None, what)
     if cfg.residual != "off":
-        problems.append(f"residual={cfg.residual!r} (the full-sequence layout decodes with residual 'off')")
+        problems.append(("residual", f"residual={cfg.residual!r} (the full-sequence layout decodes with residual "
+                                     "'off')"))
     if trace:
-        problems.append("traces / step events (not recorded in the full-sequence layout)")
+        problems.append((None, "traces / step events (not recorded in the full-sequence layout)"))
     if cfg.cuda_graph or cfg.compile:
-        problems.append("cuda_graph / compile (the full-sequence layout runs eagerly)")
+        problems.append(("cuda_graph" if cfg.cuda_graph else "compile",
+                         "cuda_graph / compile (the full-sequence layout runs eagerly)"))
     if cfg.full_sequence_cache != "none" and cfg.cfg_scale:
-        problems.append(f"cfg_scale with full_sequence_cache={cfg.full_sequence_cache!r} (guidance runs in the "
-                        "exact mode only)")
+        problems.append(("cfg_scale", f"cfg_scale with full_sequence_cache={cfg.full_sequence_cache!r} (guidance "
+                                      "runs in the exact mode only)"))
     if problems:
-        raise ValueError("the full-sequence layout does not support: " + "; ".join(problems))
+        field = next((f for f, _ in problems if f is not None), None)
+        raise UnsupportedSetting("the full-sequence layout does not support: " + "; ".join(w for _, w in problems),
+                                 field)
 
 
 def window_logits(model, tokens, pos, mask, lo: int, hi: int, prompt_slots, mask_id: int, scale: float,

@@ -33,7 +33,7 @@ from orl.serve.config import ServerConfig
 from orl.serve.parse import parse_body
 from orl.serve.protocol import (APIError, ChatChoice, ChatCompletionRequest, ChatMessage, CompletionChoice,
                                 CompletionRequest, DlmParams, DlmStreamRequest, OpenAIParams, Response, Usage,
-                                finish_reason, new_id)
+                                finish_reason, new_id, request_field)
 from orl.serve.security import Guard
 from orl.serve.streams import JobStreamingResponse, dlm_stream, next_event, openai_stream
 from orl.serve.worker import EngineWorker, Job, QueueFull
@@ -176,8 +176,8 @@ def create_app(engine: Engine | CanvasDecoder, model_name: str, *,
         cfg = req.canvas_config(defaults) if canvas else req.decode_config(defaults)
         try:  # what the engine would refuse only once the job runs (a rule the model cannot run, ...)
             engine.check(cfg, trace=steps)
-        except ValueError as e:
-            raise APIError(400, str(e), code="unsupported_value") from e
+        except ValueError as e:  # an UnsupportedSetting names its field; traces (/v1/dlm/stream) have none
+            raise APIError(400, str(e), param=request_field(getattr(e, "field", None)), code="unsupported_value") from e
         if canvas:
             return dataclasses.replace(cfg, seed=secrets.randbits(63)) if req.seed is None else cfg
         if cfg.residual == "adapter" and not has_adapter:

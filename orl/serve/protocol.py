@@ -102,6 +102,13 @@ class DlmParams(BaseModel):
             raise APIError(400, str(e), param="entropy_bound" if "entropy_bound" in str(e) else None) from e
 
 
+def request_field(setting: str | None) -> str | None:
+    """The request field that sets a DecodeConfig setting (an error's `param`); None for one no request
+    sets (the server's compile / cuda_graph) or none at all."""
+    name = {"max_new_tokens": "max_tokens"}.get(setting, setting)
+    return name if name in DlmParams.model_fields else None
+
+
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     include_usage: bool = False
