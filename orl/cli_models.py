@@ -42,7 +42,16 @@ def generate_autoregressive(args: argparse.Namespace, model, tok) -> int:
     """`orl generate` on an autoregressive checkpoint: orl's AR decoder (greedy unless --temperature)."""
     from orl.engine.ar import ARConfig, ARDecoder
 
-    given = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
+    from orl.cli_decode import decode_overrides
+
+    # block-decoder flags (--rule, --threshold, ...) have no meaning here: refused by name, not ignored
+    unused = sorted(set(decode_overrides(args)) - {"max_new_tokens", "temperature", "chunk_steps", "compile"})
+    if unused:
+        flags = ", ".join("--" + name.replace("_", "-") for name in unused)
+        raise ValueError(f"{flags}: not used by the autoregressive decoder ({args.model} is an autoregressive "
+                         "model); it takes --max-new-tokens, --temperature, --chunk-steps, --compile, --seed")
+    given = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
+                 chunk_steps=args.chunk_steps, compile=args.compile)
     cfg = ARConfig(**{k: v for k, v in given.items() if v is not None})  # a flag not given: ARConfig's default
     prompt = tok.encode(args.prompt)
     decoder = ARDecoder(model, tok)  # its cache is sized to the request (orl.engine.ar.request_cache_len)

@@ -138,3 +138,14 @@ def test_generate_reads_the_manifest_once(tmp_path, capsys, monkeypatch, one_thr
     assert main(["generate", "--model", str(d), "hi", "--max-new-tokens", "6"]) == 0
     assert "[threshold, block 4, residual rcd]" in capsys.readouterr().out
     assert reads.count("orl.json") == 1, reads
+
+
+def test_generate_on_an_autoregressive_model_refuses_block_flags():
+    # the shipped AR peer decodes with the AR decoder: a block-decoder flag would be silently ignored
+    ar = Path(__file__).resolve().parents[1] / "checkpoints" / "orl-tiny-ar"
+    r = run_orl("generate", "cumsum:314=", "--model", str(ar), "--threshold", "0.5", "--rule", "topk")
+    assert r.returncode == 2, r.stderr
+    assert "--rule, --threshold" in r.stderr and "autoregressive" in r.stderr
+    ok = run_orl("generate", "cumsum:314=", "--model", str(ar), "--max-new-tokens", "4", "--chunk-steps", "2")
+    assert ok.returncode == 0, ok.stderr
+    assert "[autoregressive]" in ok.stdout
