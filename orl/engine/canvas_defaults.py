@@ -3,9 +3,9 @@ generation_config.json (its diffusion keys and EOS ids, as transformers' generat
 transformers' defaults (CanvasConfig)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from orl.checkpoint_checks import read_json
 from orl.engine.canvas import CanvasConfig, CanvasDecoder
 from orl.model.families.common import token_ids
 
@@ -13,15 +13,7 @@ from orl.model.families.common import token_ids
 def generation_config(directory) -> dict:
     """The checkpoint's generation_config.json (transformers writes one beside config.json), or {}."""
     path = Path(directory) / "generation_config.json"
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"cannot read {path}: {e}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} must hold a JSON object")
-    return data
+    return read_json(path) if path.is_file() else {}
 
 
 def canvas_decoder(directory, model, tokenizer, manifest: dict, **overrides) -> tuple[CanvasDecoder, CanvasConfig]:
