@@ -26,7 +26,8 @@ DECODE_FLAGS = (
     ("--editing-threshold", float, "llada21 rule: re-edit p > this [0, 1] (0.9)"),
     ("--max-post-steps", int, "llada21 rule: edit-only steps after the last mask (16)"),
     ("--num-to-transfer", int, "llada21 rule: least mask commits per step (1)"),
-    ("--small-block-size", int, "fast_dllm_v2 rule: sub-block length (default: the checkpoint's, else 8)"),
+    ("--small-block-size", int, "fast_dllm_v2 rule: sub-block length (default: the checkpoint's, else the "
+                                "largest divisor of the block up to 8)"),
     ("--top-k", int, "sampling: the k most likely tokens only (0: off)"),
     ("--top-p", float, "sampling: the nucleus of mass p only, after top-k (1: off)"),
     ("--alg-temp", float, ALG_TEMP_HELP),

@@ -108,8 +108,14 @@ class DecodeConfig:
         base = {"block_len": manifest.get("block_len") or cls.block_len,
                 "residual": manifest.get("residual_mode") or cls.residual,
                 "layout": manifest.get("layout") or cls.layout,
-                "small_block_size": manifest.get("sub_block_len") or cls.small_block_size}
-        return cls(**{**base, **{k: v for k, v in overrides.items() if v is not None}})
+                "small_block_size": manifest.get("sub_block_len")}
+        cfg = {**base, **{k: v for k, v in overrides.items() if v is not None}}
+        if cfg["small_block_size"] is None:  # nothing recorded or given: sub-blocks of at most 8 (Fast-dLLM
+            # v2's 8 in its block of 32) that tile the block, so a block of 4 or 12 needs no flag
+            b = cfg["block_len"]
+            cfg["small_block_size"] = next((d for d in range(min(cls.small_block_size, b), 0, -1) if b % d == 0),
+                                           cls.small_block_size) if isinstance(b, int) and b > 0 else cls.small_block_size
+        return cls(**cfg)
 
     def validate(self) -> "DecodeConfig":
         problems = field_problems(self)

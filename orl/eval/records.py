@@ -67,9 +67,16 @@ LATER_KNOBS = {"fused_commit": False, "layout": "prompt_block", "confidence": "p
                "num_to_transfer": 1, "small_block_size": 8, "top_k": 0, "top_p": 1.0, "alg_temp": 0.0}
 
 
+# Knobs only one rule reads: under another rule they change nothing, so they stay out of the id
+# (a block of 4 defaults to sub-blocks of 4, and an old threshold-rule file must still resume).
+RULE_KNOBS = {"small_block_size": "fast_dllm_v2", "editing_threshold": "llada21", "max_post_steps": "llada21",
+              "num_to_transfer": "llada21"}
+
+
 def config_id(decode: dict, batch_size: int) -> str:
     """Everything that changes a sample's outcome or timing besides the model and the prompt."""
-    kept = {k: v for k, v in decode.items() if not (k in LATER_KNOBS and v == LATER_KNOBS[k])}
+    kept = {k: v for k, v in decode.items() if not (k in LATER_KNOBS and v == LATER_KNOBS[k])
+            and not (k in RULE_KNOBS and decode.get("rule") != RULE_KNOBS[k])}
     return _digest({"decode": kept, "batch_size": batch_size})
 
 
