@@ -123,15 +123,14 @@ def engine(ckpt) -> Engine:
     return Engine.from_checkpoint(ckpt)
 
 
-@pytest.fixture(scope="module")
-def server(ckpt):
-    """The real CLI: `orl serve --model DIR --port N` in a subprocess."""
+def start_cli_server(ckpt: Path, *flags: str) -> tuple[subprocess.Popen, str]:
+    """The real CLI: `orl serve --model DIR --port N FLAGS` in a subprocess, returned once /health is ok."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "orl.cli", "serve", "--model", str(ckpt), "--port", str(port),
-                             "--queue-size", "32", "--timeout", "60", "--device", "cpu"],
+                             *flags, "--timeout", "60", "--device", "cpu"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90
@@ -140,13 +139,17 @@ def server(ckpt):
         assert time.monotonic() < deadline, "orl serve did not become healthy"
         try:
             if get(url, "/health")["status"] == "ok":
-                break
+                return proc, url
         except OSError:
             time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def server(ckpt):
+    proc, url = start_cli_server(ckpt, "--queue-size", "32")
     yield url
     proc.terminate()
     proc.wait(timeout=20)
-    # issue 23 item 8: when ready, the server says what it serves and where
     assert f"model id '{MODEL}'; API {url}/v1 ; live page {url}/" in proc.stdout.read()
 
 

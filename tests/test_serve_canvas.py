@@ -4,18 +4,14 @@ and usage equal a direct CanvasDecoder call with the reported seed), streaming s
 canvas, and every knob canvas decoding has no use for is a named 400 before queueing."""
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import pytest
 
 from diffusion_gemma_fixture import CANVAS, write_diffusion_gemma
-from test_serve import counts, get, post
+from test_serve import counts, get, post, start_cli_server
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 pytest.importorskip("transformers")
@@ -40,21 +36,7 @@ def decoder(ckpt):
 
 @pytest.fixture(scope="module")
 def server(ckpt):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "orl.cli", "serve", "--model", str(ckpt), "--port", str(port),
-                             "--timeout", "60", "--device", "cpu"], env={**os.environ, "OMP_NUM_THREADS": "1"},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 90
-    while True:
-        assert proc.poll() is None, f"orl serve exited: {proc.stdout.read()}"
-        assert time.monotonic() < deadline, "orl serve did not become healthy"
-        try:
-            if get(url, "/health")["status"] == "ok":
-                break
-        except OSError:
-            time.sleep(0.2)
+    proc, url = start_cli_server(ckpt)
     yield url
     proc.terminate()
     proc.wait(timeout=20)
