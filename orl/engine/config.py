@@ -110,12 +110,17 @@ class DecodeConfig:
                 "layout": manifest.get("layout") or cls.layout,
                 "small_block_size": manifest.get("sub_block_len")}
         cfg = {**base, **{k: v for k, v in overrides.items() if v is not None}}
-        if cfg["small_block_size"] is None:  # nothing recorded or given: sub-blocks of at most 8 (Fast-dLLM
-            # v2's 8 in its block of 32) that tile the block, so a block of 4 or 12 needs no flag
-            b = cfg["block_len"]
-            cfg["small_block_size"] = next((d for d in range(min(cls.small_block_size, b), 0, -1) if b % d == 0),
-                                           cls.small_block_size) if isinstance(b, int) and b > 0 else cls.small_block_size
+        if cfg["small_block_size"] is None:
+            cfg["small_block_size"] = cls.default_sub_block(cfg["block_len"])
         return cls(**cfg)
+
+    @classmethod
+    def default_sub_block(cls, block_len) -> int:
+        """Nothing recorded or given: the largest sub-block up to 8 (Fast-dLLM v2's 8 in its block of 32)
+        that tiles the block, so a block of 4 or 12 needs no flag; a bad block_len is validate()'s to name."""
+        if not isinstance(block_len, int) or block_len <= 0:
+            return cls.small_block_size
+        return max(d for d in range(1, min(cls.small_block_size, block_len) + 1) if block_len % d == 0)
 
     def validate(self) -> "DecodeConfig":
         problems = field_problems(self)
