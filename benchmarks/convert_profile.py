@@ -53,7 +53,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     cfg = apply_overrides(replace(get_preset("convert", args.preset), base=args.base), args.set)
     t = time.perf_counter()
-    teacher, tok, _ = cv.load_base(cfg, "cpu")
+    teacher, tok, _, _ = cv.load_base(cfg, "cpu")
     load_s = time.perf_counter() - t
     # code rows only (the corpus build and its distillation are timed by the run itself)
     stream = torch.tensor(sum((tok.encode(p.read_text()) for p in sorted(Path(torch.__file__).parent.glob("*.py"))[:40]), []),

@@ -136,6 +136,26 @@ class HFTokenizer:
     def token_str(self, i: int) -> str:
         return self.tok.id_to_token(int(i)) or ""
 
+    def add_mask_token(self, token: str) -> tuple[int, bool]:
+        """Make `token` the mask token (recorded in tokenizer_config.json when saved): an existing
+        special token of that string is reused, a new one is added at the next id, as SDAR adds
+        <|MASK|> to Qwen3's vocabulary. (id, added). An ordinary vocabulary token is refused: text
+        would encode to it."""
+        from tokenizers import AddedToken
+
+        tid = self.tok.token_to_id(token)
+        specials = {t.content for t in self.tok.get_added_tokens_decoder().values() if t.special}
+        if tid is not None and token not in specials:
+            raise TokenizerError(f"{token!r} is an ordinary token of the vocabulary (id {tid}): text encodes to it, "
+                                 "so it cannot be the mask; choose a special token or a new string")
+        added = tid is None
+        if added:
+            self.tok.add_special_tokens([AddedToken(token, special=True, normalized=False)])
+            tid = self.tok.token_to_id(token)
+        self.config = {**self.config, "mask_token": token}
+        self.mask_id = tid
+        return tid, added
+
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, **template_kwargs) -> str:
         """The prompt text transformers' apply_chat_template(tokenize=False) renders (orl.chat_template);
         template_kwargs reach the template as variables (e.g. enable_thinking=False)."""

@@ -24,11 +24,10 @@ draw is a pure function of (seed, step), so a resumed run continues bit for bit.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
@@ -41,8 +40,9 @@ from orl.model.model import Transformer
 from orl.model.vocab import special_ids
 from orl.train.batches import Batch, diffusion_batch
 from orl.train.chunked_ce import chunked_ce_sum, chunked_predict
-from orl.train.corpus import (STREAMS, CorpusConfig, build_corpus, corpus_key, corpus_summary, fixed_windows, windows,
-                              with_bos)
+from orl.train.convert_base import base_digest, load_base, to_diffusion
+from orl.train.corpus import (STREAMS, CorpusConfig, build_corpus, corpus_key, corpus_summary, fixed_windows,
+                              read_corpus, windows, with_bos)
 from orl.train.dist import SINGLE, Dist, setup, shard_rows
 from orl.train.loop import TrainLoop, check_fields, make_optimizer
 
@@ -73,6 +73,7 @@ class ConvertConfig:
     eval_windows: int = 16              # held-out windows of the periodic eval
     save_every: int = 50
     threads: int = 0
+    mask_token: str = ""                # when the base's tokenizer has none (orl.train.convert_base)
     RESUME_FREE: ClassVar[frozenset[str]] = frozenset({"data_dir", "eval_windows"})
 
     def __post_init__(self):
@@ -109,17 +110,6 @@ def lr_at(cfg: ConvertConfig, step: int) -> float:
         return cfg.lr * (step + 1) / warmup
     frac = min((step - warmup) / max(1, cfg.steps - warmup), 1.0)
     return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * frac)))
-
-
-def to_diffusion(model: Transformer) -> Transformer:
-    """The same weights with the shifted read-out (nothing is copied: the tensors are shared)."""
-    args = replace(model.args, shift_logits=True)
-    with torch.device("meta"):
-        out = Transformer(args)
-    out.load_state_dict(model.state_dict(), strict=True, assign=True)
-    if args.tie_embeddings:
-        out.lm_head.weight = out.model.embed_tokens.weight
-    return out
 
 
 def checkpoint_blocks(model: Transformer) -> None:
@@ -208,25 +198,6 @@ def evaluate(model: Transformer, streams: dict, cfg: ConvertConfig, ids, bos: in
             "oneshot_block_match": round(blocks_hit / n_blocks, 4), "windows": len(rows)}
 
 
-def _digest(manifest: dict, prefix: str = "") -> str:
-    files = {k: v for k, v in (manifest.get("files") or {}).items() if k.startswith(prefix)}
-    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
-
-
-def load_base(cfg: ConvertConfig, device) -> tuple[Transformer, object, dict]:
-    from orl.checkpoint import CheckpointError, load_checkpoint
-
-    if not cfg.base:
-        raise ValueError("the convert recipe needs an AR checkpoint: --base DIR (e.g. the one `orl fetch "
-                         "gemma-3-270m` writes)")
-    model, tok, manifest = load_checkpoint(cfg.base, device=device)
-    if manifest.get("objective") == "block_diffusion" or model.args.shift_logits:
-        raise CheckpointError(f"{cfg.base} is already a block-diffusion model; convert takes an autoregressive one")
-    if tok.mask_id is None:
-        raise CheckpointError(f"{cfg.base}: the tokenizer has no mask token; block diffusion needs one")
-    return model, tok, manifest
-
-
 def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_config_change: bool = False,
             log=tqdm.write) -> Transformer:
     from orl.checkpoint import load_checkpoint
@@ -237,10 +208,13 @@ def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_conf
                      dist=dist)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    teacher, tok, base_manifest = load_base(cfg, dist.device)
-    key = corpus_key(cfg.corpus, _digest(base_manifest, "tokenizer"), _digest(base_manifest), cfg.seed)
+    teacher, tok, base_manifest, mask = load_base(cfg, dist.device)
+    base_files = base_digest(cfg.base, base_manifest)
+    key = corpus_key(cfg.corpus, base_digest(cfg.base, base_manifest, "tokenizer"), base_files, cfg.seed)
     data_dir = Path(cfg.data_dir) if cfg.data_dir else cache_dir() / "corpus" / key
-    streams = build_corpus(tok, cfg.corpus, data_dir, model=teacher, seed=cfg.seed, log=log)
+    # rank 0 builds the corpus (distilling with its teacher) while the others wait; then all read it
+    dist.on_main(lambda: build_corpus(tok, cfg.corpus, data_dir, model=teacher, seed=cfg.seed, log=log))
+    streams = read_corpus(data_dir)
     model = load_checkpoint(loop.out, device=dist.device)[0] if loop.state else to_diffusion(teacher)
     del teacher
     if cfg.freeze_embeddings:
@@ -251,7 +225,7 @@ def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_conf
     if cfg.checkpointing:
         checkpoint_blocks(model)
     ids, bos = special_ids(tok, model.args.vocab_size), getattr(tok, "bos_id", None)
-    extra = {"base": cfg.base, "base_files_sha256": _digest(base_manifest), "corpus": corpus_summary(data_dir)}
+    extra = {"base": cfg.base, "base_files_sha256": base_files, "mask_token": mask, "corpus": corpus_summary(data_dir)}
     model.train()
     ddp = dist.wrap(model)
     t_last, tokens_since = time.perf_counter(), 0
@@ -272,7 +246,7 @@ def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_conf
         if loop.due(done, cfg.save_every):
             model.eval()
             manifest = {"objective": "block_diffusion", "block_len": cfg.block_len, "layout": cfg.layout,
-                        "residual_mode": "off",
+                        "residual_mode": "off", "mask_token": mask["token"],
                         "recipe": {"name": "convert", "config": loop.config, "step": done,
                                    "tokens_seen": rec["tokens_seen"], "heldout": rec.get("heldout"), **extra}}
             loop.save(model, tok, manifest, opt, done)

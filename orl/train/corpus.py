@@ -138,9 +138,11 @@ def build_corpus(tok, cfg: CorpusConfig, directory: Path, model=None, seed: int 
     """The streams, built into `directory` on first use and read back after (a distill stream needs
     `model`, the AR teacher). Returns {code_train, code_heldout, tasks, distill} (empty ones omitted)."""
     directory = Path(directory)
+    try:
+        return read_corpus(directory)
+    except CorpusMissing:
+        pass
     path = directory / "tokens.safetensors"
-    if path.exists() and (directory / "corpus.json").exists():
-        return load_file(path)
     log(f"building the conversion corpus in {directory} ...")
     streams, used = code_streams(tok, cfg)
     if min(len(streams["code_train"]), len(streams["code_heldout"])) == 0:
@@ -160,6 +162,20 @@ def build_corpus(tok, cfg: CorpusConfig, directory: Path, model=None, seed: int 
     save_file(streams, directory / "tokens.tmp")
     (directory / "tokens.tmp").replace(path)
     return streams
+
+
+class CorpusMissing(FileNotFoundError):
+    pass
+
+
+def read_corpus(directory: Path) -> dict[str, torch.Tensor]:
+    """A corpus build_corpus finished (it writes tokens.safetensors last). Under torchrun rank 0 builds
+    and the other ranks read: on several nodes `directory` must be one they all see."""
+    directory = Path(directory)
+    if not ((directory / "tokens.safetensors").exists() and (directory / "corpus.json").exists()):
+        raise CorpusMissing(f"no finished corpus in {directory} (tokens.safetensors and corpus.json); with "
+                            "several nodes, data_dir must be a directory every node sees")
+    return load_file(directory / "tokens.safetensors")
 
 
 def corpus_summary(directory: Path) -> dict:
