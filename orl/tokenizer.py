@@ -138,16 +138,16 @@ class HFTokenizer:
 
     def add_mask_token(self, token: str) -> tuple[int, bool]:
         """Make `token` the mask token (recorded in tokenizer_config.json when saved): an existing
-        special token of that string is reused, a new one is added at the next id, as SDAR adds
-        <|MASK|> to Qwen3's vocabulary. (id, added). An ordinary vocabulary token is refused: text
-        would encode to it."""
+        added token of that string (a reserved one such as Qwen's <|vision_pad|>) is reused, a new
+        special token is added at the next id, as SDAR adds <|MASK|> to Qwen3's vocabulary. (id,
+        added). A token of the base vocabulary is refused: ordinary text encodes to it."""
         from tokenizers import AddedToken
 
         tid = self.tok.token_to_id(token)
-        specials = {t.content for t in self.tok.get_added_tokens_decoder().values() if t.special}
-        if tid is not None and token not in specials:
+        reserved = {t.content for t in self.tok.get_added_tokens_decoder().values()}
+        if tid is not None and token not in reserved:
             raise TokenizerError(f"{token!r} is an ordinary token of the vocabulary (id {tid}): text encodes to it, "
-                                 "so it cannot be the mask; choose a special token or a new string")
+                                 "so it cannot be the mask; choose an added (special) token or a new string")
         added = tid is None
         if added:
             self.tok.add_special_tokens([AddedToken(token, special=True, normalized=False)])

@@ -7,8 +7,6 @@ The smoke preset draws 2 code rows and 1 task row per step: rank 1's share of th
 empty, so it runs a zero-weight row there (the case a wrong scale or a missing row shows up in)."""
 import json
 import os
-import subprocess
-import sys
 from dataclasses import replace
 
 import pytest
@@ -16,7 +14,7 @@ from safetensors.torch import load_file
 
 import orl.train.convert as cv
 from test_convert import base, smoke_cfg  # noqa: F401 (base: the tiny random AR checkpoint fixture)
-from test_dist import ATOL, ROOT, free_port, max_diff, records, same_records, two_ranks
+from test_dist import ATOL, max_diff, records, same_records, torchrun_cli, two_ranks
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 FIELDS = ["loss", "grad_norm", "lr", "tokens_seen"]
@@ -59,7 +57,7 @@ def same_run(one, other) -> None:
     assert max_diff(one, other) < ATOL
     same_records(one / "train.log.jsonl", other / "train.log.jsonl", "step", FIELDS)
     assert len(open(other / "train.log.jsonl").readlines()) == 4  # each step logged once (rank 0 alone)
-    h1, h2 = records(one / "train.log.jsonl", "step")[4]["heldout"], records(other / "train.log.jsonl", "step")[4]["heldout"]
+    h1, h2 = (records(d / "train.log.jsonl", "step")[4]["heldout"] for d in (one, other))
     assert h1 == pytest.approx(h2, abs=2e-4)  # rounded to 4 places: one rounding step apart at most
 
 
@@ -87,14 +85,8 @@ def test_torchrun_cli_resumes_a_one_process_run(base, tmp_path, monkeypatch):
     stop_at_step_2(monkeypatch)
     with pytest.raises(Stop):
         cv.convert(cfg, tmp_path / "two", log=quiet)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-           "-m", "orl.cli", "train", "--recipe", "convert", "--preset", "smoke", "--base", cfg.base,
-           "--out", str(tmp_path / "two"), "--set", f"data_dir={cfg.data_dir}",
-           "--set", f"corpus.roots={cfg.corpus.roots[0]}", "--set", "threads=1"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env.pop("WORLD_SIZE", None)
-    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-3000:]
-    out = p.stdout + p.stderr
+    out = torchrun_cli("train", "--recipe", "convert", "--preset", "smoke", "--base", cfg.base,
+                       "--out", str(tmp_path / "two"), "--set", f"data_dir={cfg.data_dir}",
+                       "--set", f"corpus.roots={cfg.corpus.roots[0]}", "--set", "threads=1")
     assert out.count("resumed from") == 1 and out.count("done: steps 3-4") == 1  # rank 0 alone speaks
     same_run(tmp_path / "one", tmp_path / "two")

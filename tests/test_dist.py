@@ -49,6 +49,18 @@ def two_ranks(fn, *args) -> None:
     mp.start_processes(_rank, args=(2, free_port(), fn, args), nprocs=2, start_method="fork")
 
 
+def torchrun_cli(*argv: str) -> str:
+    """`torchrun --nproc-per-node 2 -m orl.cli ARGV` from the repository root, one thread per process;
+    its output (it must exit 0)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+           "-m", "orl.cli", *argv]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("WORLD_SIZE", None)
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p.stdout + p.stderr
+
+
 def max_diff(a, b) -> float:
     sa, sb = load_checkpoint(a)[0].state_dict(), load_checkpoint(b)[0].state_dict()
     assert sa.keys() == sb.keys()
@@ -133,15 +145,8 @@ def test_pretrain_under_torchrun_resumes_and_matches_one_process(tmp_path, monke
     monkeypatch.setattr(pretrain_mod, "train_step", crashing)
     with pytest.raises(KeyboardInterrupt):
         pretrain_mod.pretrain(cfg, tmp_path / "two", log=quiet)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-           "-m", "orl.cli", "train", "--preset", "smoke", "--out", str(tmp_path / "two")]
-    for k, v in PRETRAIN_SET.items():
-        cmd += ["--set", f"{k}={v}"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env.pop("WORLD_SIZE", None)
-    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-3000:]
-    out = p.stdout + p.stderr
+    out = torchrun_cli("train", "--preset", "smoke", "--out", str(tmp_path / "two"),
+                       *(x for k, v in PRETRAIN_SET.items() for x in ("--set", f"{k}={v}")))
     assert out.count("resumed from") == 1 and out.count("done: steps 3-6") == 1  # rank 0 alone speaks
     assert max_diff(tmp_path / "one", tmp_path / "two") < ATOL
     assert max_diff(tmp_path / "one" / "stage1", tmp_path / "two" / "stage1") < ATOL

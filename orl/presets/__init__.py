@@ -13,7 +13,8 @@ PRESETS: dict[str, dict[str, Callable]] = {
             "smoke": orl.smoke},
     "rcd": {"rcd": orl.rcd, "smoke": orl.rcd_smoke},
     "convert": {"gemma_convert": convert.gemma_convert, "gemma_convert16": convert.gemma_convert16,
-                "gemma_convert_short": convert.gemma_convert_short, "smoke": convert.smoke},
+                "gemma_convert_short": convert.gemma_convert_short, "qwen3_convert": convert.qwen3_convert,
+                "smoke": convert.smoke},
 }
 
 

@@ -42,3 +42,24 @@ def smoke() -> ConvertConfig:
                           task_samples=20)
     return ConvertConfig(corpus=corpus, block_len=4, window=24, context=8, mix=(2, 1, 0), steps=4, lr=1e-3, warmup=0,
                          ce_chunk=16, eval_every=2, eval_windows=4, save_every=2, bf16=False)
+
+
+def qwen3_convert() -> ConvertConfig:
+    """A Qwen3 Hugging Face checkpoint (Qwen3-0.6B / 1.7B / 4B, base or instruct: config.json +
+    safetensors + tokenizer) on GPUs, e.g. `torchrun --nproc-per-node 8`: the QwenDLM route.
+
+    Block 16: the published QwenDLM-4B + ORL reaches TPF 11.1 on HumanEval (docs/REFERENCES.md), and a
+    forward commits at most one block, so TPF <= block length: blocks of 4 or 8 could not give that
+    number; 16 is the smallest power of two that can, the engine's default, and Fast-dLLM v2's
+    sub-block limit of 8 divides it. Qwen3 has no mask token: `<|MASK|>` is added at id 151669
+    (SDAR's token and id), one of the padded embedding rows (orl.train.convert_base).
+    Rows of 1088 tokens (64 of context, 64 blocks of 16), 64 rows per step in total (48 code, 8 task
+    text, 8 self-distilled: 8 per process on 8 GPUs), bf16 autocast over fp32 master weights,
+    checkpointed blocks, 3000 steps (~209M tokens). The sizes are scaled from gemma_convert, not
+    measured on GPUs (none here): with AdamW and DDP, Qwen3-4B needs ~80 GB per GPU before
+    activations (H200 / B200 class; on 80 GB cards start from 1.7B)."""
+    corpus = CorpusConfig(tasks=SUITE, task_samples=2000, train_tokens=50_000_000, heldout_tokens=500_000,
+                          distill_prompts=1024, distill_prompt_tokens=64, distill_new_tokens=256)
+    return ConvertConfig(corpus=corpus, mask_token="<|MASK|>", block_len=16, window=1088, context=64,
+                         mix=(48, 8, 8), steps=3000, lr=1e-5, warmup=100, ce_chunk=1024, eval_every=100,
+                         eval_windows=64, save_every=250, bf16=True)

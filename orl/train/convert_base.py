@@ -3,13 +3,13 @@ diffusion model on its weights.
 
 Mask token. Block diffusion needs one; many AR tokenizers (Qwen3's among them) have none. The base's
 own mask token is used when its tokenizer names one (Gemma's <mask>). Otherwise `ConvertConfig
-.mask_token` names the token to use: an existing special token of that string is reused, a new one is
-added at the tokenizer's next id - `<|MASK|>` for Qwen3 gets 151669, the token and id SDAR / TraDo
-added to the same vocabulary, so a converted Qwen3 reads their prompts' mask the same way. The id must
-be one of the model's embedding rows (Qwen3 pads 151,669 tokenizer ids to 151,936 rows, so it is an
-untrained padded row, learned by the conversion); growing the embedding is not done. Anything else is
-a MaskTokenError naming the fix. The choice is recorded in the run's manifest (`mask_token`, and
-`recipe.mask_token` with `added`) and in the saved tokenizer_config.json.
+.mask_token` names the token to use: an existing added token of that string (a reserved one) is
+reused, a new one is added at the tokenizer's next id - `<|MASK|>` for Qwen3 gets 151669, the token
+and id SDAR / TraDo added to the same vocabulary, so a converted Qwen3 reads their prompts' mask the
+same way. The id must be one of the model's embedding rows (Qwen3 pads 151,669 tokenizer ids to
+151,936 rows, so it is an untrained padded row, learned by the conversion); growing the embedding is
+not done. Anything else is a MaskTokenError naming the fix. The choice is recorded in the run's
+manifest (`mask_token`, and `recipe.mask_token` with `added`) and in the saved tokenizer_config.json.
 """
 from __future__ import annotations
 
