@@ -148,6 +148,11 @@ class HFTokenizer:
         if tid is not None and token not in reserved:
             raise TokenizerError(f"{token!r} is an ordinary token of the vocabulary (id {tid}): text encodes to it, "
                                  "so it cannot be the mask; choose an added (special) token or a new string")
+        # token_to_id misses what the vocabulary stores in another spelling (byte-level BPE's 'Ġhello')
+        spelled = self.tok.encode(token, add_special_tokens=False).ids
+        if tid is None and len(spelled) == 1:
+            raise TokenizerError(f"{token!r} is an ordinary token of the vocabulary (id {spelled[0]}, as "
+                                 f"{self.token_str(spelled[0])!r}): text encodes to it, so it cannot be the mask")
         added = tid is None
         if added:
             self.tok.add_special_tokens([AddedToken(token, special=True, normalized=False)])

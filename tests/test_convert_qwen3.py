@@ -101,3 +101,30 @@ def test_qwen3_converts_from_the_cli_and_generates(qwen, tmp_path, capsys):
     gen = Engine(model, tok).generate_ids([tok.encode("def add(a, b):")],
                                           DecodeConfig.from_manifest(manifest, max_new_tokens=16))[0]
     assert 1 <= len(gen.token_ids) <= 16 and max(gen.token_ids) < TOKENS  # never the mask or a padded row
+
+
+@pytest.mark.parametrize("token,why", [
+    ("<|im_end|>", "is the tokenizer's EOS token"),        # Qwen3's eos: generation would never stop
+    ("<|endoftext|>", "is the tokenizer's padding token"),  # Qwen3's pad
+    ("<|im_start|>", "appears in the chat template"),       # every chat prompt would hold masks
+    ("<think>", "appears in the chat template"),
+    (" ", "contains whitespace"),                           # every space of the corpus would be a mask
+    ("hello world", "contains whitespace"),
+    (" hello", "contains whitespace"),
+    ("Ġhello", "ordinary token"),                          # the vocabulary's own spelling of ' hello'
+    ("\u0120", "ordinary token"),                           # 'Ġ', id 220
+])
+def test_a_mask_token_the_model_reads_is_refused(tmp_path, token, why):
+    tok = HFTokenizer(copy_tokenizer(tmp_path / "a"))
+    with pytest.raises(MaskTokenError, match=why):
+        set_mask_token(tok, token, ROWS, "qwen3")
+    assert tok.mask_id is None and tok.vocab_size == TOKENS  # nothing was added
+
+
+def test_a_new_token_the_vocabulary_spells_otherwise_is_refused(tmp_path):
+    tok = HFTokenizer(copy_tokenizer(tmp_path / "a"))
+    # byte-level BPE stores 'été' as 'Ã©tÃ©': token_to_id does not find it, yet text encodes it to id 38783
+    assert tok.token_id("été") is None and tok.tok.encode("été", add_special_tokens=False).ids == [38783]
+    with pytest.raises(MaskTokenError, match="ordinary token of the vocabulary \\(id 38783"):
+        set_mask_token(tok, "été", ROWS, "qwen3")
+    assert tok.mask_id is None and tok.vocab_size == TOKENS

@@ -8,8 +8,13 @@ reused, a new one is added at the tokenizer's next id - `<|MASK|>` for Qwen3 get
 and id SDAR / TraDo added to the same vocabulary, so a converted Qwen3 reads their prompts' mask the
 same way. The id must be one of the model's embedding rows (Qwen3 pads 151,669 tokenizer ids to
 151,936 rows, so it is an untrained padded row, learned by the conversion); growing the embedding is
-not done. Anything else is a MaskTokenError naming the fix. The choice is recorded in the run's
-manifest (`mask_token`, and `recipe.mask_token` with `added`) and in the saved tokenizer_config.json.
+not done. The mask must be a token of its own: not the EOS / end-of-turn, padding or BOS token (the
+engine bans the mask from its outputs, so an EOS mask would never stop; a padding mask turns padding
+into noise), not a token of the chat template (<|im_start|>, <think>: every chat prompt would hold
+masks), not whitespace or an ordinary vocabulary token in any spelling (' ' or ' hello': the corpus
+text would encode to masks). Anything else is a MaskTokenError naming the fix. The choice is
+recorded in the run's manifest (`mask_token`, and `recipe.mask_token` with `added`) and in the saved
+tokenizer_config.json.
 """
 from __future__ import annotations
 
@@ -40,6 +45,19 @@ def set_mask_token(tok, token: str, vocab_size: int, where: str) -> dict:
     if not hasattr(tok, "add_mask_token"):
         raise MaskTokenError(f"{where}: a {type(tok).__name__} cannot take a new token ({token!r}); give the base a "
                              "tokenizer with a mask token")
+    if any(c.isspace() for c in token):
+        raise MaskTokenError(f"{where}: mask_token {token!r} contains whitespace: the corpus text holding it would "
+                             "encode to masks; choose a markup string such as '<|MASK|>'")
+    reused = tok.token_id(token)
+    roles = {"EOS": {tok.eos_id, *(getattr(tok, "eos_ids", None) or ())}, "padding": {tok.pad_id},
+             "BOS": {getattr(tok, "bos_id", None)}}
+    for role, role_ids in roles.items():
+        if reused is not None and reused in role_ids:
+            raise MaskTokenError(f"{where}: mask_token {token!r} (id {reused}) is the tokenizer's {role} token: "
+                                 "the mask must be a token of its own (e.g. '<|MASK|>', added at the next id)")
+    if token in (getattr(tok, "chat_template", None) or ""):
+        raise MaskTokenError(f"{where}: mask_token {token!r} appears in the chat template, so every chat prompt "
+                             "would hold masks; choose a token the model never reads (e.g. '<|MASK|>')")
     try:
         tid, added = tok.add_mask_token(token)
     except TokenizerError as e:
