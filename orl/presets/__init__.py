@@ -3,15 +3,18 @@ from __future__ import annotations
 
 from typing import Callable
 
-from orl.presets import convert, orl
+from orl.presets import convert, gemma_orl, orl
 from orl.presets.pretrain import smoke_base, tiny_ar, tiny_base, tiny_base5, tiny_base7
 
 PRESETS: dict[str, dict[str, Callable]] = {
     "pretrain": {"tiny_base": tiny_base, "tiny_base5": tiny_base5, "tiny_base7": tiny_base7, "tiny_ar": tiny_ar, "smoke": smoke_base},
     "orl": {"tiny_orl": orl.tiny_orl, "tiny_orl7": orl.tiny_orl7, "no_aec": orl.no_aec, "no_residual": orl.no_residual, "stale": orl.stale,
-            "fastest": orl.fastest,
-            "smoke": orl.smoke},
-    "rcd": {"rcd": orl.rcd, "smoke": orl.rcd_smoke},
+            "fastest": orl.fastest, "smoke": orl.smoke,
+            "gemma_orl": gemma_orl.gemma_orl, "gemma_orl_no_aec": gemma_orl.gemma_orl_no_aec,
+            "gemma_orl_no_residual": gemma_orl.gemma_orl_no_residual, "gemma_orl_stale": gemma_orl.gemma_orl_stale,
+            "gemma_smoke": gemma_orl.gemma_smoke},
+    "rcd": {"rcd": orl.rcd, "smoke": orl.rcd_smoke, "gemma_rcd": gemma_orl.gemma_rcd,
+            "gemma_smoke": gemma_orl.gemma_rcd_smoke},
     "convert": {"gemma_convert": convert.gemma_convert, "gemma_convert16": convert.gemma_convert16,
                 "gemma_convert_short": convert.gemma_convert_short, "qwen3_convert": convert.qwen3_convert,
                 "smoke": convert.smoke},

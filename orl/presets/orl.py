@@ -27,20 +27,30 @@ def tiny_orl7() -> ORLConfig:
     return dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, max_new_tokens=80))
 
 
-def no_aec() -> ORLConfig:
-    cfg = tiny_orl()
+def without_aec(cfg: ORLConfig) -> ORLConfig:
     return dataclasses.replace(cfg, weights=dataclasses.replace(cfg.weights, lambda_aec=0.0))
 
 
-def no_residual() -> ORLConfig:
+def without_residual(cfg: ORLConfig) -> ORLConfig:
     """On-policy self-distillation on verified outputs, without residual context."""
-    cfg = tiny_orl()
     return dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, residual="off"))
 
 
-def stale() -> ORLConfig:
+def stale_rollouts(cfg: ORLConfig) -> ORLConfig:
     """Each rollout batch is reused for 4 updates (same number of updates, a quarter of the rollouts)."""
-    return dataclasses.replace(tiny_orl(), rollout_reuse=4)
+    return dataclasses.replace(cfg, rollout_reuse=4)
+
+
+def no_aec() -> ORLConfig:
+    return without_aec(tiny_orl())
+
+
+def no_residual() -> ORLConfig:
+    return without_residual(tiny_orl())
+
+
+def stale() -> ORLConfig:
+    return stale_rollouts(tiny_orl())
 
 
 def fastest() -> ORLConfig:
@@ -49,20 +59,22 @@ def fastest() -> ORLConfig:
     return dataclasses.replace(tiny_orl(), keep="fastest")
 
 
+def rcd_of(o: ORLConfig) -> RCDConfig:
+    """The off-policy RCD baseline (orl.train.rcd) on an ORL preset's base, tasks, prompt stream,
+    updates, learning rate and cadence; the frozen base decodes its data without residual."""
+    return RCDConfig(base=o.base, tasks=o.tasks, updates=o.updates, prompts_per_update=o.prompts_per_update,
+                     group_size=o.group_size, rollout=dataclasses.replace(o.rollout, residual="off"), lr=o.lr,
+                     eval_every=o.eval_every, eval_samples=o.eval_samples, save_every=o.save_every, seed=o.seed,
+                     engine_max_len=o.engine_max_len)
+
+
 def rcd() -> RCDConfig:
-    """Off-policy RCD baseline (orl.train.rcd): residuals from the frozen base; the prompt stream,
-    updates, learning rate and cadence of tiny_orl."""
-    o = tiny_orl()
-    return RCDConfig(base=o.base, updates=o.updates, prompts_per_update=o.prompts_per_update, group_size=o.group_size,
-                     rollout=dataclasses.replace(o.rollout, residual="off"), lr=o.lr, eval_every=o.eval_every,
-                     eval_samples=o.eval_samples, save_every=o.save_every)
+    """Off-policy RCD baseline: residuals from the frozen base; tiny_orl's prompt stream and budget."""
+    return rcd_of(tiny_orl())
 
 
 def rcd_smoke() -> RCDConfig:
-    s = smoke()
-    return RCDConfig(base=s.base, updates=s.updates, prompts_per_update=s.prompts_per_update, group_size=s.group_size,
-                     rollout=dataclasses.replace(s.rollout, residual="off"), eval_every=s.eval_every,
-                     eval_samples=s.eval_samples, save_every=s.save_every)
+    return rcd_of(smoke())
 
 
 def smoke() -> ORLConfig:

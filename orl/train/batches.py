@@ -60,12 +60,21 @@ def answer_blocks(answer: list[int], eos_id: int, length: int, eos: bool = True)
     return toks, w
 
 
+def grid_pairs(pairs: list[tuple[list[int], list[int]]], block_len: int) -> tuple[list, list[int]]:
+    """(prompt, answer) pairs of whole grid blocks: each prompt's last, partial block (its tail, which
+    opens the engine's first canvas on the absolute grid) moves to the front of the answer; returns
+    the pairs and every row's tail length, for diffusion_batch(grid=True, fixed=...)."""
+    cut = [len(p) // block_len * block_len for p, _ in pairs]
+    return [(p[:c], p[c:] + a) for (p, a), c in zip(pairs, cut)], [len(p) - c for (p, _), c in zip(pairs, cut)]
+
+
 def diffusion_batch(pairs: list[tuple[list[int], list[int]]], block_len: int, ids, gen: torch.Generator,
-                    copies: int = 1, eos: bool = True, grid: bool = False) -> Batch:
+                    copies: int = 1, eos: bool = True, grid: bool = False, fixed: list[int] | None = None) -> Batch:
     """Staircase rows: clean prompt + answer, then `copies` noisy states of every answer block.
     eos=False: the answers are windows cut from running text, not followed by EOS (orl.train.convert).
     grid: the engine's absolute_grid layout (masks.staircase_layout); every prompt must be whole blocks,
     so that left padding is whole blocks too and the grid of slots is the grid of positions.
+    fixed: per row, how many leading answer tokens are prompt (grid_pairs' tails): never masked, no loss.
 
     Each noisy state masks each position with probability t ~ U(0, 1) (at least one position), and
     the loss is cross-entropy at the masked positions (plain mean: it beat 1/t weighting here).
@@ -95,6 +104,8 @@ def diffusion_batch(pairs: list[tuple[list[int], list[int]]], block_len: int, id
     # guarantee one masked position per state: the position with the smallest u in each state
     u_state = torch.full((B, len(noisy_blocks)), 2.0).scatter_reduce(1, state.expand(B, N), u, "amin")
     masked |= u == u_state[:, state]
+    if fixed is not None:
+        masked &= (src[P + A:] - P)[None] >= torch.tensor(fixed)[:, None]
     tokens[:, P + A:] = torch.where(masked, ids.mask, tokens[:, P + A:])
     weight = torch.zeros(B, T)
     weight[:, P + A:] = torch.where(masked, ans_w[:, src[P + A:] - P], 0.0)

@@ -16,7 +16,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from orl.engine import DecodeConfig, Engine
+from orl.engine import DecodeConfig
+from orl.engine.layouts import LAYOUTS
 from orl.model.vocab import special_ids
 from orl.model.args import ModelArgs
 from orl.model.model import Transformer
@@ -25,7 +26,7 @@ from orl.train.dist import SINGLE, Dist
 from orl.train.loop import TrainLoop, check_fields, make_optimizer
 from orl.train.objective import LossWeights, orl_loss, response_counts
 from orl.train.replay import build_batch, make_unit, pack
-from orl.train.rollout import collect, rollout_stats, sample_prompts, select_kept, start_run
+from orl.train.rollout import collect, rollout_engine, rollout_stats, sample_prompts, select_kept, start_run
 
 
 
@@ -54,6 +55,9 @@ class ORLConfig:
     keep: str = "verified"              # "fastest": one verified rollout per prompt (rollout.select_kept)
     keep_reward: float = 1.0            # a rollout is verified when its reward reaches this (partial credit)
     row_tokens: int = 768
+    # cache slots of the rollout / eval engine (prompt + answer), capped by the model's max_seq_len: every
+    # step attends over the whole cache; gemma-3-270m's 32,768 took one measured update to 2.2x the CPU time
+    engine_max_len: int = 1024
     eval_every: int = 25
     eval_samples: int = 20
     eval_threshold: float = 0.9
@@ -65,8 +69,8 @@ class ORLConfig:
 
     def __post_init__(self):
         problems = check_fields(self, positive=("updates", "prompts_per_update", "group_size", "lr", "grad_clip",
-                                                "rollout_reuse", "row_tokens", "eval_every", "eval_samples",
-                                                "save_every"),
+                                                "rollout_reuse", "row_tokens", "engine_max_len", "eval_every",
+                                                "eval_samples", "save_every"),
                                 non_negative=("adapter_dim", "adapter_lr", "adapter_grad_clip", "threads"))
         if self.rollout.residual == "adapter" and self.adapter_dim <= 0:
             problems.append("adapter_dim must be > 0 when rollouts use the adapter residual")
@@ -127,14 +131,13 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config
         require_objective(manifest, "block_diffusion", cfg.base)  # rollouts go through the dLLM engine
         if cfg.rollout.residual == "adapter":
             model = with_adapter(model, cfg.adapter_dim, cfg.adapter_alpha, cfg.seed).to(dist.device)
-    # rollouts decode with the block length the base was trained with, the recipe's other settings
-    rollout_cfg = DecodeConfig.from_manifest(manifest, **{**cfg.rollout.to_dict(), "block_len": None}).validate()
-    block_len = rollout_cfg.block_len
+    rollout_cfg = base_layout(manifest, cfg.rollout)
     opt = make_optimizer(model, cfg.lr, adapter_lr=cfg.adapter_lr)
     if state:
         opt.load_state_dict(state["optimizer"])
     ids = special_ids(tok, model.args.vocab_size)
-    engine = Engine(model, tok)  # rollouts and evals decode with the plain model, the updates go through DDP
+    # rollouts and evals decode with the plain model, the updates go through DDP
+    engine = rollout_engine(model, tok, cfg)
     ddp = dist.wrap(model, find_unused=model.model.residual_adapter is not None and rollout_cfg.residual != "adapter")
     gen_tokens = state["generated_tokens"] if state else 0
     rollouts, ref_model = [], None
@@ -153,7 +156,7 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config
         kept = select_kept(rollouts, cfg.group_size, cfg.keep)
         rec = {"update": update + 1, **{f"rollout_{k}": v for k, v in stats.items()}, "generated_tokens": gen_tokens}
         model.train()
-        rec.update(orl_update(ddp, opt, kept, rollouts, cfg, rollout_cfg.residual, block_len, ids, ref_model, dist))
+        rec.update(orl_update(ddp, opt, kept, rollouts, cfg, rollout_cfg, ids, ref_model, dist))
         done = update + 1
         if dist.main and loop.due(done, cfg.eval_every):
             ecfg = DecodeConfig(**{**rollout_cfg.to_dict(), "temperature": 0.0, "threshold": cfg.eval_threshold})
@@ -165,27 +168,28 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config
                              steps=f"{stats['steps_per_block']:.2f}", loss=f"{rec.get('loss', float('nan')):.3f}")
         loop.write(rec)
         if loop.due(done, cfg.save_every):
-            save_update(loop, model, tok, opt, "orl", rollout_cfg.residual, block_len, done, gen_tokens, cfg.base)
+            save_update(loop, model, tok, opt, "orl", rollout_cfg, done, gen_tokens, cfg.base, manifest)
     loop.finish()
     model.eval()
     return model
 
 
 def orl_update(ddp: torch.nn.Module, opt: torch.optim.Optimizer, kept: list, rollouts: list, cfg: ORLConfig,
-               residual: str, block_len: int, ids, ref_model: Transformer | None, dist: Dist = SINGLE) -> dict:
+               rollout_cfg: DecodeConfig, ids, ref_model: Transformer | None, dist: Dist = SINGLE) -> dict:
     """One optimizer update on this process's kept rollouts, each loss term averaged over the responses
     of every process, so that the update is the single-process one; the log fields, or {} when no
     process kept a rollout (then nothing changes)."""
     model = getattr(ddp, "module", ddp)
     # a process that kept nothing replays one rollout at weight 0: every process must run the same
     # forward and backward for DDP, and a zero weight adds nothing to the gradient
-    units = [make_unit(r, block_len, ids.eos, model.args.dim, cfg.kl_conf) for r in kept or rollouts[:1]]
+    units = [make_unit(r, rollout_cfg.block_len, ids.eos, model.args.dim, cfg.kl_conf, rollout_cfg.layout,
+                       rollout_cfg.max_new_tokens) for r in kept or rollouts[:1]]
     batch = build_batch(units, pack(units, cfg.row_tokens), ids.pad)
     local = torch.cat([response_counts(batch), torch.tensor([len(batch.tokens), batch.n_states])])
     counts = dist.all_sum(torch.cat([local * bool(kept), torch.tensor([len(kept)])]))
     if not counts[-1]:
         return {}
-    loss, parts = orl_loss(ddp, batch, residual, ids, cfg.weights, ref_model, norm=counts[:3])
+    loss, parts = orl_loss(ddp, batch, rollout_cfg.residual, ids, cfg.weights, ref_model, norm=counts[:3])
     opt.zero_grad(set_to_none=True)
     # DDP averages gradients over processes; world x this process's share is the whole loss's gradient
     (loss * (dist.world if kept else 0.0)).backward()
@@ -199,11 +203,29 @@ def orl_update(ddp: torch.nn.Module, opt: torch.optim.Optimizer, kept: list, rol
             "kept": int(counts[5]), "rows": int(counts[3])}
 
 
-def save_update(loop: TrainLoop, model: Transformer, tok, opt: torch.optim.Optimizer, recipe: str, residual: str,
-                block_len: int, update: int, gen_tokens: int, base: str) -> None:
-    """Atomic checkpoint + trainer state (optimizer, update, token budget) for exact resume."""
+def base_layout(manifest: dict, rollout: DecodeConfig) -> DecodeConfig:
+    """The recipe's rollout settings in the base's block length and layout (orl.json; a converted model
+    records absolute_grid): rollouts decode, and the replay rebuilds their states, as the base was
+    trained. A layout the replay cannot rebuild is refused by name."""
+    cfg = DecodeConfig.from_manifest(manifest, **{**rollout.to_dict(), "block_len": None, "layout": None}).validate()
+    if cfg.layout not in LAYOUTS:
+        raise ValueError(f"rollouts need a block layout {LAYOUTS}; the base records layout {cfg.layout!r}")
+    return cfg
+
+
+# what the base's orl.json says about decoding beyond block length and layout (EOS / end-of-turn ids, the
+# mask token's name, Fast-dLLM v2 sub-blocks): the trained model decodes as its base does
+CARRIED = ("eos_ids", "eos_tokens", "mask_token", "sub_block_len")
+
+
+def save_update(loop: TrainLoop, model: Transformer, tok, opt: torch.optim.Optimizer, recipe: str,
+                rollout_cfg: DecodeConfig, update: int, gen_tokens: int, base: str, base_manifest: dict) -> None:
+    """Atomic checkpoint + trainer state (optimizer, update, token budget) for exact resume. The decode
+    fields of the base (block length, layout, CARRIED) stay, so the result decodes as its base does."""
     model.eval()
-    loop.save(model, tok, {"block_len": block_len, "residual_mode": residual,
+    loop.save(model, tok, {**{k: base_manifest[k] for k in CARRIED if k in base_manifest},
+                           "objective": "block_diffusion", "block_len": rollout_cfg.block_len,
+                           "layout": rollout_cfg.layout, "residual_mode": rollout_cfg.residual,
                            "recipe": {"name": recipe, "config": loop.config, "update": update, "base": base,
                                       "generated_tokens": gen_tokens}},
               opt, update, generated_tokens=gen_tokens)

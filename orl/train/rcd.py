@@ -10,22 +10,22 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import ClassVar
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-from orl.engine import DecodeConfig, Engine
+from orl.engine import DecodeConfig
 from orl.model.residual import residual_state
 from orl.model.vocab import ban_tokens, special_ids
-from orl.train.batches import diffusion_batch, weighted_ce_sum
+from orl.train.batches import diffusion_batch, grid_pairs, weighted_ce_sum
 from orl.train.dist import shard_rows
 from orl.train.heldout import heldout_eval, mean_over_tasks
 from orl.train.loop import check_fields, make_optimizer
-from orl.train.orl import SHIPPED_BASE, save_update
-from orl.train.rollout import collect, rollout_stats, sample_prompts, start_run
+from orl.train.orl import SHIPPED_BASE, base_layout, save_update
+from orl.train.rollout import collect, rollout_engine, rollout_stats, sample_prompts, start_run
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,7 @@ class RCDConfig:
     eval_every: int = 60
     eval_samples: int = 20
     eval_threshold: float = 0.9
+    engine_max_len: int = 1024          # cache slots of the engines, capped by max_seq_len (ORLConfig's)
     save_every: int = 20
     seed: int = 0
     threads: int = 0
@@ -51,7 +52,7 @@ class RCDConfig:
 
     def __post_init__(self):
         problems = check_fields(self, positive=("updates", "prompts_per_update", "group_size", "lr", "grad_clip",
-                                                "eval_every", "eval_samples", "save_every"),
+                                                "engine_max_len", "eval_every", "eval_samples", "save_every"),
                                 non_negative=("threads",))
         if not 0.0 < self.eval_threshold <= 1.0:
             problems.append(f"eval_threshold must be in (0, 1], got {self.eval_threshold}")
@@ -77,14 +78,13 @@ def train_rcd(cfg: RCDConfig, out: str | Path, resume: bool = True, allow_config
     state = loop.state
     model = load_checkpoint(loop.out, device=dist.device)[0] if state else copy.deepcopy(ref)
     # the data comes from the frozen reference decoding without residual (off-policy), at its block length
-    data_cfg = DecodeConfig.from_manifest(manifest, **{**cfg.rollout.to_dict(), "block_len": None,
-                                                       "residual": "off"}).validate()
+    data_cfg = base_layout(manifest, replace(cfg.rollout, residual="off"))
     block_len = data_cfg.block_len
     opt = make_optimizer(model, cfg.lr)
     if state:
         opt.load_state_dict(state["optimizer"])
     ids = special_ids(tok, model.args.vocab_size)
-    ref_engine, engine = Engine(ref, tok), Engine(model, tok)
+    ref_engine, engine = rollout_engine(ref, tok, cfg), rollout_engine(model, tok, cfg)
     ddp = dist.wrap(model, find_unused=model.model.residual_adapter is not None)  # the rcd residual skips an adapter
     emb = ref.model.embed_tokens.weight
     gen_tokens = state["generated_tokens"] if state else 0
@@ -104,7 +104,10 @@ def train_rcd(cfg: RCDConfig, out: str | Path, resume: bool = True, allow_config
         answers = dist.gather_lists([[t for t in r.gen.token_ids if t != ids.eos] for r in kept])
         if prompts:
             gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + update)
-            full = diffusion_batch(list(zip(prompts, answers)), block_len, ids, gen)
+            pairs, fixed = list(zip(prompts, answers)), None
+            if data_cfg.layout == "absolute_grid":  # the rows the engine decodes: a block grid from position 0
+                pairs, fixed = grid_pairs(pairs, block_len)
+            full = diffusion_batch(pairs, block_len, ids, gen, grid=fixed is not None, fixed=fixed)
             b = shard_rows(full, dist)
             masked = b.tokens == ids.mask
             with torch.no_grad():
@@ -132,5 +135,6 @@ def train_rcd(cfg: RCDConfig, out: str | Path, resume: bool = True, allow_config
         rec["wall_s"] = round(time.perf_counter() - t0, 1)
         loop.write(rec)
         if loop.due(done, cfg.save_every):
-            save_update(loop, model, tok, opt, "rcd", "rcd", block_len, done, gen_tokens, cfg.base)
+            save_update(loop, model, tok, opt, "rcd", replace(data_cfg, residual="rcd"), done, gen_tokens, cfg.base,
+                        manifest)
     loop.finish()

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from orl.engine.layouts import prompt_blocks
 from orl.model.masks import predecessors, see_self_if_blind, visibility
 from orl.train.rollout import Rollout
 
@@ -37,31 +38,42 @@ class Unit:
         return self.tokens.numel()
 
 
-def make_unit(r: Rollout, block_len: int, eos_id: int, dim: int, kl_conf: float) -> Unit:
-    trace = r.gen.trace
+def make_unit(r: Rollout, block_len: int, eos_id: int, dim: int, kl_conf: float, layout: str = "prompt_block",
+              max_new_tokens: int | None = None) -> Unit:
+    """The unit of one rollout in the layout it was decoded in (orl.engine.layouts), so that every state
+    sees what the engine's cache held: the same keys, block order and RoPE positions.
+    prompt_block: the prompt is block 0, answer block j covers positions n + j L (n: prompt length).
+    absolute_grid: block = position // L; the prompt's complete blocks come before the first canvas,
+    which starts at c = n // L * L and opens with the prompt tail (fixed tokens, never unresolved).
+    max_new_tokens: where the row's answer ends (default: whole blocks); positions beyond it were
+    invalid slots for the engine, so they are left out of the clean sequence and of the states."""
+    trace, L = r.gen.trace, block_len
     prompt = torch.tensor(r.gen.prompt_ids, dtype=torch.long)
-    P = prompt.numel()
+    n = prompt.numel()
+    c = n // L * L if layout == "absolute_grid" else n  # the first canvas's position
     n_blocks = max(rec.block for rec in trace) + 1
-    answer = torch.full((n_blocks * block_len,), eos_id, dtype=torch.long)
-    answer[: r.gen.n_tokens] = torch.tensor(r.gen.token_ids, dtype=torch.long)
-    L = block_len
-    clean_block = torch.cat([torch.zeros(P, dtype=torch.long), torch.arange(n_blocks * L) // L + 1])
-    toks, pos, blk, st, tgt = [torch.cat([prompt, answer])], [torch.arange(P + n_blocks * L)], [clean_block], \
-        [torch.zeros(P + n_blocks * L, dtype=torch.long)], [torch.cat([prompt, answer])]
-    unres, conf = [torch.zeros(P + n_blocks * L, dtype=torch.bool)], [torch.zeros(P + n_blocks * L, dtype=torch.bool)]
-    zs, as_ = [torch.zeros(P + n_blocks * L, dim)], [torch.zeros(P + n_blocks * L)]
+    end = n + (max_new_tokens if max_new_tokens is not None else c + n_blocks * L - n)
+    clean = torch.full((end,), eos_id, dtype=torch.long)  # past the row's EOS: EOS, as eos_fill commits
+    clean[:n] = prompt
+    clean[n: n + r.gen.n_tokens] = torch.tensor(r.gen.token_ids, dtype=torch.long)
+    p = torch.arange(end)
+    clean_block = torch.where(p < c, prompt_blocks(layout, end, c, L, None), (p - c).clamp(min=0) // L + 1)
+    zero_b, zero_l = torch.zeros(end, dtype=torch.bool), torch.zeros(end, dtype=torch.long)
+    toks, pos, blk, st, tgt = [clean], [p], [clean_block], [zero_l], [clean]
+    unres, conf, zs, as_ = [zero_b], [zero_b], [torch.zeros(end, dim)], [torch.zeros(end)]
     pairs = []
     for s, rec in enumerate(trace, start=1):
-        lo = P + rec.block * L
-        toks.append(rec.canvas)
-        pos.append(torch.arange(lo, lo + L))
-        blk.append(torch.full((L,), rec.block + 1))
-        st.append(torch.full((L,), s))
-        tgt.append(answer[rec.block * L: (rec.block + 1) * L])
-        unres.append(rec.unresolved.clone())
-        conf.append(rec.unresolved & (rec.confidence >= kl_conf))
-        zs.append(rec.z.float() if rec.z is not None else torch.zeros(L, dim))
-        as_.append(rec.a.float() if rec.a is not None else torch.zeros(L))
+        lo = c + rec.block * L
+        k = min(lo + L, end) - lo  # the last block may end before its L positions
+        toks.append(rec.canvas[:k])
+        pos.append(torch.arange(lo, lo + k))
+        blk.append(torch.full((k,), rec.block + 1))
+        st.append(torch.full((k,), s))
+        tgt.append(clean[lo: lo + k])
+        unres.append(rec.unresolved[:k].clone())
+        conf.append((rec.unresolved & (rec.confidence >= kl_conf))[:k])
+        zs.append(rec.z[:k].float() if rec.z is not None else torch.zeros(k, dim))
+        as_.append(rec.a[:k].float() if rec.a is not None else torch.zeros(k))
         if s > 1 and trace[s - 2].block == rec.block:
             pairs.append((s - 1, s))
     block, state = torch.cat(blk), torch.cat(st)

@@ -28,9 +28,11 @@ class Rollout:
 
 
 def trained_tasks(manifest: dict) -> tuple[str, ...]:
-    """The task families a checkpoint was trained on (its manifest's recipe), else SUITE: post-training
-    rolls out on the base's own tasks unless told otherwise."""
-    tasks = ((manifest.get("recipe") or {}).get("config") or {}).get("tasks")
+    """The task families a checkpoint was trained on (its manifest's recipe: a pretrain's tasks, a
+    conversion's task-text stream corpus.tasks), else SUITE: post-training rolls out on the base's own
+    tasks unless told otherwise."""
+    config = (manifest.get("recipe") or {}).get("config") or {}
+    tasks = config.get("tasks") or (config.get("corpus") or {}).get("tasks")
     return tuple(tasks) if tasks else SUITE
 
 
@@ -58,6 +60,12 @@ def collect(engine: Engine, samples: list[Sample], group: int, cfg: DecodeConfig
         reward = reward_of(get_task(s.task), s.prompt, g.text) if g.finished else 0.0
         out.append(Rollout(s, g, reward >= keep_reward, reward))
     return out
+
+
+def rollout_engine(model, tok, cfg) -> Engine:
+    """The engine a recipe rolls out and evaluates with: cfg.engine_max_len cache slots, or the model's
+    max_seq_len if less (each step attends over every slot)."""
+    return Engine(model, tok, max_len=min(cfg.engine_max_len, model.args.max_seq_len))
 
 
 def select_kept(rollouts: list[Rollout], group: int, keep: str = "verified") -> list[Rollout]:
@@ -108,6 +116,9 @@ def start_run(cfg, out, resume: bool, allow_config_change: bool, log, what: str)
     from orl.checkpoint import read_manifest
     from orl.train.loop import TrainLoop
 
+    if not cfg.base:  # the gemma_* presets name no base: the converted model is the user's
+        raise ValueError(f"this preset needs a block-diffusion base checkpoint: --base DIR (e.g. the output of "
+                         f"`orl train --recipe convert`); got base={cfg.base!r}")
     cfg = replace(cfg, tasks=cfg.tasks or trained_tasks(read_manifest(cfg.base)))
     dist = setup()
     if cfg.prompts_per_update < dist.world:
