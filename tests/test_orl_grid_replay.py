@@ -1,7 +1,8 @@
 """ORL's replay on a converted checkpoint (absolute grid, HF tokenizer with Gemma's special ids, shifted
 read-out, sliding-window layers): every traced state, replayed in the packed staircase rows, gives the
 logits the engine computed for it; the same states rebuilt in the prompt_block layout do not (so the
-check can fail). And the objective runs the head only at the unresolved positions it reads."""
+check can fail). And the objective runs the head only at the unresolved positions it reads, a chunk at
+a time, with the loss and gradients of the whole-logits computation, keeping nothing vocabulary-wide."""
 from __future__ import annotations
 
 import pytest
@@ -13,6 +14,7 @@ from orl.checkpoint import load_checkpoint
 from orl.engine import DecodeConfig, Engine, decode
 from orl.engine.trace import TraceRecorder
 from orl.model.vocab import special_ids
+from orl.train.losses import aec_loss, gated_ce, kl_anchor, normalized_entropy, state_entropy
 from orl.train.objective import LossWeights, orl_loss, replay_logits
 from orl.train.orl import base_layout, with_adapter
 from orl.train.replay import build_batch, make_unit, pack
@@ -113,35 +115,62 @@ def test_replay_reproduces_the_engine_logits_on_the_grid(conv, residual, monkeyp
     assert max_gap(rs, units, rows, logits, cfg)[0] > 1e-2
 
 
-def test_objective_reads_out_only_unresolved_positions(conv, monkeypatch):
+def unchunked_loss(model, b, ids, w, ref_model):
+    """The objective from whole [N, V] logits of the unresolved positions and the loss functions of
+    orl.train.losses, as it was computed before the chunked head."""
+    sel = b.unresolved
+    lg = replay_logits(model, b, "adapter", ids, at=sel)
+    resp, ones = b.response[sel], torch.ones(int(sel.sum()), dtype=torch.bool)
+    l_pred = gated_ce(lg, b.targets[sel], ones, resp, b.n_responses)
+    h_state = state_entropy(normalized_entropy(lg), ones, b.state_id[sel], b.n_states)
+    l_aec = aec_loss(h_state, b.pair_src, b.pair_next, b.pair_response, b.n_responses, w.rho)
+    l_kl = lg.new_zeros(())
+    if ref_model is not None:
+        with torch.no_grad():
+            ref = replay_logits(ref_model, b, "adapter", ids, at=sel)
+        l_kl = kl_anchor(lg, ref, b.confident[sel], resp, b.n_responses, w.kl_cap)
+    return l_pred + w.lambda_aec * l_aec + w.lambda_kl * l_kl
+
+
+def test_objective_reads_out_unresolved_positions_chunk_by_chunk(conv, monkeypatch):
     model, tok, manifest = adapter_model(conv)
     cfg = base_layout(manifest, DecodeConfig(max_new_tokens=8, threshold=0.3, temperature=0.8, residual="adapter"))
     rs = traced_rollouts(model, tok, cfg, monkeypatch)
     ids = special_ids(tok, model.args.vocab_size)
-    units = [make_unit(r, 4, ids.eos, model.args.dim, 0.5, cfg.layout, cfg.max_new_tokens) for r in rs]
+    units = [make_unit(r, 4, ids.eos, model.args.dim, 0.0, cfg.layout, cfg.max_new_tokens) for r in rs]  # all anchored
     b = build_batch(units, pack(units, 10_000), ids.pad)
     n_unres = int(b.unresolved.sum())
-    assert 0 < n_unres < b.tokens.numel() // 2  # the clean sequence and resolved positions: the rest of the rows
+    assert 0 < n_unres < b.tokens.numel() // 2 and b.confident.any()  # clean and resolved positions: the rest
     with torch.no_grad():
         full = replay_logits(model, b, "adapter", ids)
         at = replay_logits(model, b, "adapter", ids, at=b.unresolved)
     torch.testing.assert_close(at, full[b.unresolved], atol=1e-5, rtol=0)  # the same logits, row-major
-    w = LossWeights(lambda_aec=1.0, rho=0.25, lambda_kl=0.1)
-    with HeadOutputs() as seen:
-        loss, _ = orl_loss(model, b, "adapter", ids, w, ref_model=model)
-        loss.backward()
-    # forward for the model and the reference, backward's d hidden; never a [rows x tokens, V] read-out
-    assert seen.rows and max(seen.rows) == n_unres, (seen.rows, n_unres, b.tokens.numel())
-    # what autograd keeps per unresolved position (docs/TRAINING.md quotes these): 4 fp32 + 1 bool
-    # [N, V] buffers with fresh rollouts, 7 fp32 + 2 bool with a reference model (stale rollouts)
-    for ref, per_position in ((None, 17), (model, 30)):
-        saved = {}
+    w = LossWeights(lambda_aec=1.0, rho=0.25, lambda_kl=0.1, kl_cap=0.05)  # a cap some positions reach
+    stale = with_adapter(load_checkpoint(conv)[0], 16, 1.0, seed=1).eval()  # other weights: KL > 0
+    torch.nn.init.normal_(stale.model.residual_adapter.down_proj.weight, std=0.3)
+    for ref in (None, stale):
+        model.zero_grad()
+        unchunked_loss(model, b, ids, w, ref).backward()
+        want = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        model.zero_grad()
+        weights = {q.untyped_storage().data_ptr() for q in model.parameters()}
+        saved = []
 
-        def keep(x):
-            if x.dim() == 2 and x.shape[-1] == VOCAB and x.shape[0] > 32:  # not the [D, V] head weight
-                saved[x.data_ptr()] = (x.shape[0], x.element_size())
+        def keep(x):  # activations autograd keeps for backward (parameters and their views aside)
+            if x.untyped_storage().data_ptr() not in weights:
+                saved.append(tuple(x.shape))
             return x
-        with torch.autograd.graph.saved_tensors_hooks(keep, lambda x: x):
-            orl_loss(model, b, "adapter", ids, w, ref_model=ref)
-        assert {n for n, _ in saved.values()} == {n_unres}
-        assert sum(size for _, size in saved.values()) == per_position, saved
+        with HeadOutputs() as seen:
+            with torch.autograd.graph.saved_tensors_hooks(keep, lambda x: x):
+                loss, parts = orl_loss(model, b, "adapter", ids, w, ref_model=ref, chunk=16)
+            loss.backward()
+        # the head runs 16 positions at a time (forward, the reference's, backward's recomputation), and
+        # nothing vocabulary-wide is kept between forward and backward
+        assert seen.rows and max(seen.rows) == 16 and sum(seen.rows) >= 2 * n_unres
+        assert saved and not [s for s in saved if VOCAB in s], saved
+        with torch.no_grad():
+            assert float(unchunked_loss(model, b, ids, w, ref)) == pytest.approx(float(loss), abs=1e-6)
+        assert (float(parts["kl"]) > 0) == (ref is not None)
+        for n, p in model.named_parameters():
+            if n in want:
+                torch.testing.assert_close(p.grad, want[n], atol=1e-6, rtol=1e-5, msg=n)

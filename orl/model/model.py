@@ -268,7 +268,11 @@ class Transformer(nn.Module):
         elif self.args.shift_logits and read_from is not None:
             idx = read_from.expand(h.shape[:2]) if read_from.dim() == 1 else read_from
             h = h.gather(1, idx[..., None].expand(h.shape))
-        logits = self.lm_head(h).float()
+        return self.softcap(self.lm_head(h).float())
+
+    def softcap(self, logits: Tensor) -> Tensor:
+        """The final logit soft-capping of the family (Gemma 2's cap * tanh(logits / cap)), if any: shared
+        by read_out and training code that applies the head weight itself (orl.train.chunked_head)."""
         if self.args.final_logit_softcap:
             cap = self.args.final_logit_softcap
             logits = torch.tanh(logits / cap) * cap

@@ -4,12 +4,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from orl.model.vocab import SpecialIds, ban_tokens
 from orl.model.model import Transformer
-from orl.train.losses import aec_loss, gated_ce, kl_anchor, normalized_entropy, state_entropy
+from orl.train.chunked_head import chunked_head
+from orl.train.losses import aec_loss, capped_reverse_kl, normalized_entropy, per_response_mean, state_entropy
 from orl.train.replay import ReplayBatch
+
+HEAD_CHUNK = 64  # unresolved positions per head chunk: [64, V] fp32 is 64 MiB at a 262k vocabulary
 
 
 @dataclass(frozen=True)
@@ -20,25 +24,29 @@ class LossWeights:
     kl_cap: float = 1.0
 
 
-def replay_logits(model: Transformer, b: ReplayBatch, residual: str, ids: SpecialIds,
+def replay_hidden(model: Transformer, b: ReplayBatch, residual: str, ids: SpecialIds,
                   at: Tensor | None = None) -> Tensor:
-    """Logits [R, T, V] of the packed rows, with the rollout's residual at unresolved positions and
-    the engine's banned tokens, so a replayed state reproduces its rollout step.
-    at [R, T] bool: only those positions' logits, [N, V] in row-major order: the body runs on every
-    token, the head only where a loss reads (a 262k vocabulary makes [R, T, V] the largest tensor)."""
+    """Final hidden states of the packed rows, with the rollout's residual at unresolved positions:
+    [R, T, D] in read-out order (a shifted model's position t reads its predecessor's state), or with
+    `at` [R, T] bool only those positions' [N, D], row-major."""
     core = getattr(model, "module", model)  # `model` may be the DDP wrapper
     w = next(core.parameters())
     dev, dt = w.device, w.dtype
     h = model(b.tokens.to(dev), b.pos.to(dev), b.mask.to(dev), mask_id=ids.mask, z=b.z.to(dev, dt), a=b.a.to(dev, dt),
               unresolved=b.unresolved.to(dev), residual=residual, return_hidden=True)
-    read_from = b.read_from.to(dev)
+    src = b.read_from if core.args.shift_logits else torch.arange(h.shape[1]).expand(h.shape[:2])
     if at is None:
-        logits = core.read_out(h, read_from)
-    else:
-        r, t = (i.to(dev) for i in at.cpu().nonzero(as_tuple=True))  # host-built metadata: no device sync
-        src = read_from[r, t] if core.args.shift_logits else t  # the shifted read-out's source position
-        logits = core.read_out(h[r, src][None])[0]
-    return ban_tokens(logits, ids.banned)
+        return h.gather(1, src.to(dev)[..., None].expand(h.shape))
+    r, t = at.cpu().nonzero(as_tuple=True)  # host-built metadata: no device sync
+    return h[r.to(dev), src[r, t].to(dev)]
+
+
+def replay_logits(model: Transformer, b: ReplayBatch, residual: str, ids: SpecialIds,
+                  at: Tensor | None = None) -> Tensor:
+    """Logits [R, T, V] (or [N, V] at `at`) with the engine's banned tokens, so a replayed state
+    reproduces its rollout step. Whole rows: for checks; the objective reads out chunk by chunk."""
+    core = getattr(model, "module", model)
+    return ban_tokens(core.read_out(replay_hidden(model, b, residual, ids, at)), ids.banned)
 
 
 def response_counts(b: ReplayBatch) -> Tensor:
@@ -54,32 +62,48 @@ def response_counts(b: ReplayBatch) -> Tensor:
 
 
 def orl_loss(model: Transformer, b: ReplayBatch, residual: str, ids: SpecialIds, w: LossWeights,
-             ref_model: Transformer | None = None, norm: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+             ref_model: Transformer | None = None, norm: Tensor | None = None,
+             chunk: int = HEAD_CHUNK) -> tuple[Tensor, dict[str, Tensor]]:
     """ref_model: the weights that produced the rollouts, when they differ from `model` (stale
     rollouts). With fresh rollouts (None) the rollout distribution is the current one: L_KL is 0.
     norm: response_counts summed over every process's batch (torchrun), so that each process's loss
-    is its share of the mean over all responses; default: this batch's own counts."""
-    # every loss term reads only unresolved positions (L_KL's confident ones are a subset), so the
-    # head runs there alone: [N_unresolved, V] logits, not [R, T, V]
+    is its share of the mean over all responses; default: this batch's own counts.
+
+    Every loss term reads only unresolved positions (L_KL's confident ones are a subset), so the head
+    runs there alone, `chunk` positions at a time (orl.train.chunked_head): no [N, V] tensor is kept."""
+    core = getattr(model, "module", model)
     sel = b.unresolved
-    lg = replay_logits(model, b, residual, ids, at=sel)  # [N, V]
-    dev = lg.device
+    hs = replay_hidden(model, b, residual, ids, at=sel)  # [N, D]
+    dev = hs.device
     n_pred, n_aec, n_kl = (None, None, None) if norm is None else norm.to(dev)
-    resp = b.response[sel].to(dev)  # the batch is built on the host: select there, then move
-    unres = torch.ones_like(resp, dtype=torch.bool)
-    l_pred = gated_ce(lg, b.targets[sel].to(dev), unres, resp, b.n_responses, n_pred)
-    h = normalized_entropy(lg)
-    h_state = state_entropy(h, unres, b.state_id[sel].to(dev), b.n_states)
+    resp, targets = b.response[sel].to(dev), b.targets[sel].to(dev)  # the batch is built on the host
+    ref_hs = None
+    if ref_model is not None:
+        with torch.no_grad():
+            ref_hs = replay_hidden(ref_model, b, residual, ids, at=sel)
+        ref_w = ref_model.lm_head.weight
+
+    def read(h: Tensor, weight: Tensor) -> Tensor:
+        return ban_tokens(core.softcap((h.to(weight.dtype) @ weight.T).float()), ids.banned)
+
+    def stats(logits: Tensor, rows: slice) -> Tensor:
+        cols = [F.cross_entropy(logits, targets[rows], reduction="none"), normalized_entropy(logits)]
+        if ref_hs is not None:
+            with torch.no_grad():
+                ref = read(ref_hs[rows], ref_w)
+            cols.append(capped_reverse_kl(logits, ref, w.kl_cap))
+        return torch.stack(cols, -1)
+
+    st = chunked_head(hs, core.lm_head.weight, read, stats, chunk)  # [N, 2 or 3]: CE, entropy, KL
+    ones = torch.ones_like(resp, dtype=torch.bool)
+    l_pred = per_response_mean(st[:, 0], ones, resp, b.n_responses, n_pred)
+    h = st[:, 1]
+    h_state = state_entropy(h, ones, b.state_id[sel].to(dev), b.n_states)
     l_aec = aec_loss(h_state, b.pair_src.to(dev), b.pair_next.to(dev), b.pair_response.to(dev), b.n_responses, w.rho,
                      n_aec)
-    if ref_model is None:
-        # fresh rollouts: the rollout distribution is this one, and KL(p || stopgrad p) is 0 with a zero
-        # gradient; not computing it saves three [N, V] buffers autograd would keep (docs/TRAINING.md)
-        l_kl = lg.new_zeros(())
-    else:
-        with torch.no_grad():
-            ref = replay_logits(ref_model, b, residual, ids, at=b.unresolved)
-        l_kl = kl_anchor(lg, ref, b.confident[sel].to(dev), resp, b.n_responses, w.kl_cap, n_kl)
+    # fresh rollouts: KL(p || stopgrad p) is 0 with a zero gradient, so it is not computed
+    l_kl = (per_response_mean(st[:, 2], b.confident[sel].to(dev), resp, b.n_responses, n_kl) if ref_hs is not None
+            else h.new_zeros(()))
     total = l_pred + w.lambda_aec * l_aec + w.lambda_kl * l_kl
     return total, {"pred": l_pred.detach(), "aec": l_aec.detach(), "kl": l_kl.detach(),
                    "entropy": h_state.detach().mean() if b.n_states else h.sum().detach() * 0}
