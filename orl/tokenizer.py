@@ -175,6 +175,9 @@ class HFTokenizer:
         self.tok.save(str(Path(directory, "tokenizer.json")))
         if self.config:
             Path(directory, "tokenizer_config.json").write_text(json.dumps(self.config, indent=1))
+        if self.chat_template and self.chat_template != self.config.get("chat_template"):
+            # read from chat_template.jinja (transformers 5): the config does not carry it
+            Path(directory, "chat_template.jinja").write_text(self.chat_template)
 
 
 def resolve_special_ids(tok, manifest: dict) -> None:

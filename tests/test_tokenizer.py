@@ -140,6 +140,19 @@ def test_hf_save_load(tmp_path):
         [{"role": "user", "content": "x"}])
 
 
+def test_hf_save_keeps_a_chat_template_jinja(tmp_path):
+    """transformers 5 writes the template to chat_template.jinja only; a checkpoint saved from such a base
+    (orl train --recipe convert) lost it, and every chat prompt of the result was refused."""
+    write_hf_tokenizer(tmp_path, template=False)
+    (tmp_path / "chat_template.jinja").write_text(TEMPLATE)
+    out = tmp_path / "copy"
+    out.mkdir()
+    load_tokenizer(tmp_path).save(out)
+    assert (out / "chat_template.jinja").read_text() == TEMPLATE
+    assert load_tokenizer(out).apply_chat_template([{"role": "user", "content": "x"}]) == \
+        "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n"
+
+
 def test_hf_corrupt_tokenizer_json_is_named(tmp_path):
     (tmp_path / "tokenizer.json").write_text("{not json")
     with pytest.raises(TokenizerError, match="tokenizer.json"):
