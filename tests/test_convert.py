@@ -208,3 +208,38 @@ def test_distill_stream_is_the_teachers_own_greedy_continuations(base, tmp_path)
     gen = ARDecoder(model, tok).generate_ids([first], ARConfig(max_new_tokens=5))[0]
     assert streams["distill"][6:6 + gen.n_tokens].tolist() == gen.token_ids
     assert len(streams["tasks"]) > 0 and json.loads((tmp_path / "c" / "corpus.json").read_text())["tokens"]["distill"] > 0
+
+
+def test_two_runs_building_the_same_corpus_at_once_both_finish(base, tmp_path, monkeypatch):
+    """Two jobs launched together with one corpus key (an lr sweep) build the same directory at once. With
+    one shared tokens.tmp the second rename found no file (FileNotFoundError) - or moved a file still being
+    written. Forced here: both have written their token file before either renames it."""
+    import threading
+
+    import orl.train.corpus as corpus_mod
+
+    cfg = CorpusConfig(roots=(str(base / "src"),), heldout_frac=0.3, train_tokens=2_000, heldout_tokens=500)
+    real, both_written = corpus_mod.save_file, threading.Barrier(2, timeout=60)
+
+    def save_file(*a, **kw):
+        real(*a, **kw)
+        both_written.wait()
+
+    monkeypatch.setattr(corpus_mod, "save_file", save_file)
+    results, errors = [], []
+
+    def job():
+        try:
+            results.append(corpus_mod.build_corpus(TOK, cfg, tmp_path / "c", log=lambda *_: None))
+        except Exception as e:  # noqa: BLE001 - collected for the assertion
+            errors.append(e)
+
+    jobs = [threading.Thread(target=job) for _ in range(2)]
+    for t in jobs:
+        t.start()
+    for t in jobs:
+        t.join()
+    assert errors == [] and len(results) == 2
+    again = corpus_mod.read_corpus(tmp_path / "c")
+    assert all(torch.equal(again[k], r[k]) for r in results for k in again)
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == ["corpus.json", "tokens.safetensors"]

@@ -18,6 +18,7 @@ import json
 import random
 import sys
 import sysconfig
+import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -157,10 +158,15 @@ def build_corpus(tok, cfg: CorpusConfig, directory: Path, model=None, seed: int 
                 "n_files": {s: sum(f["split"] == s for f in used) for s in ("train", "heldout")},
                 "tokens": {k: len(v) for k, v in streams.items()}, "python": sys.version.split()[0], "files": used}
     directory.mkdir(parents=True, exist_ok=True)
+    # each file is written under a name of this build's own and renamed into place, so that two runs
+    # building the same corpus at once (one key) both finish, and a reader never sees half a file;
     # the token file goes last: its presence means the corpus is complete
-    (directory / "corpus.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    save_file(streams, directory / "tokens.tmp")
-    (directory / "tokens.tmp").replace(path)
+    tag = uuid.uuid4().hex
+    for name, write in (("corpus.json", lambda p: p.write_text(json.dumps(manifest, indent=1) + "\n")),
+                        (path.name, lambda p: save_file(streams, p))):
+        tmp = directory / f".{name}.{tag}.tmp"
+        write(tmp)
+        tmp.replace(directory / name)
     return streams
 
 
