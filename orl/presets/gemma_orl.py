@@ -4,8 +4,8 @@ prompts per update, group size), the updates and hence the self-generated token 
 
 Sized for one CPU: the block length (4) and layout (absolute grid) come from the base's orl.json; a
 rollout of up to 48 new tokens holds the longest SUITE answer in Gemma tokens (long: 44, measured on 50
-train samples) plus EOS; 2 prompts x 2 rollouts per update keep the replay's [unresolved, 262144]
-head buffers near a GiB (docs/TRAINING.md, "ORL on a converted model")."""
+train samples) plus EOS; 2 prompts x 2 rollouts per update keep one update under 2 CPU minutes when
+rollouts are kept (extrapolated from one measured update, docs/RESULTS-gemma.md)."""
 from __future__ import annotations
 
 import dataclasses
