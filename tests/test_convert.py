@@ -243,3 +243,22 @@ def test_two_runs_building_the_same_corpus_at_once_both_finish(base, tmp_path, m
     again = corpus_mod.read_corpus(tmp_path / "c")
     assert all(torch.equal(again[k], r[k]) for r in results for k in again)
     assert sorted(p.name for p in (tmp_path / "c").iterdir()) == ["corpus.json", "tokens.safetensors"]
+
+
+def test_character_bases_with_other_alphabets_get_other_corpus_keys(tmp_path):
+    """Without distillation the key holds the tokenizer's digest alone; a character base's tokenizer is
+    orl_tokenizer.json, which a 'tokenizer' prefix missed: two alphabets (the same text, other ids) shared
+    one corpus directory, and the second run trained on ids of the first one's alphabet."""
+    from orl.tokenizer import PRINTABLE
+    from orl.train.convert_base import base_digest
+    from orl.train.corpus import corpus_key
+
+    keys = []
+    for name, tok in (("a", CharTokenizer(PRINTABLE)), ("b", CharTokenizer(PRINTABLE[::-1]))):
+        m = Transformer(ModelArgs(vocab_size=tok.vocab_size, dim=D, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=16,
+                                  ffn_dim=64, max_seq_len=64))
+        save_checkpoint(m, tok, tmp_path / name, {"objective": "autoregressive"})
+        manifest = json.loads((tmp_path / name / "orl.json").read_text())
+        keys.append(corpus_key(CorpusConfig(), base_digest(tmp_path / name, manifest, "tokenizer"), None, 0))
+    assert CharTokenizer(PRINTABLE).encode("ab") != CharTokenizer(PRINTABLE[::-1]).encode("ab")
+    assert keys[0] != keys[1]

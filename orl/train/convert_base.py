@@ -85,16 +85,17 @@ def load_base(cfg, device) -> tuple[Transformer, object, dict, dict]:
     return model, tok, manifest, mask
 
 
-def base_digest(base: str | Path, manifest: dict, prefix: str = "") -> str:
-    """A digest of the base's files whose names start with `prefix`: from orl.json's checksums, or
-    for a plain Hugging Face directory (no orl.json) from the files themselves, so that two bases
-    never share a corpus key."""
+def base_digest(base: str | Path, manifest: dict, part: str = "") -> str:
+    """A digest of the base's files whose names contain `part` ("tokenizer": tokenizer.json,
+    tokenizer_config.json and a character tokenizer's orl_tokenizer.json, which a prefix missed, so
+    that every character-level base shared one key): from orl.json's checksums, or for a plain Hugging
+    Face directory (no orl.json) from the files themselves, so that two bases never share a corpus key."""
     from orl.atomic_dir import file_digest
 
     files = manifest.get("files")
     if not files:
         files = {p.name: file_digest(p) for p in sorted(Path(base).iterdir()) if p.is_file()}
-    files = {k: v for k, v in files.items() if k.startswith(prefix)}
+    files = {k: v for k, v in files.items() if part in k}
     return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
 
 
