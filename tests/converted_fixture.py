@@ -2,7 +2,7 @@
 with Gemma's special ids (<pad> 0, <eos> 1, <bos> 2 prepended to every prompt, <mask> 4), a model
 vocabulary wider than the tokenizer (banned rows), Gemma 3 blocks with a sliding window of 6 (so a
 wrong RoPE position changes which keys a local layer sees), then the convert recipe's smoke preset
-through the CLI: shifted read-out, absolute-grid layout in orl.json."""
+through the CLI: shifted read-out, absolute-grid layout in orl.json, and a second EOS id there."""
 from __future__ import annotations
 
 import json
@@ -18,6 +18,7 @@ from orl.tokenizer import load_tokenizer
 
 SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]  # Gemma's ids 0-4
 VOCAB = 512  # 261 tokenizer ids, then padded rows the model may never output (test_convert's V)
+EXTRA_EOS = 106  # the id of gemma-3's <end_of_turn>; here a byte token
 
 
 def write_tokenizer(d: Path) -> None:
@@ -61,4 +62,8 @@ def converted_checkpoint(root: Path) -> Path:
     argv = ["train", "--recipe", "convert", "--preset", "smoke", "--base", str(root / "base"), "--out",
             str(root / "conv"), "--set", f"data_dir={root / 'corpus'}", "--set", f"corpus.roots={root / 'src'}"]
     assert main(argv) == 0
+    # a second EOS id recorded in orl.json, as a chat model's end-of-turn token is (orl.json is not among
+    # the checksummed files): the engine stops at either, and ORL's output must keep it
+    manifest = json.loads((root / "conv" / "orl.json").read_text())
+    (root / "conv" / "orl.json").write_text(json.dumps({**manifest, "eos_ids": [1, EXTRA_EOS]}))
     return root / "conv"

@@ -11,7 +11,7 @@ import torch
 
 import orl.train.orl as trainer
 import orl.train.rcd as rcd
-from converted_fixture import converted_checkpoint
+from converted_fixture import EXTRA_EOS, converted_checkpoint
 from test_orl_trainer import accept_everything  # noqa: F401 (a fixture: every rollout kept)
 from orl.checkpoint import load_checkpoint
 from orl.cli import main
@@ -58,6 +58,7 @@ def check_result(conv, out, recipe: str, residual: str, tmp_path) -> None:
     for f in ("tokenizer.json", "tokenizer_config.json"):  # the HF tokenizer travels unchanged
         assert (out / f).read_bytes() == (conv / f).read_bytes()
     assert tok.bos_id == 2 and model.args.shift_logits
+    assert manifest["eos_ids"] == [1, EXTRA_EOS] and tok.eos_ids == (1, EXTRA_EOS)  # the base's EOS ids stay
     assert main(["generate", "--model", str(out), "--max-new-tokens", "8", "--device", "cpu", "x = 1"]) == 0
     rec_path = tmp_path / f"{recipe}-eval.jsonl"
     assert main(["eval", "--model", str(out), "--tasks", "constr", "--limit", "2", "--max-new-tokens", "8",

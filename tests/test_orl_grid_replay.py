@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from converted_fixture import VOCAB, converted_checkpoint
+from converted_fixture import EXTRA_EOS, VOCAB, converted_checkpoint
 from test_convert import HeadOutputs, V  # counts the rows of every vocabulary-wide matmul output
 from orl.checkpoint import load_checkpoint
 from orl.engine import DecodeConfig, Engine, decode
@@ -98,7 +98,7 @@ def max_gap(rs, units, rows, logits, cfg) -> tuple[float, int]:
 def test_replay_reproduces_the_engine_logits_on_the_grid(conv, residual, monkeypatch):
     model, tok, manifest = adapter_model(conv)
     assert manifest["layout"] == "absolute_grid" and model.args.shift_logits and tok.bos_id == 2
-    assert (tok.mask_id, tok.eos_id, tok.pad_id, tok.vocab_size) == (4, 1, 0, 261)
+    assert (tok.mask_id, tok.eos_id, tok.pad_id, tok.vocab_size, tok.eos_ids) == (4, 1, 0, 261, (1, EXTRA_EOS))
     # the trainer's rollout settings: block length and layout from the checkpoint, not the preset
     cfg = base_layout(manifest, DecodeConfig(block_len=16, max_new_tokens=8, threshold=0.3, temperature=0.8,
                                              residual=residual))
