@@ -131,3 +131,13 @@ def test_rcd_grid_rows_never_mask_the_prompt_tail():
         assert torch.equal(masked, b.weight[0, 12:] > 0)
         seen |= masked[:5]
     assert seen.tolist() == [False, False, True, True, True]
+
+
+def test_a_base_in_a_layout_the_replay_cannot_rebuild_is_refused_by_name():
+    from orl.engine import DecodeConfig
+    from orl.train.orl import base_layout
+
+    assert base_layout({"layout": "absolute_grid", "block_len": 4}, DecodeConfig(block_len=16)).block_len == 4
+    assert base_layout({}, DecodeConfig(layout="absolute_grid")).layout == "prompt_block"  # shipped tiny models
+    with pytest.raises(ValueError, match="rollouts need a block layout"):
+        base_layout({"layout": "full_sequence", "block_len": 32}, DecodeConfig())
