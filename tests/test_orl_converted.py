@@ -79,6 +79,13 @@ def test_orl_on_a_converted_model_runs_resumes_and_evaluates(conv, tmp_path, acc
     check_result(conv, tmp_path / "cut", "orl", "adapter", tmp_path)
 
 
+def test_stale_ablation_on_a_converted_model_replays_one_rollout_batch_twice(conv, tmp_path, accept_everything):
+    assert train("orl", conv, tmp_path / "stale", "--set", "rollout_reuse=2") == 0
+    log = [json.loads(x) for x in (tmp_path / "stale" / "train.log.jsonl").read_text().splitlines()]
+    assert log[0]["generated_tokens"] == log[1]["generated_tokens"] > 0  # no new rollouts for update 2
+    assert log[0]["loss"] != log[1]["loss"]  # the same states, replayed by updated weights
+
+
 def test_rcd_on_a_converted_model_runs_resumes_and_evaluates(conv, tmp_path, accept_everything, monkeypatch):
     assert train("rcd", conv, tmp_path / "whole") == 0
     log = [json.loads(x) for x in (tmp_path / "whole" / "train.log.jsonl").read_text().splitlines()]
