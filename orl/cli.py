@@ -80,7 +80,7 @@ def _floats(text: str) -> list[float]:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from orl.cli_decode import decode_overrides
+    from orl.cli_decode import ar_overrides, decode_overrides
     from orl.cli_tasks import load_task_flags
     from orl.eval.report import eval_summary
     from orl.eval.runner import EvalSpec, run_eval
@@ -92,7 +92,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     threshold = decode.pop("threshold", None)  # a point of the sweep, not a decode setting of the spec
     spec = EvalSpec(model=args.model, out=args.out, tasks=tasks, split=args.split, limit=args.limit,
                     thresholds=_floats(args.thresholds) if args.thresholds else
-                    [threshold] if threshold is not None else None, decode=decode,
+                    [threshold] if threshold is not None else None, decode=decode, ar=ar_overrides(args),
                     batch_size=args.batch_size, n_samples=args.n_samples, seed=args.seed, device=args.device,
                     prompt_style=args.prompt_style, progress=not args.no_progress, dtype=args.dtype)
     print(eval_summary(run_eval(spec)))
@@ -113,6 +113,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     spec = BenchSpec(base=args.base, orl=args.orl, ar=args.ar, tasks=args.tasks.split(","), split=args.split,
                      limit=args.limit, threshold=args.threshold, max_new_tokens=args.max_new_tokens,
                      ref_steps=args.ref_steps, chunk_steps=args.chunk_steps, ar_chunk_steps=args.ar_chunk_steps,
+                     ar_spec_tokens=args.ar_spec_tokens, ar_spec_ngram=args.ar_spec_ngram,
                      compile=args.compile, device=args.device, seed=args.seed, out=args.out)
     print(run_bench(spec)[1])
     return 0
@@ -237,6 +238,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ref-steps", type=int, default=0, help="(c) steps over all blocks (0: one token per step)")
     s.add_argument("--chunk-steps", type=int, default=1, help="dlmrt: denoising steps between host checks")
     s.add_argument("--ar-chunk-steps", type=int, default=1, help="(e): decode steps between host EOS checks (8+ on GPU)")
+    s.add_argument("--ar-spec-tokens", type=int, default=10,
+                   help="(g), (h): prompt-lookup speculative decoding of the AR model, at most K drafted tokens per "
+                        "verify forward (default 10; 0: no (g), (h))")
+    s.add_argument("--ar-spec-ngram", type=int, default=2, help="(g), (h): the longest n-gram looked up (default 2)")
     s.add_argument("--compile", action="store_true", help="torch.compile the steps of dlmrt and (e)")
     s.add_argument("--device", default="cpu")
     s.add_argument("--seed", type=int, default=0, help="sample selection")

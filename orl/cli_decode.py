@@ -42,10 +42,17 @@ DECODE_FLAGS = (
     ("--cuda-graph", None, "replay the steps as CUDA graphs (GPU)"),
 )
 DECODE_FIELDS = tuple(flag[2:].replace("-", "_") for flag, _, _ in DECODE_FLAGS)
+# ARConfig's knobs that DecodeConfig lacks: only an autoregressive checkpoint takes them (others refuse them)
+AR_FLAGS = (
+    ("--spec-tokens", int, "autoregressive checkpoints: prompt-lookup speculative decoding, at most K drafted tokens "
+                           "verified per forward (0: off, default; batch 1; the same tokens as without)"),
+    ("--spec-ngram", int, "autoregressive checkpoints: the longest n-gram looked up for a draft (default 2)"),
+)
+AR_FIELDS = tuple(flag[2:].replace("-", "_") for flag, _, _ in AR_FLAGS)
 
 
 def add_decode_flags(parser: argparse.ArgumentParser) -> None:
-    for flag, kind, text in DECODE_FLAGS:
+    for flag, kind, text in DECODE_FLAGS + AR_FLAGS:
         if kind is None:
             parser.add_argument(flag, action="store_true", default=None, help=text)
         else:
@@ -56,3 +63,15 @@ def decode_overrides(args: argparse.Namespace) -> dict:
     """The decode flags given, as DecodeConfig overrides (field name -> value)."""
     return {name: getattr(args, name) for name in DECODE_FIELDS if getattr(args, name) is not None}
 
+
+
+def ar_overrides(args: argparse.Namespace) -> dict:
+    """The AR-only flags given, as ARConfig overrides (field name -> value)."""
+    return {name: getattr(args, name) for name in AR_FIELDS if getattr(args, name) is not None}
+
+
+def refuse_ar_flags(args: argparse.Namespace, objective: str) -> None:
+    """A decoder other than the AR one has no use for --spec-tokens / --spec-ngram: refused by name."""
+    if given := ar_overrides(args):
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise ValueError(f"{flags}: only for autoregressive checkpoints ({args.model} is {objective})")

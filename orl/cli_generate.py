@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from orl.cli_decode import add_decode_flags, decode_overrides
+from orl.cli_decode import add_decode_flags, decode_overrides, refuse_ar_flags
 
 
 def add_command(sub) -> None:
@@ -41,6 +41,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if manifest.get("objective") == "diffusion_gemma":  # no mask token: dlmrt's canvas mode
         from orl.cli_canvas import generate_canvas
 
+        refuse_ar_flags(args, "a diffusion_gemma model")
+
         return generate_canvas(args, model, tok, manifest, decode)  # refuses the flags it has no use for
     # a config.json without orl.json is a causal LM unless its family reader says it is a dLLM (objective)
     plain_causal = manifest.get("source") == "config.json" and manifest.get("objective") is None
@@ -49,6 +51,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             print(f"note: {args.model} has no orl.json: a plain causal LM, not a diffusion model; "
                   "decoding it with the autoregressive decoder", file=sys.stderr)
         return generate_autoregressive(args, model, tok)
+    refuse_ar_flags(args, "a block-diffusion model")
     engine = Engine(model, tok, manifest=manifest)
     cfg = DecodeConfig.from_manifest(engine.manifest, **flags)  # validated by the engine with the request
     color = sys.stdout.isatty()

@@ -9,7 +9,9 @@ peer that dlmrt is measured against, on the same model code, cache and timing di
   a longer request regrows it, so the shapes (and compiled steps) stay few.
 - Prefill covers prompt[:-1]; every decode step feeds one token (first the prompt's last one) and
   yields one generated token. So every generated token costs exactly one decode forward and
-  TPF = 1 by definition (DESIGN section 5), prefill counted separately as for dLLMs.
+  TPF = 1 by definition (DESIGN section 5), prefill counted separately as for dLLMs. With
+  `spec_tokens` > 0, prompt-lookup speculative decoding (orl.engine.speculative) verifies drafts of
+  several tokens per forward instead, at batch 1, with the same tokens.
 - Greedy or Gumbel-max sampling with counter-based noise (orl.engine.sampling.hash_uniform): no
   generator state, no multinomial, no host sync; a row's samples depend only on its seed.
 - EOS is checked on the host once per chunk of `chunk_steps` steps; rows that finished inside a
@@ -42,10 +44,18 @@ class ARConfig:
     seed: int = 0
     chunk_steps: int = 8       # decode steps between two host checks of EOS
     compile: bool = False      # torch.compile the decode step
+    spec_tokens: int = 0       # prompt-lookup speculative decoding: at most this many drafted tokens per verify
+                               # forward (0: off; orl.engine.speculative; batch 1, eager, same tokens)
+    spec_ngram: int = 2        # the longest n-gram looked up for a draft (transformers' max_matching_ngram_size)
 
     def validate(self) -> "ARConfig":
-        return checked(self, field_problems(self) or decoding_problems(self.max_new_tokens, self.temperature,
-                                                                         self.chunk_steps))
+        problems = field_problems(self) or decoding_problems(self.max_new_tokens, self.temperature, self.chunk_steps)
+        if not problems and (self.spec_tokens < 0 or self.spec_ngram < 1):
+            problems.append(f"spec_tokens must be >= 0 and spec_ngram >= 1, got {self.spec_tokens}, {self.spec_ngram}")
+        if not problems and self.spec_tokens and self.compile:
+            problems.append("compile: speculative decoding (spec_tokens > 0) runs its verify forwards eagerly "
+                            "(their length varies with the draft)")
+        return checked(self, problems)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -64,6 +74,18 @@ class ARState:
     banned: Tensor   # [V] bool: padded vocabulary rows beyond the tokenizer, never valid outputs
 
 
+def next_tokens(logits: Tensor, banned: Tensor, temperature: float, seed: Tensor, step: Tensor) -> Tensor:
+    """The next token of each row of logits [N, V]: banned [V] ids never win; greedy at T = 0, else
+    Gumbel-max with the noise of (seed [N], step [N]: the output index) and nothing else, so output i
+    is the same token whether it is decoded alone (ar_step) or scored in a speculative verify forward
+    with the draft before it (orl.engine.speculative). No host sync."""
+    logits = logits.masked_fill(banned, float("-inf"))
+    if temperature > 0:  # Gumbel-max: argmax(logits / T + Gumbel) is a sample of softmax(logits / T)
+        noise = hash_uniform(seed, step, 1, logits.shape[-1])[:, 0]
+        logits = logits / temperature - torch.log(-torch.log(noise))
+    return logits.argmax(-1)
+
+
 def ar_step(model: Transformer, st: ARState, temperature: float, eos_id: int, eos_ids: tuple[int, ...] = ()) -> None:
     """One decode step of every row, in place, without reading any tensor value on the host. A row
     stops at eos_id or any of eos_ids (end-of-turn tokens); a stopped row repeats eos_id."""
@@ -71,11 +93,7 @@ def ar_step(model: Transformer, st: ARState, temperature: float, eos_id: int, eo
     keys = torch.arange(st.cache.max_len, device=slot.device)
     mask = ((keys >= st.pad[:, None]) & (keys <= slot))[:, None, :]          # [B, 1, S]
     logits = model(st.token[:, None], (slot - st.pad)[:, None], mask, cache=st.cache, slots=slot.view(1))[:, 0]
-    logits = logits.masked_fill(st.banned, float("-inf"))
-    if temperature > 0:  # Gumbel-max: argmax(logits / T + Gumbel) is a sample of softmax(logits / T)
-        noise = hash_uniform(st.seed, st.step.expand_as(st.seed), 1, logits.shape[-1])[:, 0]
-        logits = logits / temperature - torch.log(-torch.log(noise))
-    x = torch.where(st.done, eos_id, logits.argmax(-1))
+    x = torch.where(st.done, eos_id, next_tokens(logits, st.banned, temperature, st.seed, st.step.expand_as(st.seed)))
     st.out.index_copy_(1, st.step.view(1), x[:, None])
     for e in sorted({eos_id, *eos_ids}):
         st.done.logical_or_(x == e)
@@ -159,6 +177,11 @@ class ARDecoder(LoadedModel):
     def generate_ids(self, prompt_ids: list[list[int]], cfg: ARConfig | None = None, *,
                      seeds: list[int] | None = None) -> list[Generation]:
         cfg = (cfg or ARConfig()).validate()
+        if cfg.spec_tokens:
+            # a lazy import: speculative decoding builds on this module's state and token choice
+            from orl.engine.speculative import generate_speculative
+
+            return generate_speculative(self, prompt_ids, cfg, seeds)
         clock = Clock(self.device)
         st = self.setup(prompt_ids, cfg, seeds)
         prefill_s = clock()

@@ -6,6 +6,8 @@ prompts at batch 1 and greedy, with the same max_new_tokens:
   (c) the LLaDA-reference loop and (d) the prefix-cache loop on the base dLLM (orl.eval.peers)
   (e) an AR model in orl's AR decoder (orl.engine.ar)                                 --ar
   (f) the same AR model through transformers' generate, when it exports to Qwen3 (orl.export)
+  (g) (e) with prompt-lookup speculative decoding (orl.engine.speculative)          --ar-spec-tokens K
+  (h) (f) with transformers' prompt-lookup decoding (prompt_lookup_num_tokens=K)
 
 Per system: tokens/s mean and median over prompts (batch 1), TPF as a ratio of sums (all tokens incl.
 EOS / all forwards) and without the EOS tokens, latency p50 / p90, accuracy in % (the task verifiers),
@@ -34,7 +36,9 @@ from orl.eval.runner import EvalSpec, _samples, _tasks, prompt_id
 from orl.export import export_hf, not_exportable
 
 LABELS = {"a": "(a) dLLM base, dlmrt", "b": "(b) dLLM + ORL, dlmrt", "c": "(c) LLaDA-reference loop (base)",
-          "d": "(d) prefix-cache loop (base)", "e": "(e) AR, orl.engine.ar", "f": "(f) AR, transformers generate"}
+          "d": "(d) prefix-cache loop (base)", "e": "(e) AR, orl.engine.ar", "f": "(f) AR, transformers generate",
+          "g": "(g) AR + prompt-lookup speculative, orl.engine.ar",
+          "h": "(h) AR + prompt-lookup speculative, transformers generate"}
 COLUMNS = ("system", "n", "tok/s mean (batch 1)", "tok/s median (batch 1)", "TPF", "TPF noEOS", "latency p50 s",
            "latency p90 s", "acc %", "tok/s vs (a)", "TPF vs (a)", "p50 vs (a)")
 NOTES = (
@@ -43,6 +47,10 @@ NOTES = (
     "tok/s compare loops. (b) is (a)'s engine and settings on the ORL model: (b) vs (a) is what "
     "ORL buys. (e) and (f) are one AR model in two decoders (the same tokens); an AR row and a dLLM row compare "
     "only at matched accuracy.",
+    "(g) and (h): (e) and (f) with prompt-lookup speculative decoding (Saxena 2023; no draft model): up to K "
+    "tokens copied from the prompt and answer so far after the first earlier occurrence of their last n-gram, "
+    "verified in one forward with the next token; greedy, so the same tokens as (e) (tested). TPF = tokens / "
+    "target forwards (every verify forward counts; (h): transformers' model calls, its prefill included).",
     "Why a loop can match or beat dlmrt on a CPU: at batch 1 a forward of a small model costs mostly per-op "
     "dispatch, not arithmetic. dlmrt's step is built to be compiled and captured as a CUDA graph (static buffers, "
     "no host syncs, finished rows kept as no-ops, attention over the whole static cache), which costs extra ops "
@@ -70,7 +78,10 @@ class BenchSpec:
     chunk_steps: int = 1             # dlmrt: denoising steps between host checks
     ar_chunk_steps: int = 1          # (e): decode steps between host EOS checks (a chunk decodes past EOS:
                                      # on CPU a check is free, so 1; larger on GPU to keep syncs out)
-    compile: bool = False            # torch.compile the steps of dlmrt and of (e)
+    compile: bool = False            # torch.compile the steps of dlmrt and of (e) ((g) runs eagerly)
+    ar_spec_tokens: int = 10         # (g), (h): drafted tokens per verify (0: no (g), (h)); Saxena's and
+                                     # transformers' example value
+    ar_spec_ngram: int = 2           # (g), (h): longest n-gram looked up (transformers' default)
     device: str = "cpu"
     seed: int = 0
     out: str | None = None
@@ -84,6 +95,9 @@ class BenchSpec:
             problems.append(f"threshold must be in (0, 1], got {self.threshold}")
         if self.chunk_steps <= 0 or self.ar_chunk_steps <= 0:
             problems.append("chunk_steps and ar_chunk_steps must be > 0")
+        if self.ar_spec_tokens < 0 or self.ar_spec_ngram < 1:
+            problems.append(f"ar_spec_tokens must be >= 0 and ar_spec_ngram >= 1, got {self.ar_spec_tokens}, "
+                            f"{self.ar_spec_ngram}")
         if problems:
             raise ValueError("invalid bench settings: " + "; ".join(problems))
         return self
@@ -93,7 +107,7 @@ class BenchSpec:
 class Output:
     token_ids: list[int]   # up to and including the first EOS
     text: str
-    forwards: int          # denoising + commit forwards (prefill excluded); AR: one per token
+    forwards: int          # denoising + commit forwards (prefill excluded); AR: one per token; speculative: verifies
     total_s: float
     finished: bool         # ended with EOS (the last token id)
 
@@ -130,30 +144,42 @@ def _loops(engine: Engine, cfg: DecodeConfig, spec: BenchSpec) -> tuple[System, 
     return wrap(llada_reference, steps=steps), wrap(prefix_cache, threshold=spec.threshold)
 
 
-def _ar(spec: BenchSpec) -> tuple[System, System | str]:
+def _ar(spec: BenchSpec) -> dict[str, System | str]:
+    """(e), (f), (g), (h): one AR checkpoint in orl's decoder and in transformers', each plain and with
+    prompt-lookup speculative decoding; a string says why a system is not in this run."""
     dec = ARDecoder.from_checkpoint(spec.ar, device=spec.device)
-    cfg = ARConfig(max_new_tokens=spec.max_new_tokens, chunk_steps=spec.ar_chunk_steps, compile=spec.compile)
+    plain = ARConfig(max_new_tokens=spec.max_new_tokens, chunk_steps=spec.ar_chunk_steps, compile=spec.compile)
+    lookup = (spec.ar_spec_tokens, spec.ar_spec_ngram) if spec.ar_spec_tokens else None
 
-    def ours(prompt: str) -> Output:
-        g = dec.generate(prompt, cfg)[0]
-        return Output(g.token_ids, g.text, g.forwards, g.total_s, g.finished)
+    def ours(cfg: ARConfig) -> System:
+        def run(prompt: str) -> Output:
+            g = dec.generate(prompt, cfg)[0]
+            return Output(g.token_ids, g.text, g.forwards, g.total_s, g.finished)
+        return run
 
+    off = "n/a: --ar-spec-tokens 0"
+    systems: dict[str, System | str] = {"e": ours(plain), "g": ours(ARConfig(
+        max_new_tokens=spec.max_new_tokens, spec_tokens=spec.ar_spec_tokens, spec_ngram=spec.ar_spec_ngram))
+        if lookup else off}
     if reason := not_exportable(dec.model.args):
-        return ours, f"n/a: not exportable ({reason})"
+        return {**systems, "f": f"n/a: not exportable ({reason})", "h": f"n/a: not exportable ({reason})"}
     try:
         from transformers import AutoModelForCausalLM
     except ImportError:
-        return ours, "n/a: transformers is not installed"
+        return {**systems, "f": "n/a: transformers is not installed", "h": "n/a: transformers is not installed"}
     with tempfile.TemporaryDirectory() as d:
         hf = AutoModelForCausalLM.from_pretrained(export_hf(dec.model, dec.tokenizer, Path(d) / "hf"))
     hf = hf.to(spec.device).eval()
     tok = dec.tokenizer
 
-    def theirs(prompt: str) -> Output:
-        r = hf_generate(hf, tok.encode(prompt), max_new_tokens=spec.max_new_tokens, eos_id=dec.eos_id,
-                        pad_id=dec.pad_id)
-        return Output(r.token_ids, tok.decode(r.token_ids), r.forwards, r.total_s, r.token_ids[-1:] == [dec.eos_id])
-    return ours, theirs
+    def theirs(prompt_lookup: tuple[int, int] | None) -> System:
+        def run(prompt: str) -> Output:
+            r = hf_generate(hf, tok.encode(prompt), max_new_tokens=spec.max_new_tokens, eos_id=dec.eos_id,
+                            pad_id=dec.pad_id, prompt_lookup=prompt_lookup)
+            return Output(r.token_ids, tok.decode(r.token_ids), r.forwards, r.total_s,
+                          r.token_ids[-1:] == [dec.eos_id])
+        return run
+    return {**systems, "f": theirs(None), "h": theirs(lookup) if lookup else off}
 
 
 def build_systems(spec: BenchSpec) -> tuple[dict[str, System | str], Engine, DecodeConfig]:
@@ -162,7 +188,7 @@ def build_systems(spec: BenchSpec) -> tuple[dict[str, System | str], Engine, Dec
     systems: dict[str, System | str] = {"a": a}
     systems["b"] = _dlmrt(spec.orl, spec, None)[0] if spec.orl else "n/a: no --orl given"
     systems["c"], systems["d"] = _loops(engine, cfg, spec)
-    systems["e"], systems["f"] = _ar(spec) if spec.ar else ("n/a: no --ar given", "n/a: no --ar given")
+    systems.update(_ar(spec) if spec.ar else dict.fromkeys("efgh", "n/a: no --ar given"))
     return systems, engine, cfg
 
 
@@ -212,6 +238,7 @@ def format_table(spec: BenchSpec, cfg: DecodeConfig, rows: dict[str, dict], syst
             f"batch 1, greedy, max_new_tokens {spec.max_new_tokens}; tau {spec.threshold}, "
             f"block_len {cfg.block_len} (base), "
             f"chunk_steps {spec.chunk_steps} (dlmrt) / {spec.ar_chunk_steps} (AR), compile {spec.compile}; "
+            f"AR speculative: prompt lookup K {spec.ar_spec_tokens}, n-gram {spec.ar_spec_ngram}; "
             f"{spec.device} ({device}, {torch.get_num_threads()} threads); warm-up excluded.", "",
             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines = []

@@ -9,7 +9,8 @@ the generated token ids (up to and including the first EOS) and its forward coun
     over [prompt, committed blocks] rewrites the K/V cache; the block's steps then run on the block's
     tokens only, against that cache. Threshold rule (commit every masked position with p_max >= tau,
     at least the best one), and a host `.item()` check of "block done" after every step.
-(c) `hf_generate`: an autoregressive model through transformers' own `generate` (greedy).
+(c) `hf_generate`: an autoregressive model through transformers' own `generate` (greedy), optionally
+    with its prompt-lookup speculative decoding (`prompt_lookup_num_tokens`).
 
 (a) and (b) are written the obvious way, with Python loops and fresh tensors every step, on purpose:
 they are the baselines, not the engine. Same semantics as the engine otherwise: batch 1, greedy, the
@@ -180,17 +181,27 @@ def prefix_cache(model, prompt_ids: list[int], *, gen_len: int, block_len: int, 
 
 
 @torch.no_grad()
-def hf_generate(hf_model, prompt_ids: list[int], *, max_new_tokens: int, eos_id: int, pad_id: int) -> BaselineResult:
-    """(c) transformers' greedy `generate` at batch 1. Its prefill forward yields the first token, so it
-    runs one forward per generated token, prefill included: forwards = tokens (TPF 1, as for orl's AR)."""
+def hf_generate(hf_model, prompt_ids: list[int], *, max_new_tokens: int, eos_id: int, pad_id: int,
+                prompt_lookup: tuple[int, int] | None = None) -> BaselineResult:
+    """(c) transformers' greedy `generate` at batch 1; prompt_lookup (k, n): with
+    `prompt_lookup_num_tokens=k, max_matching_ngram_size=n`. forwards: the model's calls, counted by a
+    hook. Its prefill forward yields the first token (with prompt lookup: also verifies the first draft),
+    so plain greedy runs one forward per generated token, prefill included (TPF 1, as orl's AR)."""
     dev = hf_model.device
+    calls = []
+    hook = hf_model.register_forward_hook(lambda *_: calls.append(1))
+    spec = {} if prompt_lookup is None else dict(prompt_lookup_num_tokens=prompt_lookup[0],
+                                                 max_matching_ngram_size=prompt_lookup[1])
     _sync(dev)
     t0 = time.perf_counter()
     ids = torch.tensor([prompt_ids], dtype=torch.long, device=dev)
-    out = hf_model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, do_sample=False,
-                            eos_token_id=eos_id, pad_token_id=pad_id)
+    try:
+        out = hf_model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                do_sample=False, eos_token_id=eos_id, pad_token_id=pad_id, **spec)
+    finally:
+        hook.remove()
     _sync(dev)
     total = time.perf_counter() - t0
     toks: list[int] = []
     _cut_at_eos(toks, out[0, len(prompt_ids):].tolist(), eos_id)
-    return BaselineResult(toks, len(toks), 0.0, total)
+    return BaselineResult(toks, len(calls), 0.0, total)

@@ -64,7 +64,8 @@ def code_identity() -> dict:
 # file written before it existed still resumes and pools with new records. Add every new knob here.
 LATER_KNOBS = {"fused_commit": False, "layout": "prompt_block", "confidence": "prob", "cfg_scale": 0.0,
                "full_sequence_cache": "none", "editing_threshold": 0.9, "max_post_steps": 16,
-               "num_to_transfer": 1, "small_block_size": 8, "top_k": 0, "top_p": 1.0, "alg_temp": 0.0}
+               "num_to_transfer": 1, "small_block_size": 8, "top_k": 0, "top_p": 1.0, "alg_temp": 0.0,
+               "spec_tokens": 0, "spec_ngram": 2}  # the last two: ARConfig's (an AR record's decode dict)
 
 
 # Knobs only one rule reads: under another rule they change nothing, so they stay out of the id
@@ -83,6 +84,8 @@ def config_id(decode: dict, batch_size: int) -> str:
 def decoder_label(decode: dict) -> str:
     """Name of a speed-quality curve: the decoder settings other than the swept threshold."""
     label = "AR" if decode["rule"] == "ar" else f"{decode['rule']} L{decode['block_len']}"
+    if decode.get("spec_tokens"):  # the same tokens as plain AR, other forwards and timings: its own curve
+        label += f" +lookup k{decode['spec_tokens']} n{decode['spec_ngram']}"
     if decode["residual"] != "off":
         label += f" +{decode['residual']}"
     if decode.get("temperature", 0) > 0:  # a canvas decoder has a schedule (t_min, t_max) instead

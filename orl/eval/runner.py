@@ -30,6 +30,7 @@ from orl.eval.tasks import Sample, get_task, make_samples, task_names
 from orl.model.families.common import DTYPES
 
 PROMPT_STYLES = ("auto", "base", "chat")
+AR_ONLY = ("spec_tokens", "spec_ngram")  # EvalSpec.ar: speculative decoding (orl.engine.speculative)
 
 
 @dataclass
@@ -41,6 +42,7 @@ class EvalSpec:
     limit: int = 100                     # samples per task
     thresholds: list[float] | None = None   # None: [0.9] (a canvas decoder has no threshold)
     decode: dict = field(default_factory=dict)   # DecodeConfig.from_manifest overrides (block_len, residual: the manifest's)
+    ar: dict = field(default_factory=dict)       # ARConfig settings DecodeConfig lacks (spec_tokens, spec_ngram): AR only
     batch_size: int = 16
     n_samples: int = 1                   # draws per prompt (pass@k; use temperature > 0)
     seed: int = 0                        # sample selection and decode seed
@@ -61,6 +63,8 @@ class EvalSpec:
             problems.append(f"unknown dtype {self.dtype!r}; expected one of {sorted(DTYPES)}")
         if unknown := set(self.decode) - {f.name for f in dataclasses.fields(DecodeConfig)}:
             problems.append(f"unknown decode settings {sorted(unknown)}")
+        if unknown := set(self.ar) - set(AR_ONLY):
+            problems.append(f"unknown autoregressive settings {sorted(unknown)}; expected some of {AR_ONLY}")
         if problems:
             raise ValueError("invalid eval settings: " + "; ".join(problems))
         return self
@@ -117,13 +121,16 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
     spec.validate()
     model, tokenizer, manifest = load_checkpoint(spec.model, device=spec.device,
                                                  dtype=DTYPES[spec.dtype] if spec.dtype else None)
+    if spec.ar and manifest.get("objective") != ARDecoder.objective:
+        raise ValueError(f"{', '.join(sorted(spec.ar))}: only for autoregressive checkpoints ({spec.model} is "
+                         f"{manifest.get('objective') or 'block_diffusion'})")
     if manifest.get("objective") == CanvasDecoder.objective:  # DiffusionGemma: no mask token, no threshold
         engine, configs = _canvas(spec, model, tokenizer, manifest)
     elif manifest.get("objective") == ARDecoder.objective:
         # An AR peer is judged by its own decoder: greedy (or sampled) next-token decoding, no threshold.
         engine = ARDecoder(model, tokenizer, manifest=manifest)
         configs = [ARConfig(max_new_tokens=spec.decode.get("max_new_tokens", DecodeConfig.max_new_tokens),
-                            temperature=spec.decode.get("temperature", 0.0), seed=spec.seed).validate()]
+                            temperature=spec.decode.get("temperature", 0.0), seed=spec.seed, **spec.ar).validate()]
     else:
         require_objective(manifest, Engine.objective, spec.model)
         engine = Engine(model, tokenizer, manifest=manifest)

@@ -1,0 +1,123 @@
+"""Prompt-lookup speculative decoding (Saxena 2023) for the AR decoder: the AR peer at its fastest exact
+setting, with no draft model. `ARConfig.spec_tokens = k > 0` turns it on (ARDecoder.generate_ids).
+
+Each verify step:
+- draft: the longest n-gram (n <= spec_ngram) ending the sequence so far (prompt + generated) is looked up
+  at its first earlier occurrence; the up to k tokens that followed it there are the draft (none: a plain
+  one-token step). The same rule as transformers' PromptLookupCandidateGenerator (earliest match, longest
+  n-gram first), so `generate(prompt_lookup_num_tokens=k, max_matching_ngram_size=n)` verifies the same
+  drafts and runs the same number of target forwards.
+- verify: ONE target forward over [last token, draft] at the next cache slots, causal among them, scores
+  draft + 1 positions; position j's token is chosen exactly as plain decoding would choose output
+  len(out) + j (greedy, or Gumbel-max with the same counter-based noise: ar.next_tokens).
+- accept: the longest prefix of the draft equal to those choices, plus the target's own next token
+  (so every verify yields at least one token). Tokens after an EOS are dropped; a draft is cut so that a
+  verify never passes max_new_tokens (and never writes past the request's cache).
+- roll back: the next verify writes from the slot after the last accepted token. The rejected draft
+  positions' K/V stay in the static cache but are never read: attention sees keys at slots <= the query's
+  slot, and the next forward overwrites those slots before any query reaches them.
+
+Every accepted token is the one plain decoding emits at that index given the same prefix, so the output
+is token-identical to `spec_tokens = 0` (greedy and sampled), up to float differences between scoring a
+position alone and inside a longer forward (none seen in tests/test_ar_speculative.py). Forwards:
+`step_forwards` counts every target forward (verify), prefill over prompt[:-1] apart as for every
+decoder: TPF = generated tokens / target forwards (DESIGN section 5). No draft model, so no draft forwards.
+
+Batch 1 only (UnsupportedSetting otherwise): rows would accept different lengths, so their caches would
+advance unevenly. Eager only: the verify length changes with the draft.
+"""
+from __future__ import annotations
+
+import torch
+
+from orl.engine.ar import ARConfig, ARDecoder, ARState, next_tokens
+from orl.engine.config import UnsupportedSetting
+from orl.engine.request import Clock
+from orl.engine.sequence import Generation
+
+
+class PromptLookup:
+    """The drafter: the sequence so far and, per n-gram (n <= max_ngram), the start of its first
+    occurrence that has a token after it. Appending a token makes the n-grams ending just before it
+    eligible, so a draft is a dict lookup per n, not a scan of the sequence."""
+
+    def __init__(self, tokens: list[int], max_ngram: int):
+        self.seq: list[int] = []
+        self.max_ngram = max_ngram
+        self.first: dict[tuple[int, ...], int] = {}
+        self.extend(tokens)
+
+    def extend(self, tokens: list[int]) -> None:
+        for t in tokens:
+            self.seq.append(t)
+            end = len(self.seq) - 1  # the new token follows the n-grams ending at end - 1
+            for n in range(1, min(self.max_ngram, end) + 1):
+                self.first.setdefault(tuple(self.seq[end - n:end]), end - n)  # setdefault: the first stays
+
+    def draft(self, k: int) -> list[int]:
+        """Up to k tokens that followed the first earlier occurrence of the longest matching suffix."""
+        L = len(self.seq)
+        if k <= 0:
+            return []
+        for n in range(min(self.max_ngram, L - 1), 0, -1):
+            i = self.first.get(tuple(self.seq[L - n:]))
+            if i is not None:
+                return self.seq[i + n: i + n + k]
+        return []
+
+
+def accepted(draft: list[int], targets: list[int]) -> int:
+    """How many leading draft tokens equal the target's choices at their positions."""
+    n = 0
+    while n < len(draft) and draft[n] == targets[n]:
+        n += 1
+    return n
+
+
+@torch.no_grad()
+def verify(model, st: ARState, slot: int, tokens: list[int], temperature: float, index: int) -> list[int]:
+    """One target forward over tokens (the last accepted token, then the draft) at slots slot, slot + 1,
+    ...; -> the token chosen after each of them (output indices index, index + 1, ...)."""
+    dev = st.cache.length.device
+    T = len(tokens)
+    slots = torch.arange(slot, slot + T, device=dev)
+    keys = torch.arange(st.cache.max_len, device=dev)
+    mask = (keys[None, None] <= slots[None, :, None]) & (keys >= st.pad[:, None])[:, None]  # [1, T, S] causal
+    logits = model(torch.tensor([tokens], device=dev), slots[None] - st.pad[:, None], mask, cache=st.cache,
+                   slots=slots)[0]
+    x = next_tokens(logits, st.banned, temperature, st.seed.expand(T), index + torch.arange(T, device=dev))
+    # The one host sync per verify step, inherent to speculative decoding: how many draft tokens are
+    # accepted decides where the next forward starts and what the next draft is (looked up on the host).
+    return x.tolist()
+
+
+def generate_speculative(dec: ARDecoder, prompt_ids: list[list[int]], cfg: ARConfig,
+                         seeds: list[int] | None = None) -> list[Generation]:
+    """ARDecoder.generate_ids with cfg.spec_tokens > 0 (cfg validated): one prompt."""
+    if len(prompt_ids) != 1:
+        raise UnsupportedSetting(f"speculative decoding (spec_tokens {cfg.spec_tokens}) runs at batch 1, got "
+                                 f"{len(prompt_ids)} prompts: decode them one at a time (orl eval: --batch-size 1)",
+                                 field="spec_tokens")
+    clock = Clock(dec.device)
+    st = dec.setup(prompt_ids, cfg, seeds)  # checks the request, prefills prompt[:-1]
+    prefill_s = clock()
+    prompt = list(prompt_ids[0])
+    stops = {dec.eos_id, *dec.eos_ids}
+    lookup = PromptLookup(prompt, cfg.spec_ngram)
+    out: list[int] = []
+    slot, forwards = len(prompt) - 1, 0  # slot: where the last known token (first: the prompt's) goes
+    while len(out) < cfg.max_new_tokens and not (out and out[-1] in stops):
+        draft = lookup.draft(min(cfg.spec_tokens, cfg.max_new_tokens - len(out) - 1))
+        targets = verify(dec.model, st, slot, lookup.seq[-1:] + draft, cfg.temperature, len(out))
+        forwards += 1
+        new = targets[: accepted(draft, targets) + 1]
+        stop = next((i for i, t in enumerate(new) if t in stops), None)
+        new = new if stop is None else new[: stop + 1]
+        out += new
+        lookup.extend(new)
+        slot += len(new)  # the rollback: rejected draft slots are overwritten by the next verify before use
+    st.cache.length.fill_(slot)  # the state as ar_step would leave it (a host value written, not read)
+    total_s = clock()
+    return [Generation(prompt_ids=prompt, token_ids=out, text=dec.tokenizer.decode(out), finished=out[-1] in stops,
+                       prefill_forwards=int(len(prompt) > 1), step_forwards=forwards, commit_forwards=0,
+                       prefill_s=prefill_s, total_s=total_s)]
