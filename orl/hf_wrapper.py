@@ -48,6 +48,7 @@ class OrlForCausalLM(PreTrainedModel):
     # orl's own methods, unchanged: they use only self.args, self.model and self.lm_head
     embed = Transformer.embed
     read_out = Transformer.read_out
+    softcap = Transformer.softcap  # read_out calls it
     orl_forward = Transformer.forward
 
     def get_input_embeddings(self):
