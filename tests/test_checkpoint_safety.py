@@ -17,6 +17,7 @@ from orl.atomic_dir import file_digest, recover
 from orl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from orl.engine import DecodeConfig, Engine
 from orl.model import ModelArgs, Transformer
+from orl.model.kv_cache import CacheBudgetError
 from orl.tokenizer import CharTokenizer
 from orl.train.loop import TRAIN_STATE, ResumeError, load_train_state, train_state_bytes
 
@@ -194,15 +195,18 @@ def test_forged_layer_count_fails_before_the_model_is_built(tmp_path, monkeypatc
         load_checkpoint(d)
 
 
-def test_huge_max_seq_len_is_refused_by_the_cache_budget(tmp_path):
+def test_huge_max_seq_len_allocates_only_the_request_and_a_cache_of_it_is_refused(tmp_path):
     d = save_checkpoint(model(), TOK, tmp_path / "ck")
     for path, key in ((d / "orl.json", None), (d / "config.json", "max_position_embeddings")):
         edit_json(path, (lambda m: m["model_args"].__setitem__("max_seq_len", 10**11)) if key is None
                   else (lambda c, k=key: c.__setitem__(k, 10**11)))
     rerecord(d, "config.json")
     m, tok, _ = load_checkpoint(d)  # RoPE has no table: loading is cheap
-    with pytest.raises(ValueError, match=r"KV cache of 100000000000 positions .* over the 32 GiB budget"):
-        Engine(m, tok).generate("ab", DecodeConfig(block_len=4, max_new_tokens=4))
+    eng = Engine(m, tok)  # the engine sizes its cache to the request (2 + 4 slots -> 64), not max_seq_len
+    assert eng.generate("ab", DecodeConfig(block_len=4, max_new_tokens=4))[0].token_ids
+    assert [st.cache.max_len for st in eng._states.values()] == [64]
+    with pytest.raises(CacheBudgetError, match=r"KV cache of 100000000000 positions .* over the 32 GiB budget"):
+        m.new_cache(1, m.args.max_seq_len)
 
 
 # ---------------------------------------------------------------- integrity

@@ -452,7 +452,7 @@ def test_block_buffers_follow_the_slot_layout(engine):
     cfg = cfg_of("threshold", "off", 8, 21)
     prompts = [TOK.encode(p) for p in ("hello world", "hi")]
     st, P = engine.setup(prompts, cfg)
-    L, S = cfg.block_len, engine.max_len
+    L, S = cfg.block_len, st.cache.max_len  # the request's cache bucket, not engine.max_len
     for j in range(3):
         n = engine.begin_block(st, cfg, P, j, [True, True])
         start = P + j * L
@@ -554,4 +554,4 @@ def test_state_buffers_are_bounded():
     for block_len in range(1, MAX_STATES + 3):
         engine.generate("ab", DecodeConfig(block_len=block_len, max_new_tokens=4))
     assert len(engine._states) == MAX_STATES
-    assert (1, MAX_STATES + 2) in engine._states and (1, 1) not in engine._states
+    assert (1, MAX_STATES + 2, 64) in engine._states and (1, 1, 64) not in engine._states  # (batch, block, slots)

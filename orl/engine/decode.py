@@ -18,7 +18,7 @@ gone: one forward per block fewer, and a block decoded in one step costs one for
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -78,16 +78,18 @@ class DecodeState:
     plan: Any = None     # the request's host-side layout plan (orl.engine.layouts.Plan), set by Engine.setup
 
     @classmethod
-    def allocate(cls, model: Transformer, batch: int, max_len: int, block_len: int,
-                 ids: SpecialIds) -> "DecodeState":
+    def allocate(cls, model: Transformer, batch: int, cache_len: int, block_len: int, ids: SpecialIds,
+                 device: torch.device | str | None = None) -> "DecodeState":
+        """S = cache_len slots (the request's bucket, not the model's context). device 'meta': the shapes
+        only, nothing allocated (the engine sizes a state with it before allocating)."""
         w = model.model.embed_tokens.weight
-        dev, dt, D = w.device, w.dtype, model.args.dim
+        dev, dt, D = device or w.device, w.dtype, model.args.dim
 
         def z(*shape, dtype=torch.long):
             return torch.zeros(*shape, dtype=dtype, device=dev)
 
-        B, L, S = batch, block_len, max_len
-        return cls(cache=model.new_cache(B, S), valid=z(B, S, dtype=torch.bool), pad=z(B),
+        B, L, S = batch, block_len, cache_len
+        return cls(cache=model.new_cache(B, S, device=dev), valid=z(B, S, dtype=torch.bool), pad=z(B),
                    prompt_end=z(()), prompt_blocks=z(S), start=z(()), canvas=z(B, L),
                    unresolved=z(B, L, dtype=torch.bool), fixed=z(B, L, dtype=torch.bool),
                    answer=z(B, L, dtype=torch.bool), open=z(B, dtype=torch.bool), post=z(B),
@@ -102,6 +104,15 @@ class DecodeState:
     @property
     def block_len(self) -> int:
         return self.canvas.shape[1]
+
+    def tensors(self) -> list[Tensor]:
+        """Every buffer a step or prefill may write: the fields and the cache's K/V, positions, length."""
+        return [v for f in fields(self) if isinstance(v := getattr(self, f.name), Tensor)] + list(self.cache.buffers())
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of every buffer; of a state allocated on the meta device, what allocating it would take."""
+        return sum(t.nbytes for t in self.tensors()) + sum(t.nbytes for t in vars(self.knobs).values())
 
 
 def slot_meta(st: DecodeState) -> tuple[Tensor, Tensor]:

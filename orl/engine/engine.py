@@ -8,6 +8,7 @@ from typing import Iterator
 import torch
 
 from orl.engine import full_sequence, layouts
+from orl.engine.ar import request_cache_len as cache_length  # the AR decoder's buckets: powers of two
 from orl.engine.config import DecodeConfig, UnsupportedSetting
 from orl.engine.decode import DecodeState, ar_first_token, block_closed, denoise_step, prepare_block
 from orl.engine.events import BlockEvent, DoneEvent, Event, StepEvent
@@ -16,6 +17,7 @@ from orl.engine.loaded import LoadedModel
 from orl.engine.request import Clock, check_request, encode_prompts, prefill_length
 from orl.engine.sequence import Generation, Row
 from orl.engine.trace import TraceRecorder
+from orl.model.kv_cache import check_budget
 from orl.model.model import Transformer
 from orl.model.padding import left_pad
 from orl.model.vocab import special_ids
@@ -34,20 +36,28 @@ class Engine(LoadedModel):
         self.mask_id, self.eos_id, self.pad_id = tokenizer.mask_id, tokenizer.eos_id, tokenizer.pad_id
         self.ids = special_ids(tokenizer, model.args.vocab_size)
         self.runner = ChunkRunner(model, self.ids)
-        self._states: OrderedDict[tuple[int, int], DecodeState] = OrderedDict()
+        self._states: OrderedDict[tuple[int, int, int], DecodeState] = OrderedDict()
 
-    def state(self, batch: int, block_len: int) -> DecodeState:
-        """Static buffers per (batch, block length), allocated once and reused by every request.
-        Only the MAX_STATES most recently used shapes are kept: clients of a server pick block
-        lengths, and each shape holds a whole KV cache (and, on GPU, its captured graphs)."""
-        key = (batch, block_len)
+    def state(self, batch: int, block_len: int, cache_len: int) -> DecodeState:
+        """Static buffers per (batch, block length, cache length), allocated once and reused by every
+        request of that shape. cache_len is the request's bucket (`cache_length`), not max_len: a
+        32k-context model would otherwise hold 32k K/V slots per row (19 GB for gemma-3-270m at batch
+        16). Only the MAX_STATES most recently used shapes are kept: clients of a server pick block
+        lengths, and each shape holds a whole KV cache (and, on GPU, its captured graphs). A state
+        over the ORL_KV_CACHE_GIB budget is refused (CacheBudgetError) before anything is allocated."""
+        key = (batch, block_len, cache_len)
         if key in self._states:
             self._states.move_to_end(key)
             return self._states[key]
-        if len(self._states) >= MAX_STATES:
+        need = DecodeState.allocate(self.model, batch, cache_len, block_len, self.ids, device="meta")
+        kv = sum(t.nbytes for t in need.cache.buffers_kv())
+        check_budget(need.nbytes, f"decode state of batch {batch} x {cache_len} cache slots x block {block_len} "
+                                  f"(KV cache {kv / 2**30:.3g} GiB of it)")
+        if len(self._states) >= MAX_STATES:  # the evicted buffers are freed before the new ones are allocated
             _, old = self._states.popitem(last=False)
             self.runner.forget(old)
-        self._states[key] = DecodeState.allocate(self.model, batch, self.max_len, block_len, self.ids)
+            del old
+        self._states[key] = DecodeState.allocate(self.model, batch, cache_len, block_len, self.ids)
         return self._states[key]
 
     def encode(self, prompt: str) -> list[int]:
@@ -83,7 +93,6 @@ class Engine(LoadedModel):
         plan = layouts.plan(prompt_ids, cfg.layout, L, cfg.max_new_tokens)  # where the blocks lie
         n_blocks = plan.n_blocks
         _, seeds = check_request(prompt_ids, n_blocks * L, f"{n_blocks} blocks of {L}", self.max_len, seeds, cfg.seed)
-        st = self.state(len(prompt_ids), L)
         tokens, pad = left_pad(plan.prefill, self.pad_id)
         P = plan.P
         if cfg.cuda_graph or self.device.type == "cuda":
@@ -94,12 +103,13 @@ class Engine(LoadedModel):
                 bucket = -(-bucket // L) * L if -(-bucket // L) * L + n_blocks * L <= self.max_len else P
             tokens = torch.nn.functional.pad(tokens, (bucket - P, 0), value=self.pad_id)
             pad, plan.shift, P = pad + (bucket - P), bucket - P, bucket
-        slot = torch.arange(self.max_len)
+        st = self.state(len(prompt_ids), L, cache_length(P + n_blocks * L, self.max_len))
+        slot = torch.arange(st.cache.max_len)
         end = pad + torch.tensor(plan.lengths) + cfg.max_new_tokens  # each row's answer ends there
         st.valid.copy_((slot[None] >= pad[:, None]) & (slot[None] < end[:, None]))
         st.pad.copy_(pad)
         st.prompt_end.fill_(P)
-        st.prompt_blocks.copy_(layouts.prompt_blocks(cfg.layout, self.max_len, P, L, self.device))
+        st.prompt_blocks.copy_(layouts.prompt_blocks(cfg.layout, st.cache.max_len, P, L, self.device))
         st.plan = plan
         st.global_step.zero_()
         st.seed.copy_(torch.tensor(seeds, dtype=torch.long))

@@ -6,7 +6,7 @@ with one host check of "block done" between replays. The pinned torch cannot cap
 torch.while_loop / torch.cond as conditional graph nodes, so unrolled chunks are the practical design
 (DESIGN section 3).
 
-What is captured, each once per state (= batch size and block length) and `step_key`:
+What is captured, each once per state (= batch size, block length and cache length) and `step_key`:
   - chunks of steps; the first chunk of a block with the fused commit forward is its own graph;
   - the commit forward between blocks (unfused path), a chunk of one step;
   - the prefill, one graph per prompt length bucket (orl.engine.request.prefill_length).
@@ -41,12 +41,6 @@ def prefill_key(length: int) -> tuple:
     return ("prefill", length)
 
 
-def state_tensors(st: DecodeState) -> list[Tensor]:
-    """Every buffer a step or prefill may write (the warm-up before a capture restores them)."""
-    out = [v for f in dataclasses.fields(st) if isinstance(v := getattr(st, f.name), Tensor)]
-    return out + [*st.cache.buffers_kv(), st.cache.pos, st.cache.length]
-
-
 class CudaGraphs:
     """Captures functions as CUDA graphs on one shared memory pool."""
 
@@ -59,7 +53,7 @@ class CudaGraphs:
         restored before capture. Capture records the work without running it: the caller replays."""
         if st.canvas.device.type != "cuda":
             raise ValueError("cuda_graph=True needs the model on a CUDA device")
-        tensors = state_tensors(st)
+        tensors = st.tensors()  # the warm-up runs mutate them: restored before capture
         snapshot = [t.clone() for t in tensors]
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())

@@ -13,19 +13,29 @@ import os
 import torch
 from torch import Tensor, nn
 
-# A forged or careless max_seq_len must not ask for terabytes: caches above this fail with a named error.
+# A forged or careless size (max_seq_len, batch, request length) must not ask for terabytes: caches and
+# decode states above this fail with a named error before anything is allocated.
 BUDGET_ENV = "ORL_KV_CACHE_GIB"
 DEFAULT_BUDGET_GIB = 32.0
+
+
+class CacheBudgetError(ValueError):
+    """A cache (or a decoder's state around one) larger than the ORL_KV_CACHE_GIB budget."""
+
+
+def check_budget(n_bytes: int, what: str) -> None:
+    """Refuse n_bytes over the budget; `what` names the buffers and their shape in the message."""
+    budget = float(os.environ.get(BUDGET_ENV, DEFAULT_BUDGET_GIB))
+    if n_bytes > budget * 2**30:
+        raise CacheBudgetError(f"{what} needs {n_bytes / 2**30:.3g} GiB ({n_bytes} bytes), over the {budget:g} GiB "
+                               f"budget ({BUDGET_ENV}); lower the batch size or the request's length (prompt + "
+                               f"answer), or raise {BUDGET_ENV}")
 
 
 def check_cache_budget(shape: tuple[int, ...], dtype: torch.dtype, numel: int | None = None) -> None:
     numel = torch.Size(shape).numel() if numel is None else numel
     n_bytes = 2 * numel * torch.empty((), dtype=dtype).element_size()  # K and V
-    budget = float(os.environ.get(BUDGET_ENV, DEFAULT_BUDGET_GIB))
-    if n_bytes > budget * 2**30:
-        raise ValueError(f"KV cache of {shape[3]} positions x batch {shape[1]} needs {n_bytes / 2**30:.1f} GiB, over "
-                         f"the {budget:g} GiB budget ({BUDGET_ENV}); decode with a smaller max_len or lower the "
-                         "model's max_seq_len")
+    check_budget(n_bytes, f"KV cache of {shape[3]} positions x batch {shape[1]}")
 
 
 class KVCache(nn.Module):
