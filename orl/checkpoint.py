@@ -41,13 +41,14 @@ Tokenizer = CharTokenizer | HFTokenizer
 
 def save_checkpoint(model: Transformer, tokenizer: Tokenizer, directory: str | os.PathLike, manifest: dict | None = None,
                     max_shard_bytes: int = 2**31, extra_files: dict[str, bytes] | None = None,
-                    config: dict | None = None) -> Path:
+                    config: dict | None = None, state: dict[str, Tensor] | None = None) -> Path:
     """Write the checkpoint atomically (orl.atomic_dir): a crash leaves the old directory or the new one,
     and a directory orl did not write is never replaced. extra_files: name -> bytes written inside the
-    same atomic write (trainer state); config: a config.json to write instead of the family's (exports).
-    The manifest records a checksum of every file."""
+    same atomic write (trainer state); config: a config.json to write instead of the family's (exports);
+    state: the weights when model.state_dict() does not hold them whole (an FSDP-sharded model's,
+    gathered: orl.train.fsdp.full_state). The manifest records a checksum of every file."""
     args = model.args
-    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    state = {k: v.detach().cpu().contiguous() for k, v in (model.state_dict() if state is None else state).items()}
     if args.tie_embeddings:
         state.pop("lm_head.weight")  # like transformers: the tie is in config.json, not in the file
     # the model dtype is its parameters'; buffers (LLaDA2's fp32 expert_bias) and quantized storage

@@ -21,7 +21,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     from orl.cli_tasks import load_task_flags, use_custom_tasks
     from orl.overrides import apply_file, apply_overrides, describe_config
     from orl.presets import get_preset
+    from orl.train.fsdp import refuse_recipe
 
+    refuse_recipe(args.recipe, [item.partition("=")[0] for item in args.set or []])  # says why, not just "no field"
     custom = load_task_flags(args)  # registered before the config names them
     cfg = get_preset(args.recipe, args.preset)
     if args.base:

@@ -44,6 +44,7 @@ from orl.train.convert_base import base_digest, load_base, to_diffusion
 from orl.train.corpus import (STREAMS, CorpusConfig, build_corpus, corpus_key, corpus_summary, fixed_windows,
                               read_corpus, windows, with_bos)
 from orl.train.dist import SINGLE, Dist, setup, shard_rows
+from orl.train.fsdp import check_parallel, gathered
 from orl.train.loop import TrainLoop, check_fields, make_optimizer
 
 
@@ -74,6 +75,7 @@ class ConvertConfig:
     save_every: int = 50
     threads: int = 0
     mask_token: str = ""                # when the base's tokenizer has none (orl.train.convert_base)
+    parallel: str = "ddp"               # under torchrun: ddp | fsdp (sharded weights and optimizer: orl.train.fsdp)
     RESUME_FREE: ClassVar[frozenset[str]] = frozenset({"data_dir", "eval_windows"})
 
     def __post_init__(self):
@@ -96,6 +98,7 @@ class ConvertConfig:
             problems.append("mix asks for distill rows but corpus.distill_prompts is 0")
         if not 0.0 <= self.min_lr_frac <= 1.0:
             problems.append(f"min_lr_frac must be in [0, 1], got {self.min_lr_frac}")
+        problems += check_parallel(self)
         if problems:
             raise ValueError("invalid ConvertConfig: " + "; ".join(problems))
 
@@ -219,15 +222,15 @@ def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_conf
     del teacher
     if cfg.freeze_embeddings:
         model.model.embed_tokens.weight.requires_grad_(False)
-    opt = make_optimizer(model, cfg.lr, cfg.weight_decay)
-    if loop.state:
-        opt.load_state_dict(loop.state["optimizer"])
     if cfg.checkpointing:
         checkpoint_blocks(model)
     ids, bos = special_ids(tok, model.args.vocab_size), getattr(tok, "bos_id", None)
     extra = {"base": cfg.base, "base_files_sha256": base_files, "mask_token": mask, "corpus": corpus_summary(data_dir)}
     model.train()
-    ddp = dist.wrap(model)
+    ddp = dist.wrap(model, parallel=cfg.parallel, bf16=cfg.bf16)
+    opt = make_optimizer(model, cfg.lr, cfg.weight_decay)  # on the parameters as they train (maybe sharded)
+    if loop.state:
+        loop.load_optimizer(model, opt)
     t_last, tokens_since = time.perf_counter(), 0
     for step in loop.steps():
         batches = make_batches(cfg, streams, ids, step, bos)
@@ -239,9 +242,11 @@ def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_conf
                "tokens_seen": done * cfg.rows_per_step * cfg.window, "tok_s": round(tokens_since / dt, 1)}
         t_last, tokens_since = time.perf_counter(), 0
         loop.bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{rec['tok_s']:.0f}")
-        if dist.main and loop.due(done, cfg.eval_every):
-            rec["heldout"] = evaluate(model, streams, cfg, ids, bos)
-            log(f"step {done} held-out {json.dumps(rec['heldout'])}")
+        if loop.due(done, cfg.eval_every):
+            with gathered(model):  # sharded weights: every rank gathers them, rank 0 evaluates
+                if dist.main:
+                    rec["heldout"] = evaluate(model, streams, cfg, ids, bos)
+                    log(f"step {done} held-out {json.dumps(rec['heldout'])}")
         loop.write(rec)
         if loop.due(done, cfg.save_every):
             model.eval()

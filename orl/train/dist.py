@@ -1,10 +1,11 @@
-"""Data-parallel training under torchrun: one process per device, PyTorch DDP for the gradients.
+"""Data-parallel training under torchrun: one process per device, PyTorch DDP (or FSDP2, `parallel=
+"fsdp"`: orl.train.fsdp) for the gradients.
 
 `orl train` needs no flag: launched by torchrun (RANK / WORLD_SIZE / LOCAL_RANK in the environment)
 a recipe joins the process group - nccl on CUDA, one GPU per LOCAL_RANK, gloo on CPU - and wraps the
-model in DistributedDataParallel; launched plainly it runs as one process, as before. Every rank
-builds the same global batch (batches are pure functions of seed and step) and trains on its share
-of the rows, so a run matches the single-process run up to the order of floating-point sums.
+model in DistributedDataParallel (or shards it); launched plainly it runs as one process, as before.
+Every rank builds the same global batch (batches are pure functions of seed and step) and trains on
+its share of the rows, so a run matches the single-process run up to the order of floating-point sums.
 Rank 0 alone checks and writes the output directory, the log and the console.
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 import torch.distributed as tdist
 from torch import Tensor
 
+from orl.train import fsdp
 from orl.train.batches import Batch
 
 # rank 0 evaluates held-out accuracy and writes checkpoints while the others wait in the next step's
@@ -42,11 +44,16 @@ class Dist:
         """This rank's contiguous share of n items (the first ranks get the smaller shares)."""
         return range(self.rank * n // self.world, (self.rank + 1) * n // self.world)
 
-    def wrap(self, model: torch.nn.Module, find_unused: bool = False) -> torch.nn.Module:
+    def wrap(self, model: torch.nn.Module, find_unused: bool = False, parallel: str = "ddp",
+             bf16: bool = False) -> torch.nn.Module:
         """DDP around `model` (its parameters are broadcast from rank 0); the model itself otherwise.
-        find_unused: some parameters get no gradient in this recipe (an adapter the run does not use)."""
+        find_unused: some parameters get no gradient in this recipe (an adapter the run does not use).
+        parallel="fsdp": `model` sharded in place (fsdp.shard, bf16 gathers with `bf16`) and returned;
+        build the optimizer after this, on the sharded parameters."""
         if not self.launched:
             return model
+        if parallel == "fsdp":
+            return fsdp.shard(model, bf16)
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [self.device.index] if self.device.type == "cuda" else None
@@ -54,6 +61,8 @@ class Dist:
 
     def no_sync(self, model: torch.nn.Module, skip: bool):
         """Accumulate gradients locally (skip=True) until the last micro-batch's backward syncs them."""
+        if fsdp.is_sharded(model):
+            return fsdp.gradient_sync(model, not skip)
         return model.no_sync() if skip and hasattr(model, "no_sync") else nullcontext()
 
     def all_sum(self, x: Tensor) -> Tensor:

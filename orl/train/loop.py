@@ -21,11 +21,13 @@ from tqdm import tqdm
 
 from orl.atomic_dir import NotOrlDirectory, check_replaceable, recover
 from orl.train.dist import SINGLE, Dist
+from orl.train.fsdp import full_state, load_optimizer
 from orl.train.runlog import open_log
 
 TRAIN_STATE = "trainer_state.pt"
-# fields a resumed run may change: they decide when to log, evaluate and save, not what is learned
-RESUME_FREE = frozenset({"threads", "eval_every", "eval_samples", "save_every"})
+# fields a resumed run may change: they decide when to log, evaluate and save, or how the work is
+# spread over processes (the checkpoint is the same under DDP and FSDP), not what is learned
+RESUME_FREE = frozenset({"threads", "eval_every", "eval_samples", "save_every", "parallel"})
 
 
 class ResumeError(ValueError):
@@ -171,13 +173,20 @@ class TrainLoop:
 
     def save(self, model, tok, manifest: dict, opt: torch.optim.Optimizer, done: int, target: Path | None = None,
              **state) -> None:
-        """Atomic checkpoint + the trainer state that resumes it exactly."""
+        """Atomic checkpoint + the trainer state that resumes it exactly. Every rank calls it: a sharded
+        model's weights and optimizer state are gathered to rank 0, which writes them."""
         from orl.checkpoint import save_checkpoint
 
+        weights, optimizer = full_state(model, opt)
         if not self.dist.main:
             return
-        full = {self.key: done, "optimizer": opt.state_dict(), "config": self.config, **state}
-        save_checkpoint(model, tok, target or self.out, manifest, extra_files={TRAIN_STATE: train_state_bytes(full)})
+        full = {self.key: done, "optimizer": optimizer, "config": self.config, **state}
+        save_checkpoint(model, tok, target or self.out, manifest, extra_files={TRAIN_STATE: train_state_bytes(full)},
+                        state=weights)
+
+    def load_optimizer(self, model, opt: torch.optim.Optimizer) -> None:
+        """The resumed run's optimizer state into `opt` (built on the model as it trains: sharded or not)."""
+        load_optimizer(model, opt, self.state["optimizer"])
 
 
 def check_fields(cfg, positive: tuple[str, ...] = (), non_negative: tuple[str, ...] = ()) -> list[str]:

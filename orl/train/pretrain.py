@@ -22,6 +22,7 @@ from orl.model.args import ModelArgs
 from orl.model.model import Transformer
 from orl.train.batches import Batch, ar_batch, diffusion_batch, shift_positions, weighted_ce_sum
 from orl.train.dist import SINGLE, Dist, setup, shard_rows
+from orl.train.fsdp import check_parallel, gathered
 from orl.atomic_dir import RUN_FILES
 from orl.train.loop import TrainLoop, check_fields, make_optimizer
 
@@ -53,6 +54,7 @@ class PretrainConfig:
     eval_max_new_tokens: int = 64  # answer budget of the periodic eval (long7 needs 80)
     save_every: int = 250
     threads: int = 0              # torch threads; 0 keeps torch's default
+    parallel: str = "ddp"         # under torchrun: ddp | fsdp (sharded weights and optimizer: orl.train.fsdp)
 
     def __post_init__(self):
         problems = check_fields(self, positive=("block_len", "batch_size", "noisy_copies", "lr", "eval_every",
@@ -65,6 +67,7 @@ class PretrainConfig:
             problems.append(f"pos_offset must be in [0, 1], got {self.pos_offset}")
         if not 0.0 <= self.min_lr_frac <= 1.0:
             problems.append(f"min_lr_frac must be in [0, 1], got {self.min_lr_frac}")
+        problems += check_parallel(self)
         if self.mix and (len(self.mix) != len(self.tasks) or min(self.mix) < 0 or sum(self.mix) == 0):
             problems.append(f"mix {self.mix} must give a count >= 0 for each of the tasks {self.tasks}")
         if problems:
@@ -138,8 +141,8 @@ def train_step(model: Transformer, opt: torch.optim.Optimizer, batches: list[Bat
                lr: float, parts: list | None = None, dist: Dist = SINGLE, norms: list | None = None) -> float:
     """One optimizer step over the micro-batches: the weighted mean loss over all of their positions.
     `parts` (if given) receives each micro-batch's own mean loss, `norms` the gradient norm before
-    clipping. Under torchrun `model` is the DDP wrapper and each rank runs its rows of every
-    micro-batch (dist.shard_rows)."""
+    clipping. Under torchrun `model` is the DDP wrapper (or the FSDP-sharded model) and each rank runs
+    its rows of every micro-batch (dist.shard_rows)."""
     for g in opt.param_groups:
         g["lr"] = lr
     weights = torch.stack([b.weight.sum() for b in batches])  # whole micro-batches: the global total
@@ -152,7 +155,7 @@ def train_step(model: Transformer, opt: torch.optim.Optimizer, batches: list[Bat
             with torch.autocast(dist.device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
                 logits = model(rows.tokens, rows.pos, rows.mask, read_from=rows.read_from)
             s = weighted_ce_sum(logits, rows)
-            # DDP averages gradients over ranks; world x this rank's share makes that the whole loss's gradient
+            # DDP / FSDP average gradients over ranks; world x this rank's share gives the whole loss's gradient
             (s * (dist.world / total_w)).backward()
         sums.append(s.detach())
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -186,11 +189,11 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_co
     else:
         torch.manual_seed(cfg.seed)
         model = Transformer(cfg.model).to(dist.device)
+    model.train()
+    ddp = dist.wrap(model, parallel=cfg.parallel, bf16=cfg.bf16)  # `model` for evaluation and checkpoints
     opt = make_optimizer(model, cfg.lr, cfg.weight_decay)
     if loop.state:
-        opt.load_state_dict(loop.state["optimizer"])
-    model.train()
-    ddp = dist.wrap(model)  # `model` itself for evaluation and checkpoints
+        loop.load_optimizer(model, opt)
     t_last, tokens = time.perf_counter(), 0
     for step in loop.steps():
         batches = make_batches(cfg, tok, step)
@@ -210,11 +213,13 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_co
             rec["tok_s"] = round(tokens / dt)
             loop.bar.set_postfix(stage=stage, loss=f"{loss:.4f}", tok_s=f"{tokens / dt:.0f}")
             t_last, tokens = time.perf_counter(), 0
-        if dist.main and (loop.due(done, cfg.eval_every) or done == cfg.ar_steps):
-            # During the AR stage the model is judged as what it is then: a greedy AR decoder.
-            rec["eval"] = evaluate(model, tok, cfg) if stage == "diffusion" else evaluate_ar(model, tok, cfg)
-            log(f"step {done} eval {json.dumps(rec['eval'])}")
-            model.train()
+        if loop.due(done, cfg.eval_every) or done == cfg.ar_steps:
+            with gathered(model):  # sharded weights: every rank gathers them, rank 0 evaluates
+                if dist.main:
+                    # During the AR stage the model is judged as what it is then: a greedy AR decoder.
+                    rec["eval"] = evaluate(model, tok, cfg) if stage == "diffusion" else evaluate_ar(model, tok, cfg)
+                    log(f"step {done} eval {json.dumps(rec['eval'])}")
+                    model.train()
         loop.write(rec)
         end_of_stage1 = done == cfg.ar_steps and cfg.diffusion_steps > 0
         if end_of_stage1:
