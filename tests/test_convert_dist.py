@@ -79,14 +79,21 @@ def test_two_processes_match_one_build_the_corpus_once_and_resume_on_one(base, t
     same_run(tmp_path / "one", tmp_path / "two")
 
 
-def test_torchrun_cli_resumes_a_one_process_run(base, tmp_path, monkeypatch):
+def resume_under_torchrun(base, tmp_path, monkeypatch, *sets: str) -> None:
+    """Steps 3-4 of a one-process conversion (stopped after step 2) under `torchrun --nproc-per-node 2`
+    with extra `--set`s: the same weights, log and trainer state as the uninterrupted one-process run."""
     cfg = smoke_cfg(base)
     cv.convert(cfg, tmp_path / "one", log=quiet)
     stop_at_step_2(monkeypatch)
     with pytest.raises(Stop):
         cv.convert(cfg, tmp_path / "two", log=quiet)
+    extra = [arg for s in sets for arg in ("--set", s)]
     out = torchrun_cli("train", "--recipe", "convert", "--preset", "smoke", "--base", cfg.base,
                        "--out", str(tmp_path / "two"), "--set", f"data_dir={cfg.data_dir}",
-                       "--set", f"corpus.roots={cfg.corpus.roots[0]}", "--set", "threads=1")
+                       "--set", f"corpus.roots={cfg.corpus.roots[0]}", "--set", "threads=1", *extra)
     assert out.count("resumed from") == 1 and out.count("done: steps 3-4") == 1  # rank 0 alone speaks
     same_run(tmp_path / "one", tmp_path / "two")
+
+
+def test_torchrun_cli_resumes_a_one_process_run(base, tmp_path, monkeypatch):
+    resume_under_torchrun(base, tmp_path, monkeypatch)

@@ -12,7 +12,6 @@ import os
 import pytest
 import torch
 
-import orl.train.convert as cv
 import orl.train.pretrain as pretrain_mod
 from orl.checkpoint import load_checkpoint
 from orl.cli import main
@@ -21,8 +20,8 @@ from orl.presets import get_preset
 from orl.train import fsdp
 from orl.train.loop import TRAIN_STATE, load_train_state, make_optimizer
 from test_convert import base, smoke_cfg  # noqa: F401 (base: the tiny random AR checkpoint fixture)
-from test_convert_dist import Stop, quiet, same_run, stop_at_step_2
-from test_dist import ATOL, PRETRAIN_SET, max_diff, records, same_records, torchrun_cli, two_ranks
+from test_convert_dist import Stop, quiet, resume_under_torchrun
+from test_dist import ATOL, PRETRAIN_SET, max_diff, records, same_records, two_ranks
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -123,17 +122,8 @@ def test_convert_resumes_a_one_process_run_under_fsdp(base, tmp_path, monkeypatc
     """Steps 3-4 of a one-process conversion under `torchrun --nproc-per-node 2 ... --set parallel=fsdp`:
     a tied head used outside the forward (chunked CE), checkpointed blocks, a rank with a zero-weight
     row, rank-0 held-out evaluation, and the same weights, log and trainer state as one process."""
-    cfg = smoke_cfg(base)
-    assert cfg.checkpointing and not cfg.bf16
-    cv.convert(cfg, tmp_path / "one", log=quiet)
-    stop_at_step_2(monkeypatch)
-    with pytest.raises(Stop):
-        cv.convert(cfg, tmp_path / "two", log=quiet)
-    out = torchrun_cli("train", "--recipe", "convert", "--preset", "smoke", "--base", cfg.base,
-                       "--out", str(tmp_path / "two"), "--set", f"data_dir={cfg.data_dir}",
-                       "--set", f"corpus.roots={cfg.corpus.roots[0]}", "--set", "threads=1", "--set", "parallel=fsdp")
-    assert out.count("resumed from") == 1 and out.count("done: steps 3-4") == 1
-    same_run(tmp_path / "one", tmp_path / "two")
+    assert smoke_cfg(base).checkpointing and not smoke_cfg(base).bf16
+    resume_under_torchrun(base, tmp_path, monkeypatch, "parallel=fsdp")
     one, two = (torch.load(d / TRAIN_STATE, weights_only=True)["optimizer"] for d in (tmp_path / "one", tmp_path / "two"))
     assert one["state"].keys() == two["state"].keys()
     assert all(torch.allclose(one["state"][i]["exp_avg_sq"], two["state"][i]["exp_avg_sq"], atol=1e-9)
