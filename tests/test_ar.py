@@ -11,6 +11,7 @@ import orl.engine.ar as ar
 from orl.checkpoint import load_checkpoint, save_checkpoint
 from orl.cli import main
 from orl.engine.ar import ARConfig, ARDecoder, ar_step
+from orl.engine.request import request_cache_len
 from orl.export import ExportError, export_hf
 from orl.model import ModelArgs, Transformer, masks
 from orl.tokenizer import CharTokenizer
@@ -149,7 +150,7 @@ def test_cache_is_sized_to_the_request_not_the_context():
     assert dec._states[1].cache.max_len == 128 and g.token_ids == naive_greedy(model, TOK.encode(long), N)
     dec.generate("a", ARConfig(max_new_tokens=4))
     assert dec._states[1].cache.max_len == 128  # a shorter request reuses the buffers (no new shape)
-    assert [ar.request_cache_len(n, 100) for n in (1, 64, 65, 100)] == [64, 64, 100, 100]  # never past max_len
+    assert [request_cache_len(n, 100) for n in (1, 64, 65, 100)] == [64, 64, 100, 100]  # never past max_len
 
 
 def test_eval_and_bench_size_the_ar_cache_to_the_request(tmp_path, monkeypatch):

@@ -29,7 +29,7 @@ from torch import Tensor
 from orl.engine.sampling import hash_uniform
 from orl.engine.config import checked, decoding_problems, field_problems
 from orl.engine.loaded import LoadedModel
-from orl.engine.request import Clock, check_request, encode_prompts
+from orl.engine.request import Clock, check_request, encode_prompts, request_cache_len
 from orl.engine.sequence import Generation
 from orl.model.kv_cache import KVCache
 from orl.model.masks import see_self_if_blind
@@ -100,12 +100,6 @@ def ar_step(model: Transformer, st: ARState, temperature: float, eos_id: int, eo
     st.token.copy_(x)
     st.cache.length.add_(1)
     st.step.add_(1)
-
-
-def request_cache_len(need: int, limit: int, floor: int = 64) -> int:
-    """Cache slots for a request of `need` tokens: the next power of two (at least floor), at most
-    limit (the decoder's max_len). Powers of two bound the distinct shapes by log2 of the context."""
-    return min(limit, max(floor, 1 << (need - 1).bit_length()))
 
 
 class ARDecoder(LoadedModel):

@@ -8,13 +8,13 @@ from typing import Iterator
 import torch
 
 from orl.engine import full_sequence, layouts
-from orl.engine.ar import request_cache_len as cache_length  # the AR decoder's buckets: powers of two
 from orl.engine.config import DecodeConfig, UnsupportedSetting
 from orl.engine.decode import DecodeState, ar_first_token, block_closed, denoise_step, prepare_block
 from orl.engine.events import BlockEvent, DoneEvent, Event, StepEvent
 from orl.engine.graph import ChunkRunner
 from orl.engine.loaded import LoadedModel
 from orl.engine.request import Clock, check_request, encode_prompts, prefill_length
+from orl.engine.request import request_cache_len as cache_length  # the AR decoder's buckets too: powers of two
 from orl.engine.sequence import Generation, Row
 from orl.engine.trace import TraceRecorder
 from orl.model.kv_cache import check_budget

@@ -1,6 +1,6 @@
 """What every decoder (Engine, ARDecoder) does with a request before its first forward: encode and
-check the prompts, check that prompt + answer fit the context and that the seeds match the rows, and
-time the request on a clock that waits for the device."""
+check the prompts, check that prompt + answer fit the context and that the seeds match the rows, size
+the KV cache to the request, and time the request on a clock that waits for the device."""
 from __future__ import annotations
 
 import time
@@ -64,3 +64,9 @@ def prefill_length(P: int, answer_slots: int, max_len: int, smallest: int = 16) 
     while bucket < P:
         bucket = bucket * 3 // 2 if bucket & (bucket - 1) == 0 else bucket * 4 // 3
     return bucket if bucket + answer_slots <= max_len else P
+
+
+def request_cache_len(need: int, limit: int, floor: int = 64) -> int:
+    """Cache slots for a request of `need` tokens: the next power of two (at least floor), at most
+    limit (the decoder's max_len). Powers of two bound the distinct shapes by log2 of the context."""
+    return min(limit, max(floor, 1 << (need - 1).bit_length()))
