@@ -30,9 +30,7 @@ import platform
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))             # `orl` without an install (the GPU box runs from the repo)
@@ -40,10 +38,11 @@ sys.path.insert(0, str(ROOT))             # `orl` without an install (the GPU bo
 import torch  # noqa: E402
 
 from orl.engine import DecodeConfig, Engine  # noqa: E402
-from orl.engine.decode import block_forward  # noqa: E402
 from orl.eval.peers import llada_reference, prefix_cache  # noqa: E402
 from orl.model import ModelArgs, Transformer  # noqa: E402
 from orl.tokenizer import CharTokenizer  # noqa: E402
+# helpers beside this script (its folder is on sys.path when it runs)
+from latency_timers import Decoder, Run, bare_forward, engine_run  # noqa: E402
 
 DEFAULT_PROMPT = "Sort the numbers 41 7 19 3 and explain each step:"
 # the tiny preset's shape, with room for a 256-token answer
@@ -92,31 +91,6 @@ def random_model(seed: int) -> Transformer:
     return model.eval()
 
 
-# ---------------------------------------------------------------- timing helpers
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-@dataclass
-class Run:
-    token_ids: list[int]
-    forwards: int
-    prefill_s: float
-    total_s: float
-
-
-@dataclass
-class Decoder:
-    name: str
-    run: Callable[[], Run]
-    mode: str | None = None                      # engine mode of a dlmrt row
-    bare: Callable[[], float] | None = None      # one timed batch of bare block forwards -> s per forward
-    runs: list[Run] = field(default_factory=list)
-    bare_s: list[float] = field(default_factory=list)
-
-
 def parse_mode(spec: str) -> tuple[str, int]:
     name, _, k = spec.partition(":")
     if name not in ("eager", "compile", "cuda_graph"):
@@ -128,76 +102,6 @@ def decode_config(args, mode: str, chunk: int) -> DecodeConfig:
     return DecodeConfig(block_len=args.block_len, max_new_tokens=args.gen_len, rule="threshold",
                         threshold=args.threshold, chunk_steps=chunk, compile=mode == "compile",
                         cuda_graph=mode == "cuda_graph")
-
-
-def engine_run(engine: Engine, prompt_ids: list[int], cfg: DecodeConfig) -> Callable[[], Run]:
-    def run() -> Run:
-        g = engine.generate_ids([prompt_ids], cfg)[0]
-        return Run(g.token_ids, g.forwards, g.prefill_s, g.total_s)
-    return run
-
-
-def bare_forward(model, tok, prompt_ids: list[int], cfg: DecodeConfig, max_len: int, mode: str,
-                 device: torch.device) -> Callable[[], float]:
-    """A timer of the model call one denoising step makes, in isolation. The call is captured from
-    the engine's own block_forward (a forward pre-hook records its exact arguments), on a private
-    engine so timing it cannot disturb the decoders' buffers. Returns () -> seconds per forward."""
-    eng = Engine(model, tok, max_len=max_len)
-    st, P = eng.setup([prompt_ids], cfg)
-    eng.begin_block(st, cfg, P, 0, [True])
-    call = {}
-
-    def record(_module, a, kw):
-        call["args"], call["kwargs"] = a, kw
-
-    handle = model.register_forward_pre_hook(record, with_kwargs=True)
-    try:
-        with torch.no_grad():
-            block_forward(model, st, cfg, eng.ids)
-    finally:
-        handle.remove()
-    a, kw = call["args"], call["kwargs"]
-
-    def plain():
-        return model(*a, **kw)
-
-    if mode == "eager":
-        fn = plain
-    elif mode == "compile":
-        compiled = torch.compile(plain, fullgraph=True, dynamic=False)
-        fn = compiled
-    else:  # cuda_graph: the forward captured once and replayed, as the engine replays its steps
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.no_grad(), torch.cuda.stream(side):
-            for _ in range(2):
-                plain()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.no_grad(), torch.cuda.graph(graph):
-            plain()
-        fn = graph.replay
-
-    with torch.no_grad():  # warm-up: compilation, allocator, first-call costs
-        for _ in range(3):
-            fn()
-        sync(device)
-        t = time.perf_counter()
-        fn()
-        sync(device)
-        one = time.perf_counter() - t
-    # batches of ~0.2 s: long enough that one preemption by a neighbour does not decide a round
-    n = max(5, min(500, int(0.2 / max(one, 1e-6))))
-
-    def timed() -> float:
-        with torch.no_grad():
-            sync(device)
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            sync(device)
-        return (time.perf_counter() - t0) / n
-    return timed
 
 
 # ---------------------------------------------------------------- report
