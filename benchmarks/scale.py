@@ -43,8 +43,6 @@ import argparse
 import copy
 import gc
 import json
-import math
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -54,26 +52,12 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from orl.engine import DecodeConfig, Engine  # noqa: E402
-from orl.eval.peers import prefix_cache  # noqa: E402
-from orl.model import ModelArgs, Transformer  # noqa: E402
-from orl.quant import linear_paths, quantize  # noqa: E402
+from orl.model import Transformer  # noqa: E402
+from orl.quant import quantize  # noqa: E402
+# helpers beside this script (its folder is on sys.path when it runs; the tests add it)
+from scale_peers import dlmrt_rows, hf_rows, prefix_rows, row, sync  # noqa: E402
+from scale_shapes import SHAPES, build, shape_args  # noqa: E402
 
-QWEN3 = dict(n_heads=16, n_kv_heads=8, head_dim=128, vocab_size=151936, tie_embeddings=True, rope_theta=1e6,
-             qk_norm=True, norm_eps=1e-6)
-SHAPES = {  # published config.json values
-    "qwen3-0.6b": dict(QWEN3, dim=1024, n_layers=28, ffn_dim=3072),
-    "qwen3-1.7b": dict(QWEN3, dim=2048, n_layers=28, ffn_dim=6144),
-    "qwen3-4b": dict(QWEN3, dim=2560, n_layers=36, n_heads=32, ffn_dim=9728),
-    # LLaDA2.0-mini: 16B total, 1.4B active; its first layer is a dense SwiGLU of ffn_dim
-    # (first_k_dense_replace 1), the other 19 are MoE
-    "llada2-mini": dict(dim=2048, n_layers=20, n_heads=16, n_kv_heads=4, head_dim=128, ffn_dim=5120,
-                        vocab_size=157184, tie_embeddings=False, rope_theta=6e5, rotary_fraction=0.5, qk_norm=True,
-                        n_experts=256, n_experts_per_tok=8, moe_ffn_dim=512, shared_expert_ffn_dim=512,
-                        first_dense_layers=1),
-}
-TINY = dict(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, ffn_dim=128, vocab_size=512)
-TINY_MOE = dict(n_experts=8, n_experts_per_tok=2, moe_ffn_dim=32, shared_expert_ffn_dim=32)
 H200_BANDWIDTH = 4.8e12
 
 
@@ -115,64 +99,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-class IdsOnly:
-    """A tokenizer of ids alone: the mask, EOS and pad ids are the top three of the vocabulary and
-    lie beyond vocab_size, so the engine bans all three (no EOS: answers run their full length)."""
-
-    def __init__(self, vocab: int):
-        self.vocab_size = vocab - 3
-        self.mask_id, self.eos_id, self.pad_id = vocab - 3, vocab - 2, vocab - 1
-
-    def decode(self, ids) -> str:
-        return ""
-
-
-def shape_args(name: str, args) -> dict:
-    kw = dict(SHAPES[name])
-    if args.tiny:
-        kw.update(TINY, **(TINY_MOE if kw.get("n_experts") else {}))
-    if args.layers:
-        kw["n_layers"] = args.layers
-    kw["max_seq_len"] = args.prompt_len + args.new_tokens
-    return kw
-
-
-def build(kw: dict, dtype: torch.dtype, device: torch.device, seed: int = 0) -> Transformer:
-    """Random weights made on the device, in the dtype (no fp32 copy of a 16B model first)."""
-    torch.manual_seed(seed)
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        with torch.device(device):
-            return Transformer(ModelArgs(**kw)).eval()
-    finally:
-        torch.set_default_dtype(old)
-
-
-def tensor_bytes(tensors) -> int:
-    seen, total = set(), 0
-    for t in tensors:
-        if id(t) not in seen:
-            seen.add(id(t))
-            total += t.numel() * t.element_size()
-    return total
-
-
-def weight_bytes_per_forward(model: Transformer) -> int:
-    skip = set()
-    if not model.args.tie_embeddings:  # a lookup reads L rows of the table, not the table
-        skip.add(id(model.model.embed_tokens.weight))
-    if model.model.embed_positions is not None:
-        skip.add(id(model.model.embed_positions.weight))
-    persistent = [b for m in model.modules() for n, b in m.named_buffers(recurse=False)
-                  if n not in m._non_persistent_buffers_set]
-    return tensor_bytes(t for t in list(model.parameters()) + persistent if id(t) not in skip)
-
-
-def kv_bytes(kw: dict, max_len: int, dtype: torch.dtype) -> int:
-    return 2 * kw["n_layers"] * kw["n_kv_heads"] * max_len * kw["head_dim"] * torch.empty((), dtype=dtype).element_size()
-
-
 def copy_bandwidth(device: torch.device) -> float:
     """Bytes read + written per second by a large device copy."""
     n = (1 << 28) if device.type == "cuda" else (1 << 25)  # float32 elements: 1 GiB / 128 MiB
@@ -185,124 +111,6 @@ def copy_bandwidth(device: torch.device) -> float:
         y.copy_(x)
     sync(device)
     return 2 * 4 * n * reps / (time.perf_counter() - t0)
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def median(xs) -> float:
-    return statistics.median(xs)
-
-
-def row(shape: str, kw: dict, peer: str, form: str, **fields) -> dict:
-    return {"shape": shape, "layers": kw["n_layers"], "peer": peer, "form": form, **fields}
-
-
-def timing_fields(tokens: int, forwards: int, total_s: float, prefill_s: float, per_fwd_bytes: int, bw: float) -> dict:
-    ms_fwd = (total_s - prefill_s) / forwards * 1e3
-    return {"tokens": tokens, "forwards": forwards, "tpf": tokens / forwards, "tok_s": tokens / total_s,
-            "fwd_s": 1e3 / ms_fwd, "ms_fwd": ms_fwd, "mb_fwd": per_fwd_bytes / 1e6,
-            "roofline": per_fwd_bytes / bw * 1e3 / ms_fwd, "prefill_ms": prefill_s * 1e3}
-
-
-# ---------------------------------------------------------------- the three decoders
-
-def dlmrt_rows(shape, kw, model, form, prompt, args, device, bw, tpfs) -> list[dict]:
-    tok = IdsOnly(kw["vocab_size"])
-    max_len = args.prompt_len + args.new_tokens
-    eng = Engine(model, tok, max_len=max_len)
-    per_fwd = weight_bytes_per_forward(model) + kv_bytes(kw, max_len, model.lm_head.weight.dtype)
-    paths = ",".join(linear_paths(model, model.lm_head.weight.dtype)) or "dense"
-    rows, L = [], args.block_len
-    for k in tpfs:
-        # one chunk length for every k (a divisor of every L / k here), so every k replays the graphs
-        # captured for the first: the commit schedule lives in a device buffer (DeviceKnobs.n_steps)
-        chunk = math.gcd(4, L // max(args.tpf + args.moe_tpf + args.quant_tpf))
-        cfg = DecodeConfig(block_len=L, max_new_tokens=args.new_tokens, rule="topk", steps_per_block=L // k,
-                           chunk_steps=chunk, cuda_graph=device.type == "cuda")
-        gens = [eng.generate_ids([prompt], cfg)[0] for _ in range(args.warmup + args.repeats)][args.warmup:]
-        g = gens[0]
-        total, pre = median([x.total_s for x in gens]), median([x.prefill_s for x in gens])
-        rows.append(row(shape, kw, "dlmrt", form, tpf_target=k, paths=f"{paths}, {eng.runner.captures} graphs"
-                        if device.type == "cuda" else paths, captures=eng.runner.captures,
-                        **timing_fields(g.n_tokens, g.forwards, total, pre, per_fwd, bw)))
-    return rows
-
-
-def prefix_rows(shape, kw, model, form, prompt, args, device, bw) -> list[dict]:
-    tok = IdsOnly(kw["vocab_size"])
-    banned = (tok.mask_id, tok.eos_id, tok.pad_id)
-    per_fwd = weight_bytes_per_forward(model) + kv_bytes(kw, args.prompt_len + args.new_tokens, model.lm_head.weight.dtype)
-    runs = [prefix_cache(model, prompt, gen_len=args.new_tokens, block_len=args.block_len,
-                         threshold=args.prefix_threshold, mask_id=tok.mask_id, eos_id=tok.eos_id, banned=banned)
-            for _ in range(args.warmup + args.repeats)][args.warmup:]
-    r = runs[0]
-    total, pre = median([x.total_s for x in runs]), median([x.prefill_s for x in runs])
-    return [row(shape, kw, "prefix-cache", form, tpf_target=None, paths="eager",
-                **timing_fields(r.n_tokens, r.forwards, total, pre, per_fwd, bw))]
-
-
-def hf_rows(shape, kw, prompt, args, device, dtype, bw) -> list[dict]:
-    """transformers' own Qwen3 at the same shape (dense shapes only), random weights."""
-    try:
-        from transformers import Qwen3Config, Qwen3ForCausalLM
-    except ImportError as e:
-        return [row(shape, kw, "hf-ar", "base", note=f"skipped: transformers not importable ({e})")]
-    if kw.get("n_experts"):
-        return [row(shape, kw, "hf-ar", "base", note="skipped: no transformers class for LLaDA2's MoE")]
-    max_len = args.prompt_len + args.new_tokens
-    cfg = Qwen3Config(vocab_size=kw["vocab_size"], hidden_size=kw["dim"], intermediate_size=kw["ffn_dim"],
-                      num_hidden_layers=kw["n_layers"], num_attention_heads=kw["n_heads"],
-                      num_key_value_heads=kw["n_kv_heads"], head_dim=kw["head_dim"],
-                      tie_word_embeddings=kw["tie_embeddings"], max_position_embeddings=max_len + 8,
-                      rope_theta=kw["rope_theta"], rms_norm_eps=kw["norm_eps"])
-    torch.manual_seed(0)
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        with torch.device(device):
-            hf = Qwen3ForCausalLM(cfg).eval()
-    finally:
-        torch.set_default_dtype(old)
-    ids = torch.tensor([prompt], device=device)
-    n = args.new_tokens
-    kw_gen = dict(attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                  cache_implementation="static", pad_token_id=kw["vocab_size"] - 1, eos_token_id=kw["vocab_size"] - 2)
-    graphs_before = _dynamo_graphs()
-    walls = []
-    with torch.no_grad():
-        for i in range(args.warmup + args.repeats):
-            sync(device)
-            t0 = time.perf_counter()
-            out = hf.generate(ids, **kw_gen)
-            sync(device)
-            if i >= args.warmup:
-                walls.append(time.perf_counter() - t0)
-    compiled = _dynamo_graphs() > graphs_before
-    tokens = out.shape[1] - ids.shape[1]
-    per_fwd = weight_bytes_per_forward_hf(hf) + kv_bytes(kw, max_len, dtype)
-    wall = median(walls)
-    # one forward per token, the prefill's included (it yields the first token): prefill_s = 0
-    fields = timing_fields(tokens, tokens, wall, 0.0, per_fwd, bw)
-    del hf
-    return [row(shape, kw, "hf-ar-compiled" if compiled else "hf-ar", "base", tpf_target=1,
-                paths="torch.compile" if compiled else "eager", **fields)]
-
-
-def weight_bytes_per_forward_hf(hf) -> int:
-    emb = hf.get_input_embeddings().weight
-    tied = emb is hf.get_output_embeddings().weight
-    return tensor_bytes(p for p in hf.parameters() if tied or p is not emb)
-
-
-def _dynamo_graphs() -> int:
-    try:
-        from torch._dynamo.utils import counters
-        return int(counters["stats"]["unique_graphs"])
-    except Exception:  # counters moved: report "not compiled" rather than fail the table
-        return 0
 
 
 # ---------------------------------------------------------------- jobs, budget, table

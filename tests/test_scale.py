@@ -14,6 +14,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import scale  # noqa: E402
+import scale_shapes  # noqa: E402
 
 from orl.quant import quantize  # noqa: E402
 
@@ -53,14 +54,14 @@ def test_bytes_read_per_forward():
     args = scale.parse_args(["--tiny", "--device", "cpu"])
     dense = scale.build(scale.shape_args("qwen3-0.6b", args), torch.float32, torch.device("cpu"))
     params = sum(p.numel() * 4 for p in dense.parameters())  # tied head: the table is read as the head
-    assert scale.weight_bytes_per_forward(dense) == params
+    assert scale_shapes.weight_bytes_per_forward(dense) == params
     moe = scale.build(scale.shape_args("llada2-mini", args), torch.float32, torch.device("cpu"))
     emb = moe.model.embed_tokens.weight.numel() * 4  # untied: the lookup reads L rows, not the table
-    assert scale.weight_bytes_per_forward(moe) == sum(p.numel() * 4 for p in moe.parameters()) - emb
+    assert scale_shapes.weight_bytes_per_forward(moe) == sum(p.numel() * 4 for p in moe.parameters()) - emb
     fp8 = quantize(dense, "fp8")
-    assert scale.weight_bytes_per_forward(fp8) < params  # stored size (1 byte + a scale per row)
+    assert scale_shapes.weight_bytes_per_forward(fp8) < params  # stored size (1 byte + a scale per row)
     kw = scale.shape_args("qwen3-0.6b", args)
-    assert scale.kv_bytes(kw, 32, torch.bfloat16) == 2 * 2 * kw["n_kv_heads"] * 32 * kw["head_dim"] * 2
+    assert scale_shapes.kv_bytes(kw, 32, torch.bfloat16) == 2 * 2 * kw["n_kv_heads"] * 32 * kw["head_dim"] * 2
 
 
 def test_jobs_in_priority_order_and_budget(capsys):
