@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 SCHEMA = 1
+_HEAD = f'{{"schema": {SCHEMA}, '.encode()  # how every line RecordWriter writes starts
 Key = tuple[str, str, str, int]
 
 
@@ -110,7 +111,10 @@ def group_value(r: dict, key: str) -> object:
 
 def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
     """(line number, text, is_last_and_unterminated)."""
-    data = path.read_text()
+    try:
+        data = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not a records file (not UTF-8 text: {e})") from None
     lines = data.split("\n")
     for i, line in enumerate(lines):
         if line.strip():
@@ -140,15 +144,23 @@ def read_records(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list
 
 class RecordWriter:
     """Appends records, flushing after each batch so that a kill loses at most the batch in flight.
-    Opening drops an unterminated last line left by an earlier kill, so appends start on a fresh line.
+    Opening drops an unterminated last line left by an earlier kill, so appends start on a fresh line;
+    only after every complete line has read as a record and the unterminated one as the start of one
+    (a kill cuts a line orl wrote): a file orl did not write is refused as it is, never shortened.
     The file is created by the first write: a run that fails before any record leaves nothing behind."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
+            read_records(self.path)  # raises, naming file and line, unless every complete line is a record
             data = self.path.read_bytes()
             if data and not data.endswith(b"\n"):
+                tail = data[data.rfind(b"\n") + 1:]
+                if not (tail.startswith(_HEAD) or _HEAD.startswith(tail)):
+                    raise ValueError(f"{self.path}: the last line is not a record cut short by a kill (it does not "
+                                     f"start as orl writes records, {_HEAD.decode()!r}): not an orl records file; "
+                                     "left as it is, give --out a new file")
                 with open(self.path, "r+b") as f:
                     f.truncate(data.rfind(b"\n") + 1)
         self._f = None

@@ -11,7 +11,8 @@ pooled), aup.csv (one row per model/decoder curve and task; y_max = best accurac
 task), steps.csv (per model, decoder and threshold: how many blocks took 1, 2, ..., 7, >= 8 denoising
 steps), accuracy_vs_tpf.png, accuracy_vs_tokens_per_s.png, tpf_per_task.png, steps_per_block.png,
 training_curves.png when post-training logs are given (--train-logs, orl.eval.curves), report.md
-(links the PNGs) and report.html (PNGs embedded as base64).
+(links the PNGs) and report.html (PNGs embedded as base64). An --out holding files of these names is
+written only when it is an earlier orl report (check_out): a user's summary.csv is never replaced.
 """
 from __future__ import annotations
 
@@ -93,6 +94,30 @@ PLOTS = {"accuracy_vs_tpf.png": "Accuracy vs TPF", "accuracy_vs_tokens_per_s.png
 TITLES = {"headline": "Headline", "summary": "Per task and threshold", "overall": "All tasks pooled",
           "aup": "AUP (accuracy under parallelism)", "steps": "Denoising steps per block (blocks per count)"}
 
+OUTPUTS = ("headline.csv", *(f"{n}.csv" for n in TITLES if n != "headline"), *PLOTS, "training_curves.png",
+           "report.md", "report.html")
+HTML_HEAD = "<!doctype html><html><head><meta charset='utf-8'><title>orl evaluation report</title>"
+
+
+def check_out(d: Path) -> None:
+    """--out may be new, hold no file of a report's names, or hold an earlier report (its report.html is
+    orl's): a file of those names that orl did not write (a summary.csv or report.md of the user's) is
+    never replaced - the report is refused before anything is written."""
+    if d.exists() and not d.is_dir():
+        raise ValueError(f"--out {d} is a file; give the report a directory")
+    clash = [n for n in OUTPUTS if (d / n).exists()]
+    if not clash:
+        return
+    page = d / "report.html"
+    try:
+        with open(page, "rb") as f:
+            ours = page.is_file() and f.read(len(HTML_HEAD)) == HTML_HEAD.encode()
+    except OSError:
+        ours = False
+    if not ours:
+        raise ValueError(f"--out {d} holds {', '.join(clash)}, which orl report did not write (no orl report.html "
+                         "there); refusing to replace them: choose a new directory")
+
 
 def build_report(paths: list[str | os.PathLike], out: str | os.PathLike, train_logs: list[str | os.PathLike] = (),
                  baseline: str | None = None, threshold: float = 0.9,
@@ -102,6 +127,7 @@ def build_report(paths: list[str | os.PathLike], out: str | os.PathLike, train_l
     if not records:
         raise ValueError("the records files hold no records")
     d = Path(out)
+    check_out(d)
     d.mkdir(parents=True, exist_ok=True)
     task_rows = summarize(records, TASK_ROWS)
     pooled = summarize(records, (*CURVE, "threshold"))
@@ -147,8 +173,7 @@ def build_report(paths: list[str | os.PathLike], out: str | os.PathLike, train_l
     tabs = "".join(f"<h2>{TITLES[n]}</h2>{html_table(rows)}{li(table_notes.get(n, []))}" for n, rows in shown_tables.items())
     style = ("body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;font-size:13px}"
              "td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}img{max-width:100%}li{font-size:13px}")
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>orl evaluation report</title>"
-            f"<style>{style}</style></head><body><h1>Evaluation report</h1><p>{len(records)} records from "
+    page = (f"{HTML_HEAD}<style>{style}</style></head><body><h1>Evaluation report</h1><p>{len(records)} records from "
             f"{html.escape(sources)}.</p><h2>Headline</h2>{heads}{tabs}{imgs}</body></html>")
     (d / "report.html").write_text(page)
     return d / "report.html"

@@ -1,0 +1,108 @@
+"""Hostile input at the user-facing surface (CLI output paths, checkpoint configs): what orl did not
+write is never shortened or replaced, and a config value of the wrong type or range is a named error at
+load, not garbage or a failure deep inside a forward."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from orl.checkpoint import save_checkpoint
+from orl.cli import main
+from orl.eval.records import read_records
+from orl.model import ModelArgs, Transformer
+from orl.tokenizer import CharTokenizer
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+TOK = CharTokenizer()
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    torch.manual_seed(0)
+    model = Transformer(ModelArgs(vocab_size=TOK.vocab_size, dim=32, n_layers=2, n_heads=2, n_kv_heads=1,
+                                  head_dim=16, ffn_dim=48, max_seq_len=128))
+    return save_checkpoint(model, TOK, tmp_path_factory.mktemp("ckpt") / "tiny", manifest={"block_len": 4})
+
+
+def eval_into(ckpt, out) -> int:
+    return main(["eval", "--model", str(ckpt), "--tasks", "add", "--limit", "1", "--max-new-tokens", "4",
+                 "--batch-size", "1", "--device", "cpu", "--no-progress", "--out", str(out)])
+
+
+@pytest.fixture(scope="module")
+def records(ckpt, tmp_path_factory):
+    out = tmp_path_factory.mktemp("rec") / "r.jsonl"
+    assert eval_into(ckpt, out) == 0
+    return out
+
+
+# ---------------------------------------------------------------- orl eval --out
+
+@pytest.mark.parametrize("text", ["hello", "line one\nmy last line, no newline after it"])
+def test_eval_out_a_file_orl_did_not_write_is_left_whole(ckpt, tmp_path, capsys, text):
+    """Before, opening --out cut an unterminated last line (the repair of a killed run's half-written
+    record) before anything checked that the file held records: 'hello' became an empty file that the
+    run then filled with records (exit 0), and the second file lost its last line."""
+    victim = tmp_path / "notes.txt"
+    victim.write_text(text)
+    assert eval_into(ckpt, victim) == 2
+    assert victim.read_text() == text
+    err = capsys.readouterr().err
+    assert "notes.txt" in err and ("not a record cut short" in err or "notes.txt:1: not a JSON record" in err)
+
+
+def test_eval_out_records_then_foreign_last_line_is_left_whole(ckpt, records, tmp_path, capsys):
+    """A records file someone appended a note to (no final newline): refused as it is."""
+    victim = tmp_path / "r.jsonl"
+    text = records.read_text() + "note: rerun with seed 2"
+    victim.write_text(text)
+    assert eval_into(ckpt, victim) == 2
+    assert victim.read_text() == text
+    assert "the last line is not a record cut short by a kill" in capsys.readouterr().err
+
+
+def test_eval_out_a_binary_file_is_named(ckpt, tmp_path, capsys):
+    victim = tmp_path / "blob.bin"
+    victim.write_bytes(b"\xff\xfe\x00garbage")
+    assert eval_into(ckpt, victim) == 2
+    assert victim.read_bytes() == b"\xff\xfe\x00garbage"
+    assert "blob.bin: not a records file (not UTF-8 text" in capsys.readouterr().err
+
+
+def test_eval_out_a_record_cut_by_a_kill_is_still_repaired(ckpt, records, tmp_path):
+    out = tmp_path / "r.jsonl"
+    whole = records.read_text()
+    out.write_text(whole + whole.splitlines()[0][:7])  # '{"schem': a kill inside the first bytes of a line
+    assert eval_into(ckpt, out) == 0
+    assert out.read_text() == whole  # the half line dropped, the finished sample not redone
+
+
+# ---------------------------------------------------------------- orl report --out
+
+def test_report_out_with_files_orl_did_not_write_is_refused(records, tmp_path, capsys):
+    d = tmp_path / "mine"
+    d.mkdir()
+    (d / "summary.csv").write_text("my,own\n1,2\n")
+    (d / "report.md").write_text("# my notes\n")
+    assert main(["report", str(records), "--out", str(d)]) == 2
+    assert "holds summary.csv, report.md, which orl report did not write" in capsys.readouterr().err
+    assert sorted(p.name for p in d.iterdir()) == ["report.md", "summary.csv"]  # nothing written
+    assert (d / "summary.csv").read_text() == "my,own\n1,2\n" and (d / "report.md").read_text() == "# my notes\n"
+
+
+def test_report_rewrites_its_own_report_and_writes_beside_other_files(records, tmp_path):
+    d = tmp_path / "rep"
+    d.mkdir()
+    (d / "README.txt").write_text("mine")  # another name: kept, not refused
+    assert main(["report", str(records), "--out", str(d)]) == 0
+    first = (d / "summary.csv").read_text()
+    assert main(["report", str(records), "--out", str(d)]) == 0  # an earlier orl report is replaced
+    assert (d / "summary.csv").read_text() == first and (d / "README.txt").read_text() == "mine"
+    assert len(read_records(records)) == 1
+
+
+def test_report_out_a_file_is_named(records, tmp_path, capsys):
+    f = tmp_path / "out.txt"
+    f.write_text("x")
+    assert main(["report", str(records), "--out", str(f)]) == 2
+    assert "is a file; give the report a directory" in capsys.readouterr().err and f.read_text() == "x"
