@@ -85,6 +85,36 @@ def check_replaceable(target: Path) -> None:
                               "choose another output directory")
 
 
+class OutputIsInput(ValueError):
+    pass
+
+
+def check_apart(out: Path, source: Path, flag: str) -> None:
+    """Raise OutputIsInput when the output directory `out` is the input `source` (a run's --base) or
+    either lies inside the other, after resolving `..` and symlinks and comparing inodes (a bind mount
+    or another spelling of one directory is the same directory). The first checkpoint of a run whose
+    --out is its base replaces the weights it starts from (an orl-written base passes
+    check_replaceable); a run inside the base writes entries into the base; a base inside --out is
+    deleted with the old copy when a checkpoint is swapped in (only the run files are carried)."""
+    out, source = Path(out).resolve(), Path(source).resolve()
+    if _same(out, source):
+        raise OutputIsInput(f"--out {out} is the {flag} checkpoint: the run's first checkpoint would replace the "
+                            "weights it starts from; give the run a directory of its own")
+    if any(_same(p, source) for p in out.parents):
+        raise OutputIsInput(f"--out {out} lies inside the {flag} checkpoint {source}: the run would write into "
+                            f"the base's directory; choose a directory outside {source}")
+    if any(_same(p, out) for p in source.parents):
+        raise OutputIsInput(f"the {flag} checkpoint {source} lies inside --out {out}: every checkpoint write "
+                            "replaces --out with a new copy, and the base with it; choose another --out")
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet): resolved paths are all there is to compare
+        return a == b
+
+
 def _siblings(target: Path, kind: str) -> list[Path]:
     return sorted(target.parent.glob(f".{target.name}.{kind}-*")) if target.parent.is_dir() else []
 

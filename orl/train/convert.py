@@ -208,7 +208,7 @@ def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_conf
 
     dist = setup()
     loop = TrainLoop(cfg, out, cfg.steps, "step", resume=resume, allow_config_change=allow_config_change, log=log,
-                     dist=dist)
+                     inputs={"--base": cfg.base}, dist=dist)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     teacher, tok, base_manifest, mask = load_base(cfg, dist.device)

@@ -12,14 +12,14 @@ import io
 import json
 import pickle
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-from orl.atomic_dir import NotOrlDirectory, check_replaceable, recover
+from orl.atomic_dir import NotOrlDirectory, check_apart, check_replaceable, recover
 from orl.train.dist import SINGLE, Dist
 from orl.train.fsdp import full_state, load_optimizer
 from orl.train.runlog import open_log
@@ -70,8 +70,13 @@ def _defaults(cfg_type, config: dict) -> dict:
         return {}
 
 
-def check_output(*dirs: Path) -> None:
-    """Finish interrupted writes, then refuse any output orl may not replace - before any step runs."""
+def check_output(*dirs: Path, inputs: Mapping[str, str | Path] | None = None) -> None:
+    """Refuse an output that is, holds or lies inside one of the run's `inputs` ({"--base": path}),
+    then finish interrupted writes and refuse any output orl may not replace - before anything is
+    written (recover may rename and delete hidden copies beside the output)."""
+    for flag, path in (inputs or {}).items():
+        if path:
+            check_apart(Path(dirs[0]), Path(path), flag)
     for d in dirs:  # --out first: a stage-1 copy inside it is recovered once --out is back
         recover(d)
     for d in dirs:
@@ -108,15 +113,16 @@ class TrainLoop:
     state of a resumed run (None for a fresh one) and `start` its step."""
 
     def __init__(self, cfg, out: str | Path, total: int, key: str, *, resume: bool = True,
-                 allow_config_change: bool = False, extra_outputs: tuple[Path, ...] = (), log: Callable = tqdm.write,
-                 dist: Dist = SINGLE):
+                 allow_config_change: bool = False, extra_outputs: tuple[Path, ...] = (),
+                 inputs: Mapping[str, str | Path] | None = None, log: Callable = tqdm.write, dist: Dist = SINGLE):
+        """inputs: what the run reads and must never write ({"--base": cfg.base}; check_output)."""
         if total <= 0:
             raise ValueError(f"nothing to train: the run has {total} {key}s")
         # under torchrun only rank 0 speaks and writes; the other ranks train the same steps silently
         self.dist, self.log = dist, log if dist.main else _quiet
         self.out, self.total, self.key = Path(out).resolve(), total, key
         # rank 0 alone recovers interrupted writes; the others wait, then all read the same checkpoint
-        dist.on_main(lambda: check_output(self.out, *extra_outputs))
+        dist.on_main(lambda: check_output(self.out, *extra_outputs, inputs=inputs))
         self.config, self.cfg_type = config_dict(cfg), type(cfg)
         self.state = None
         if resume and (self.out / TRAIN_STATE).exists():

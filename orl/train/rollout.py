@@ -125,7 +125,7 @@ def start_run(cfg, out, resume: bool, allow_config_change: bool, log, what: str)
         raise ValueError(f"prompts_per_update={cfg.prompts_per_update} is less than the {dist.world} processes: "
                          f"every process {what} at least one prompt")
     loop = TrainLoop(cfg, out, cfg.updates, "update", resume=resume, allow_config_change=allow_config_change, log=log,
-                     dist=dist)
+                     inputs={"--base": cfg.base}, dist=dist)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     return cfg, dist, loop
