@@ -5,14 +5,20 @@ through `torchrun --nproc-per-node 2 -m orl.cli train --recipe convert`.
 
 The smoke preset draws 2 code rows and 1 task row per step: rank 1's share of the task micro-batch is
 empty, so it runs a zero-weight row there (the case a wrong scale or a missing row shows up in)."""
+import errno
 import json
 import os
+import time
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 from safetensors.torch import load_file
 
+import orl.checkpoint
 import orl.train.convert as cv
+import orl.train.dist as dist_mod
+from orl.train.corpus import CorpusMissing
 from test_convert import base, smoke_cfg  # noqa: F401 (base: the tiny random AR checkpoint fixture)
 from test_dist import ATOL, max_diff, records, same_records, torchrun_cli, two_ranks
 
@@ -97,3 +103,94 @@ def resume_under_torchrun(base, tmp_path, monkeypatch, *sets: str) -> None:
 
 def test_torchrun_cli_resumes_a_one_process_run(base, tmp_path, monkeypatch):
     resume_under_torchrun(base, tmp_path, monkeypatch)
+
+
+# ---- a rank that fails alone -------------------------------------------------------------------------
+# Each rank records how it stopped, then stays until every rank has, as a process on another node does
+# (nccl does not notice a peer that has gone; gloo would notice an exit here): without the agreement
+# in Dist.on_every / on_main the others would wait in their next collective for the process group's
+# timeout, here WAIT seconds instead of 2 hours.
+
+WAIT = 30  # far above a run's few seconds
+
+
+def _stops(cfg, out_of, result_dir):
+    rank = os.environ["RANK"]
+    t0 = time.perf_counter()
+    try:
+        cv.convert(cfg, out_of(rank), log=quiet)
+        outcome = "ran"
+    except Exception as e:  # noqa: BLE001 - each rank records how it stopped
+        outcome = f"{type(e).__name__}: {e}"
+    (result_dir / f"rank{rank}.tmp").write_text(json.dumps([time.time(), outcome]))
+    (result_dir / f"rank{rank}.tmp").replace(result_dir / f"rank{rank}")
+    while not all((result_dir / f"rank{r}").exists() for r in (0, 1)) and time.perf_counter() - t0 < WAIT + 10:
+        time.sleep(0.1)
+
+
+def run_two(monkeypatch, cfg, out_of, tmp_path):
+    """[(when it stopped, outcome)] of ranks 0 and 1 (time.time())."""
+    monkeypatch.setattr(dist_mod, "TIMEOUT", timedelta(seconds=WAIT))
+    two_ranks(_stops, cfg, out_of, tmp_path)
+    return [json.loads((tmp_path / f"rank{r}").read_text()) for r in (0, 1)]
+
+
+def fail_on(monkeypatch, module, name, rank, error, result_dir):
+    """module.name raises `error` on `rank`, first writing the time it failed to result_dir/failed_at."""
+    real = getattr(module, name)
+
+    def fn(*a, **kw):
+        if os.environ.get("RANK") == rank:
+            (result_dir / "failed_at").write_text(str(time.time()))
+            raise error
+        return real(*a, **kw)
+
+    monkeypatch.setattr(module, name, fn)
+
+
+@pytest.mark.parametrize("name,error", [("read_corpus", CorpusMissing("no finished corpus on rank 1's node")),
+                                        ("load_base", FileNotFoundError("no base on rank 1's node"))])
+def test_a_rank_that_cannot_read_the_base_or_corpus_stops_every_rank(base, tmp_path, monkeypatch, name, error):
+    fail_on(monkeypatch, cv, name, "1", error, tmp_path)
+    (t0, rank0), (_, rank1) = run_two(monkeypatch, smoke_cfg(base), lambda rank: tmp_path / "run", tmp_path)
+    assert rank1 == f"{type(error).__name__}: {error}"  # the failing rank raises its own error
+    assert rank0.startswith(f"RankFailed: rank 1 failed: {type(error).__name__}: {error}")
+    assert t0 - float((tmp_path / "failed_at").read_text()) < WAIT / 2  # told at once, not after the timeout
+
+
+def test_rank_0_failing_to_build_the_corpus_tells_the_others_why(base, tmp_path, monkeypatch):
+    fail_on(monkeypatch, cv, "build_corpus", "0", OSError(errno.ENOSPC, "No space left on device"), tmp_path)
+    cfg = replace(smoke_cfg(base), data_dir=str(tmp_path / "corpus"))
+    (_, rank0), (t1, rank1) = run_two(monkeypatch, cfg, lambda rank: tmp_path / "run", tmp_path)
+    assert rank0.startswith("OSError") and t1 - float((tmp_path / "failed_at").read_text()) < WAIT / 2
+    assert rank1.startswith("RankFailed: rank 0 failed: OSError: [Errno 28] No space left on device")
+
+
+def test_rank_0_failing_to_write_a_checkpoint_stops_the_others_at_once(base, tmp_path, monkeypatch):
+    """The write of step 2 fails on rank 0 (a full disk): rank 1 stops there, not in step 3's gradient
+    sync after the timeout; the run's directory is as before (nothing was written)."""
+    fail_on(monkeypatch, orl.checkpoint, "save_checkpoint", "0", OSError(errno.ENOSPC, "No space left on device"),
+            tmp_path)
+    (_, rank0), (t1, rank1) = run_two(monkeypatch, smoke_cfg(base), lambda rank: tmp_path / "run", tmp_path)
+    assert rank0.startswith("OSError") and t1 - float((tmp_path / "failed_at").read_text()) < WAIT / 2
+    assert rank1.startswith("RankFailed: rank 0 failed: OSError: [Errno 28]")
+    assert not (tmp_path / "run" / "orl.json").exists()
+
+
+def test_ranks_that_find_the_run_at_different_steps_refuse_to_start(base, tmp_path, monkeypatch):
+    """--out on each node's own disk: rank 0 sees the run at step 2, rank 1 an empty directory. Trained
+    on, rank 0 would run steps 3-4 and rank 1 steps 1-4, DDP averaging gradients of unrelated batches
+    into a checkpoint labelled with rank 0's step."""
+    cfg = smoke_cfg(base)
+    stop_at_step_2(monkeypatch)
+    with pytest.raises(Stop):
+        cv.convert(cfg, tmp_path / "node0" / "run", log=quiet)
+    monkeypatch.undo()
+    (tmp_path / "node1" / "run").mkdir(parents=True)
+    outcomes = run_two(monkeypatch, cfg, lambda rank: tmp_path / f"node{rank}" / "run", tmp_path)
+    for _, outcome in outcomes:
+        assert outcome.startswith("ResumeError")
+        assert "(rank 0: step 2, rank 1: step 0 (no checkpoint))" in outcome
+        assert "every process must see the same --out" in outcome
+    assert json.loads((tmp_path / "node0" / "run" / "orl.json").read_text())["recipe"]["step"] == 2
+    assert len(open(tmp_path / "node0" / "run" / "train.log.jsonl").readlines()) == 2

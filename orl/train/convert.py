@@ -211,14 +211,22 @@ def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_conf
                      inputs={"--base": cfg.base}, dist=dist)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    teacher, tok, base_manifest, mask = load_base(cfg, dist.device)
-    base_files = base_digest(cfg.base, base_manifest)
-    key = corpus_key(cfg.corpus, base_digest(cfg.base, base_manifest, "tokenizer"), base_files, cfg.seed)
+
+    def read_base():
+        teacher, tok, manifest, mask = load_base(cfg, dist.device)
+        files = base_digest(cfg.base, manifest)
+        key = corpus_key(cfg.corpus, base_digest(cfg.base, manifest, "tokenizer"), files, cfg.seed)
+        return teacher, tok, manifest, mask, files, key
+
+    # every rank reads the base, the corpus and a resumed checkpoint; one that cannot (its node does not
+    # see them) stops them all at once, naming itself and its error (Dist.on_every)
+    teacher, tok, base_manifest, mask, base_files, key = dist.on_every(read_base)
     data_dir = Path(cfg.data_dir) if cfg.data_dir else cache_dir() / "corpus" / key
     # rank 0 builds the corpus (distilling with its teacher) while the others wait; then all read it
     dist.on_main(lambda: build_corpus(tok, cfg.corpus, data_dir, model=teacher, seed=cfg.seed, log=log))
-    streams = read_corpus(data_dir)
-    model = load_checkpoint(loop.out, device=dist.device)[0] if loop.state else to_diffusion(teacher)
+    streams = dist.on_every(lambda: read_corpus(data_dir))
+    model = dist.on_every(lambda: load_checkpoint(loop.out, device=dist.device)[0] if loop.state
+                          else to_diffusion(teacher))
     del teacher
     if cfg.freeze_embeddings:
         model.model.embed_tokens.weight.requires_grad_(False)
@@ -244,9 +252,10 @@ def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_conf
         loop.bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{rec['tok_s']:.0f}")
         if loop.due(done, cfg.eval_every):
             with gathered(model):  # sharded weights: every rank gathers them, rank 0 evaluates
-                if dist.main:
-                    rec["heldout"] = evaluate(model, streams, cfg, ids, bos)
-                    log(f"step {done} held-out {json.dumps(rec['heldout'])}")
+                heldout = dist.on_main(lambda: evaluate(model, streams, cfg, ids, bos))
+            if dist.main:
+                rec["heldout"] = heldout
+                log(f"step {done} held-out {json.dumps(heldout)}")
         loop.write(rec)
         if loop.due(done, cfg.save_every):
             model.eval()

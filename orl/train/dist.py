@@ -26,6 +26,12 @@ from orl.train.batches import Batch
 # rank 0 evaluates held-out accuracy and writes checkpoints while the others wait in the next step's
 # collective; the default timeouts (10 min with nccl) would kill a long eval of a large model
 TIMEOUT = timedelta(hours=2)
+MAX_ERROR_BYTES = 2000  # of a failing rank's error message, told to the other ranks
+
+
+class RankFailed(RuntimeError):
+    """Another rank failed where every rank works on its own (reading the base, the corpus, a
+    checkpoint) or rank 0 alone (the output checks, the corpus build, evaluation, checkpoint writes)."""
 
 
 @dataclass(frozen=True)
@@ -77,19 +83,46 @@ class Dist:
         if self.launched:
             tdist.barrier()
 
-    def on_main(self, fn) -> None:
-        """Run fn on rank 0 only, the others waiting; if it raises, every rank raises (none hangs)."""
-        err = None
+    def on_main(self, fn):
+        """fn() on rank 0 only, the others waiting; its result on rank 0 (None elsewhere). If it raises,
+        every rank raises (none hangs)."""
+        err = out = None
         if self.main:
             try:
-                fn()
+                out = fn()
             except Exception as e:  # re-raised below, after the others have heard of it
                 err = e
-        failed = self.all_sum(torch.tensor([err is not None], dtype=torch.long)).item() if self.launched else 0
+        self._stop_together(err)
+        return out
+
+    def on_every(self, fn):
+        """fn() on every rank, its result; if it raises on any rank, every rank raises. A rank that fails
+        alone (a file its node does not see) would otherwise leave the others waiting in their next
+        collective for the process group's TIMEOUT (2 hours): nccl does not notice a peer that has
+        gone, and on another node a peer that stays. fn must run no collective itself."""
+        err = out = None
+        try:
+            out = fn()
+        except Exception as e:  # re-raised below, after the others have heard of it
+            err = e
+        self._stop_together(err)
+        return out
+
+    def _stop_together(self, err: Exception | None) -> None:
+        """Every rank learns whether one failed (one collective); a failing rank raises its own error,
+        the others RankFailed naming the first failing rank and its error (four more collectives)."""
+        if not self.launched:
+            if err is not None:
+                raise err
+            return
+        if not self.all_sum(torch.tensor([err is not None], dtype=torch.long)).item():
+            return
+        said = "" if err is None else f"{type(err).__name__}: {err}"
+        told = self.gather_lists([list(said.encode(errors="replace")[:MAX_ERROR_BYTES])])
         if err is not None:
             raise err
-        if failed:
-            raise RuntimeError("rank 0 failed (its error is in its output); this rank stops too")
+        rank, text = next((r, bytes(t).decode(errors="replace")) for r, t in enumerate(told) if t)
+        raise RankFailed(f"rank {rank} failed: {text}; this rank (rank {self.rank}) stops too")
 
     def gather_lists(self, seqs: list[list[int]]) -> list[list[int]]:
         """Every rank's lists of ints, concatenated in rank order (the single-process order)."""

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from orl.atomic_dir import NotOrlDirectory, check_apart, check_replaceable, recover
+from orl.atomic_dir import NotOrlDirectory, check_apart, check_replaceable, read_manifest, recover
 from orl.train.dist import SINGLE, Dist
 from orl.train.fsdp import full_state, load_optimizer
 from orl.train.runlog import open_log
@@ -124,15 +124,36 @@ class TrainLoop:
         # rank 0 alone recovers interrupted writes; the others wait, then all read the same checkpoint
         dist.on_main(lambda: check_output(self.out, *extra_outputs, inputs=inputs))
         self.config, self.cfg_type = config_dict(cfg), type(cfg)
-        self.state = None
-        if resume and (self.out / TRAIN_STATE).exists():
-            self.state = load_train_state(self.out)
-            self._check_config(self.state.get("config"), allow_config_change)
+        # every rank reads the state (each steps its own optimizer); one that cannot stops them all
+        self.state, digest = dist.on_every(lambda: self._read_state(resume, allow_config_change))
         self.start = int(self.state[key]) if self.state else 0
+        self._check_same_run(digest)
         if self.start:
             self.log(f"resumed from {self.out} at {key} {self.start}")
         self.log_path = open_log(self.out, self.start, key) if dist.main else None
         self.t0, self.last_eval = time.perf_counter(), None
+
+    def _read_state(self, resume: bool, allow_config_change: bool) -> tuple[dict | None, int]:
+        """The trainer state of a resumed run (None: a fresh one) and 60 bits of its recorded sha256."""
+        if not (resume and (self.out / TRAIN_STATE).exists()):
+            return None, 0
+        state = load_train_state(self.out)  # verifies the file against orl.json's sha256
+        self._check_config(state.get("config"), allow_config_change)
+        digest = (read_manifest(self.out) or {}).get("files", {}).get(TRAIN_STATE, "")
+        return state, int(digest[-15:], 16) if digest else 0
+
+    def _check_same_run(self, digest: int) -> None:
+        """Refuse ranks that found different checkpoints in --out (each node its own disk): trained on,
+        they would average gradients of unrelated steps into a checkpoint labelled with rank 0's step."""
+        if not self.dist.launched:
+            return
+        found = self.dist.gather_lists([[self.start, digest]])
+        if all(f == found[0] for f in found):
+            return
+        seen = ", ".join(f"rank {r}: {self.key} {s}" + ("" if s else " (no checkpoint)") for r, (s, _) in
+                         enumerate(found))
+        raise ResumeError(f"{self.out}: the processes find different checkpoints there ({seen}); every process "
+                          "must see the same --out (with several nodes, a directory they all share)")
 
     def _check_config(self, saved: dict | None, allow: bool) -> None:
         if saved is None:
@@ -184,11 +205,10 @@ class TrainLoop:
         from orl.checkpoint import save_checkpoint
 
         weights, optimizer = full_state(model, opt)
-        if not self.dist.main:
-            return
         full = {self.key: done, "optimizer": optimizer, "config": self.config, **state}
-        save_checkpoint(model, tok, target or self.out, manifest, extra_files={TRAIN_STATE: train_state_bytes(full)},
-                        state=weights)
+        # rank 0 writes; a failed write (a full disk) stops the others here, not in the next step's sync
+        self.dist.on_main(lambda: save_checkpoint(model, tok, target or self.out, manifest, state=weights,
+                                                  extra_files={TRAIN_STATE: train_state_bytes(full)}))
 
     def load_optimizer(self, model, opt: torch.optim.Optimizer) -> None:
         """The resumed run's optimizer state into `opt` (built on the model as it trains: sharded or not)."""

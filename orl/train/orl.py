@@ -124,14 +124,19 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config
 
     cfg, dist, loop = start_run(cfg, out, resume, allow_config_change, log, "rolls out")
     state = loop.state
-    if state:
-        model, tok, manifest = load_checkpoint(loop.out, device=dist.device)
-    else:
-        model, tok, manifest = load_checkpoint(cfg.base, device=dist.device)
-        require_objective(manifest, "block_diffusion", cfg.base)  # rollouts go through the dLLM engine
-        if cfg.rollout.residual == "adapter":
-            model = with_adapter(model, cfg.adapter_dim, cfg.adapter_alpha, cfg.seed).to(dist.device)
-    rollout_cfg = base_layout(manifest, cfg.rollout)
+
+    def read_model():
+        if state:
+            model, tok, manifest = load_checkpoint(loop.out, device=dist.device)
+        else:
+            model, tok, manifest = load_checkpoint(cfg.base, device=dist.device)
+            require_objective(manifest, "block_diffusion", cfg.base)  # rollouts go through the dLLM engine
+            if cfg.rollout.residual == "adapter":
+                model = with_adapter(model, cfg.adapter_dim, cfg.adapter_alpha, cfg.seed).to(dist.device)
+        return model, tok, manifest, base_layout(manifest, cfg.rollout)
+
+    # every rank reads the checkpoint; one that cannot stops them all (Dist.on_every)
+    model, tok, manifest, rollout_cfg = dist.on_every(read_model)
     opt = make_optimizer(model, cfg.lr, adapter_lr=cfg.adapter_lr)
     if state:
         opt.load_state_dict(state["optimizer"])
@@ -158,11 +163,13 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config
         model.train()
         rec.update(orl_update(ddp, opt, kept, rollouts, cfg, rollout_cfg, ids, ref_model, dist))
         done = update + 1
-        if dist.main and loop.due(done, cfg.eval_every):
+        if loop.due(done, cfg.eval_every):  # rank 0 evaluates; its failure stops every rank (Dist.on_main)
             ecfg = DecodeConfig(**{**rollout_cfg.to_dict(), "temperature": 0.0, "threshold": cfg.eval_threshold})
-            ev = heldout_eval(engine, cfg.tasks, ecfg, cfg.eval_samples)
-            rec["eval"] = ev
-            log(f"update {done}: acc {100 * mean_over_tasks(ev, 'acc'):.1f}% tpf {mean_over_tasks(ev, 'tpf'):.2f} {json.dumps(ev)}")
+            ev = dist.on_main(lambda: heldout_eval(engine, cfg.tasks, ecfg, cfg.eval_samples))
+            if dist.main:
+                rec["eval"] = ev
+                log(f"update {done}: acc {100 * mean_over_tasks(ev, 'acc'):.1f}% tpf {mean_over_tasks(ev, 'tpf'):.2f} "
+                    f"{json.dumps(ev)}")
         rec["wall_s"] = round(time.perf_counter() - t0, 1)
         loop.bar.set_postfix(reward=f"{stats['reward']:.2f}", tpf=f"{stats['tpf']:.2f}",
                              steps=f"{stats['steps_per_block']:.2f}", loss=f"{rec.get('loss', float('nan')):.3f}")

@@ -184,8 +184,8 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_co
                      extra_outputs=(stage1,), log=log, dist=dist)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    if loop.state:
-        model, tok, _ = load_checkpoint(out, device=dist.device)
+    if loop.state:  # every rank reads the checkpoint; one that cannot stops them all (Dist.on_every)
+        model, tok, _ = dist.on_every(lambda: load_checkpoint(out, device=dist.device))
     else:
         torch.manual_seed(cfg.seed)
         model = Transformer(cfg.model).to(dist.device)
@@ -214,12 +214,15 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_co
             loop.bar.set_postfix(stage=stage, loss=f"{loss:.4f}", tok_s=f"{tokens / dt:.0f}")
             t_last, tokens = time.perf_counter(), 0
         if loop.due(done, cfg.eval_every) or done == cfg.ar_steps:
-            with gathered(model):  # sharded weights: every rank gathers them, rank 0 evaluates
-                if dist.main:
-                    # During the AR stage the model is judged as what it is then: a greedy AR decoder.
-                    rec["eval"] = evaluate(model, tok, cfg) if stage == "diffusion" else evaluate_ar(model, tok, cfg)
-                    log(f"step {done} eval {json.dumps(rec['eval'])}")
-                    model.train()
+            with gathered(model):  # sharded weights: every rank gathers them, rank 0 evaluates (a failure
+                # there stops every rank: Dist.on_main). During the AR stage the model is judged as what it
+                # is then: a greedy AR decoder.
+                ev = dist.on_main(lambda: evaluate(model, tok, cfg) if stage == "diffusion" else
+                                  evaluate_ar(model, tok, cfg))
+                model.train()
+            if dist.main:
+                rec["eval"] = ev
+                log(f"step {done} eval {json.dumps(ev)}")
         loop.write(rec)
         end_of_stage1 = done == cfg.ar_steps and cfg.diffusion_steps > 0
         if end_of_stage1:

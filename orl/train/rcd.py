@@ -72,13 +72,17 @@ def train_rcd(cfg: RCDConfig, out: str | Path, resume: bool = True, allow_config
     from orl.checkpoint import load_checkpoint, require_objective
 
     cfg, dist, loop = start_run(cfg, out, resume, allow_config_change, log, "decodes")
-    ref, tok, manifest = load_checkpoint(cfg.base, device=dist.device)
-    require_objective(manifest, "block_diffusion", cfg.base)
-    ref.eval()
     state = loop.state
-    model = load_checkpoint(loop.out, device=dist.device)[0] if state else copy.deepcopy(ref)
-    # the data comes from the frozen reference decoding without residual (off-policy), at its block length
-    data_cfg = base_layout(manifest, replace(cfg.rollout, residual="off"))
+
+    def read_models():
+        ref, tok, manifest = load_checkpoint(cfg.base, device=dist.device)
+        require_objective(manifest, "block_diffusion", cfg.base)
+        model = load_checkpoint(loop.out, device=dist.device)[0] if state else copy.deepcopy(ref)
+        # the data comes from the frozen reference decoding without residual (off-policy), at its block length
+        return ref.eval(), tok, manifest, model, base_layout(manifest, replace(cfg.rollout, residual="off"))
+
+    # every rank reads the checkpoints; one that cannot stops them all (Dist.on_every)
+    ref, tok, manifest, model, data_cfg = dist.on_every(read_models)
     block_len = data_cfg.block_len
     opt = make_optimizer(model, cfg.lr)
     if state:
@@ -126,12 +130,13 @@ def train_rcd(cfg: RCDConfig, out: str | Path, resume: bool = True, allow_config
             loss = float(dist.all_sum(s.detach()) / total_w)
             rec.update(loss=round(loss, 5), grad_norm=round(float(norm), 5), kept=len(prompts))
         done = update + 1
-        if dist.main and loop.due(done, cfg.eval_every):
+        if loop.due(done, cfg.eval_every):  # rank 0 evaluates; its failure stops every rank (Dist.on_main)
             ecfg = DecodeConfig(**{**data_cfg.to_dict(), "temperature": 0.0, "threshold": cfg.eval_threshold,
                                    "residual": "rcd"})
-            ev = heldout_eval(engine, cfg.tasks, ecfg, cfg.eval_samples)
-            rec["eval"] = ev
-            log(f"update {done}: acc {100 * mean_over_tasks(ev, 'acc'):.1f}% tpf {mean_over_tasks(ev, 'tpf'):.2f}")
+            ev = dist.on_main(lambda: heldout_eval(engine, cfg.tasks, ecfg, cfg.eval_samples))
+            if dist.main:
+                rec["eval"] = ev
+                log(f"update {done}: acc {100 * mean_over_tasks(ev, 'acc'):.1f}% tpf {mean_over_tasks(ev, 'tpf'):.2f}")
         rec["wall_s"] = round(time.perf_counter() - t0, 1)
         loop.write(rec)
         if loop.due(done, cfg.save_every):

@@ -119,11 +119,12 @@ def start_run(cfg, out, resume: bool, allow_config_change: bool, log, what: str)
     if not cfg.base:  # the gemma_* presets name no base: the converted model is the user's
         raise ValueError(f"this preset needs a block-diffusion base checkpoint: --base DIR (e.g. the output of "
                          f"`orl train --recipe convert`); got base={cfg.base!r}")
-    cfg = replace(cfg, tasks=cfg.tasks or trained_tasks(read_manifest(cfg.base)))
     dist = setup()
     if cfg.prompts_per_update < dist.world:
         raise ValueError(f"prompts_per_update={cfg.prompts_per_update} is less than the {dist.world} processes: "
                          f"every process {what} at least one prompt")
+    # every rank reads the base's manifest; one that cannot stops them all (Dist.on_every)
+    cfg = dist.on_every(lambda: replace(cfg, tasks=cfg.tasks or trained_tasks(read_manifest(cfg.base))))
     loop = TrainLoop(cfg, out, cfg.updates, "update", resume=resume, allow_config_change=allow_config_change, log=log,
                      inputs={"--base": cfg.base}, dist=dist)
     if cfg.threads:
