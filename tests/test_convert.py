@@ -262,3 +262,17 @@ def test_character_bases_with_other_alphabets_get_other_corpus_keys(tmp_path):
         keys.append(corpus_key(CorpusConfig(), base_digest(tmp_path / name, manifest, "tokenizer"), None, 0))
     assert CharTokenizer(PRINTABLE).encode("ab") != CharTokenizer(PRINTABLE[::-1]).encode("ab")
     assert keys[0] != keys[1]
+
+
+def test_the_bases_eos_ids_stay_in_the_converted_checkpoint(base, tmp_path):
+    """A base whose orl.json lists a second EOS id (a chat model's end-of-turn token; 7 here, a byte
+    token of the character tokenizer): the converted model's orl.json keeps it, so its rows still stop
+    there (the output listed none, so loading it gave eos_ids (1,))."""
+    import shutil
+
+    shutil.copytree(base / "base", tmp_path / "base")
+    manifest = json.loads((tmp_path / "base" / "orl.json").read_text())
+    (tmp_path / "base" / "orl.json").write_text(json.dumps({**manifest, "eos_ids": [1, 7]}))
+    cv.convert(replace(smoke_cfg(base), base=str(tmp_path / "base")), tmp_path / "out", log=lambda *_: None)
+    assert json.loads((tmp_path / "out" / "orl.json").read_text())["eos_ids"] == [1, 7]
+    assert load_checkpoint(tmp_path / "out")[1].eos_ids == (1, 7)

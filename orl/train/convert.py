@@ -46,6 +46,7 @@ from orl.train.corpus import (STREAMS, CorpusConfig, build_corpus, corpus_key, c
 from orl.train.dist import SINGLE, Dist, setup, shard_rows
 from orl.train.fsdp import check_parallel, gathered
 from orl.train.loop import TrainLoop, check_fields, make_optimizer
+from orl.train.orl import CARRIED
 
 
 @dataclass(frozen=True)
@@ -259,7 +260,9 @@ def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_conf
         loop.write(rec)
         if loop.due(done, cfg.save_every):
             model.eval()
-            manifest = {"objective": "block_diffusion", "block_len": cfg.block_len, "layout": cfg.layout,
+            # the base's EOS / end-of-turn ids stay (the converted model ends a turn as its base does)
+            manifest = {**{k: base_manifest[k] for k in CARRIED if k in base_manifest},
+                        "objective": "block_diffusion", "block_len": cfg.block_len, "layout": cfg.layout,
                         "residual_mode": "off", "mask_token": mask["token"],
                         "recipe": {"name": "convert", "config": loop.config, "step": done,
                                    "tokens_seen": rec["tokens_seen"], "heldout": rec.get("heldout"), **extra}}
