@@ -218,7 +218,10 @@ def _load_tokenizer(d: Path, manifest: dict, args: ModelArgs) -> Tokenizer:
     if tok.vocab_size > args.vocab_size:
         raise CheckpointError(f"{d}: tokenizer has {tok.vocab_size} tokens, the model's embedding only {args.vocab_size}")
     # a base LM's tokenizer may lack a mask token that the diffusion manifest assigns
-    resolve_special_ids(tok, manifest)  # mask / EOS ids decided in one place (orl.tokenizer)
+    try:
+        resolve_special_ids(tok, manifest)  # mask / EOS ids decided in one place (orl.tokenizer)
+    except (ValueError, TypeError) as e:  # an eos_ids entry that is no integer
+        raise CheckpointError(f"{d}: bad special token id in the manifest (mask_id / eos_ids): {e}") from None
     if manifest.get("objective") == "block_diffusion" and tok.mask_id is None:
         raise CheckpointError(f"{d}: no mask token: the config gives no mask_token_id and the tokenizer has "
                               f"no {manifest.get('mask_token') or 'mask'!r} token (nor a mask_token in "
@@ -227,9 +230,13 @@ def _load_tokenizer(d: Path, manifest: dict, args: ModelArgs) -> Tokenizer:
         tid, mid = getattr(tok, name), manifest.get(name)
         if mid is not None and tid != mid:
             raise CheckpointError(f"{d}: tokenizer {name}={tid} but {MANIFEST} says {mid}")
-        if tid is not None and not 0 <= tid < args.vocab_size:
-            raise CheckpointError(f"{d}: tokenizer {name}={tid} is outside the model vocabulary ({args.vocab_size})")
+        if tid is not None and (type(tid) is not int or not 0 <= tid < args.vocab_size):
+            raise CheckpointError(f"{d}: tokenizer {name}={tid!r} is outside the model vocabulary ({args.vocab_size})")
         manifest[name] = tid
+    # an end-of-turn id past the vocabulary is never sampled: decoding would silently run to the budget
+    if bad := [i for i in tok.eos_ids if not 0 <= i < args.vocab_size]:
+        raise CheckpointError(f"{d}: EOS id(s) {bad} (eos_ids / eos_token_id) are outside the model vocabulary "
+                              f"({args.vocab_size})")
     return tok
 
 
@@ -238,12 +245,12 @@ def _weight_files(d: Path) -> list[str]:
         index = read_json(d / INDEX)
         if not isinstance(index.get("weight_map"), dict):
             raise CheckpointError(f"{d / INDEX}: no weight_map object")
-        files = sorted(set(index["weight_map"].values()))
+        files = list(index["weight_map"].values())
         for f in files:
             if not isinstance(f, str) or Path(f).name != f or f.startswith("."):
                 raise CheckpointError(f"{d / INDEX}: entry {f!r} points outside the checkpoint directory; "
                                       "only plain file names inside it are accepted")
-        return files
+        return sorted(set(files))
     if (d / SINGLE).exists():
         return [SINGLE]
     raise CheckpointError(f"no weights in {d}: expected {SINGLE} or {INDEX}")

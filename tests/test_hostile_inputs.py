@@ -3,10 +3,14 @@ write is never shortened or replaced, and a config value of the wrong type or ra
 load, not garbage or a failure deep inside a forward."""
 from __future__ import annotations
 
+import json
+import re
+import shutil
+
 import pytest
 import torch
 
-from orl.checkpoint import save_checkpoint
+from orl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from orl.cli import main
 from orl.eval.records import read_records
 from orl.model import ModelArgs, Transformer
@@ -106,3 +110,55 @@ def test_report_out_a_file_is_named(records, tmp_path, capsys):
     f.write_text("x")
     assert main(["report", str(records), "--out", str(f)]) == 2
     assert "is a file; give the report a directory" in capsys.readouterr().err and f.read_text() == "x"
+
+
+# ---------------------------------------------------------------- config values of the wrong type or range
+
+def hf_dir(ckpt, tmp_path, **config):
+    """The checkpoint as a plain transformers directory (no orl.json), config.json edited."""
+    d = tmp_path / "hf"
+    shutil.copytree(ckpt, d)
+    (d / "orl.json").unlink()
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**cfg, **config}))
+    return d
+
+
+@pytest.mark.parametrize("config, words", [
+    ({"num_hidden_layers": 2.5}, "n_layers must be an integer, got 2.5"),  # before: TypeError naming no file
+    ({"num_hidden_layers": True}, "n_layers must be an integer, got True"),  # before: 'n_layers is True'
+    ({"num_hidden_layers": "2"}, "n_layers must be an integer, got '2'"),
+    ({"rms_norm_eps": "x"}, "norm_eps must be a finite number, got 'x'"),  # before: loaded, TypeError in forward
+    ({"rope_theta": -1.0}, "rope_theta must be > 0, got -1.0"),  # before: loaded, decoded NaN garbage
+    ({"rope_theta": 0}, "rope_theta must be > 0, got 0"),
+])
+def test_config_values_are_checked_at_load(ckpt, tmp_path, config, words):
+    d = hf_dir(ckpt, tmp_path, **config)
+    with pytest.raises(CheckpointError, match=re.escape(f"{d / 'config.json'}: invalid ModelArgs: {words}")):
+        load_checkpoint(d)
+
+
+def manifest_edit(ckpt, tmp_path, **fields):
+    d = tmp_path / "ck"
+    shutil.copytree(ckpt, d)
+    m = json.loads((d / "orl.json").read_text())
+    (d / "orl.json").write_text(json.dumps({**m, **fields}))
+    return d
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"eos_ids": [1, "x"]}, "bad special token id in the manifest (mask_id / eos_ids): invalid literal"),
+    ({"eos_ids": [1, 10**12]}, "EOS id(s) [1000000000000] (eos_ids / eos_token_id) are outside the model vocabulary (99)"),
+    ({"model_args": [1]}, "model_args must be an object of ModelArgs fields, got a list"),
+])
+def test_manifest_values_are_checked_at_load(ckpt, tmp_path, fields, words):
+    d = manifest_edit(ckpt, tmp_path, **fields)
+    with pytest.raises(CheckpointError, match=re.escape(words)):
+        load_checkpoint(d)
+
+
+def test_an_index_entry_that_is_not_a_name_is_named(ckpt, tmp_path):
+    d = manifest_edit(ckpt, tmp_path)
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"lm_head.weight": ["x"]}}))
+    with pytest.raises(CheckpointError, match=re.escape("model.safetensors.index.json: entry ['x']")):
+        load_checkpoint(d)

@@ -1,6 +1,7 @@
 """Typed configuration of the native block-diffusion transformer (DESIGN section 2)."""
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 
 HIDDEN_ACTS = ("silu", "gelu_tanh")
@@ -79,6 +80,7 @@ class ModelArgs:
     self_conditioning: bool = False
 
     def __post_init__(self) -> None:
+        _check_types(self)  # a config file's "2.5" layers or "x" eps: named here, not a TypeError in a forward
         problems = []
         for name in ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim", "max_seq_len"):
             if getattr(self, name) <= 0:
@@ -124,6 +126,12 @@ class ModelArgs:
             problems.append("parallel_moe needs n_experts > 0")
         if self.rope_scaling_factor <= 0:
             problems.append(f"rope_scaling_factor must be > 0, got {self.rope_scaling_factor}")
+        # a theta <= 0 gives NaN frequencies and a model that decodes garbage without an error
+        for name in ("rope_theta", "rope_local_theta", "query_pre_attn_scalar", "final_logit_softcap"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                problems.append(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.norm_eps < 0:
+            problems.append(f"norm_eps must be >= 0, got {self.norm_eps}")
         if problems:
             raise ValueError("invalid ModelArgs: " + "; ".join(problems))
 
@@ -151,8 +159,31 @@ class ModelArgs:
 
     @classmethod
     def from_dict(cls, d: dict) -> "ModelArgs":
+        if not isinstance(d, dict):
+            raise ValueError(f"model_args must be an object of ModelArgs fields, got a {type(d).__name__}")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"unknown ModelArgs field(s): {', '.join(unknown)}")
         return cls(**d)
+
+
+def _check_types(args: ModelArgs) -> None:
+    """Every field against its annotation (config files are JSON: any type can arrive): ints are ints
+    (not bools, not 2.5), floats finite numbers, bools bools, strings strings."""
+    problems = []
+    for f in fields(args):
+        v, kind = getattr(args, f.name), f.type
+        if v is None and kind.endswith("| None"):
+            continue
+        base = kind.removesuffix(" | None")
+        ok = {"int": isinstance(v, int) and not isinstance(v, bool),
+              "float": isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+              "bool": isinstance(v, bool), "str": isinstance(v, str),
+              "list[str]": isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v)}[base]
+        if not ok:
+            want = {"int": "an integer", "float": "a finite number", "bool": "true or false", "str": "a string",
+                    "list[str]": "a list of strings"}[base]
+            problems.append(f"{f.name} must be {want}{' or null' if base != kind else ''}, got {v!r}")
+    if problems:
+        raise ValueError("invalid ModelArgs: " + "; ".join(problems))
