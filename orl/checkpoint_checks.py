@@ -73,14 +73,14 @@ def check_sizes(args: ModelArgs, tensors: dict[str, Tensor], d: Path) -> None:
     device, a million layers take minutes and gigabytes of Python objects)."""
     problems = []
     layers = {int(m.group(1)) for n in tensors if (m := _LAYER.match(n))}
-    if layers != set(range(args.n_layers)):
+    if len(layers) != args.n_layers or layers != set(range(args.n_layers)):  # the count first: range(10**9) is 30 GB
         problems.append(f"n_layers is {args.n_layers} but the weights hold {len(layers)} layer(s)")
     experts: dict[int, set[int]] = {}
     for n in tensors:
         if m := _EXPERT.match(n):
             experts.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
     for layer, found in experts.items():
-        if found != set(range(args.n_experts)):
+        if len(found) != args.n_experts or found != set(range(args.n_experts)):
             problems.append(f"n_experts is {args.n_experts} but layer {layer} holds {len(found)} expert(s)")
             break
     emb = tensors.get("model.embed_tokens.weight")

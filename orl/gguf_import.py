@@ -75,6 +75,10 @@ def gemma3_args(reader, vocab: int) -> ModelArgs:
         return v
 
     n_layers, dim, n_heads = need("block_count"), need("embedding_length"), need("attention.head_count")
+    # against the file before a list of n_layers layer types is built: a forged count must not allocate
+    blocks = {int(m.group(1)) for t in reader.tensors if (m := _BLOCK.match(t.name))}
+    if type(n_layers) is not int or len(blocks) != n_layers or blocks != set(range(n_layers)):
+        raise GGUFError(f"block_count is {n_layers!r} but the file holds {len(blocks)} block(s) of tensors")
     head_dim = _value(reader, a + "attention.key_length", dim // n_heads)
     if _value(reader, a + "attention.value_length", head_dim) != head_dim:
         raise GGUFError("attention.value_length differs from key_length: not a Gemma 3 layout")

@@ -4,12 +4,16 @@ load, not garbage or a failure deep inside a forward."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
 
+from orl.atomic_dir import file_digest
 from orl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from orl.cli import main
 from orl.eval.records import read_records
@@ -162,3 +166,52 @@ def test_an_index_entry_that_is_not_a_name_is_named(ckpt, tmp_path):
     (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"lm_head.weight": ["x"]}}))
     with pytest.raises(CheckpointError, match=re.escape("model.safetensors.index.json: entry ['x']")):
         load_checkpoint(d)
+
+
+# ---------------------------------------------------------------- forged layer counts, under a memory cap
+
+LIMITED = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # a regression is a MemoryError, not the box's OOM
+from orl.checkpoint import load_checkpoint
+from orl.gguf_import import load_gguf
+for path in sys.argv[1:]:
+    try:
+        (load_gguf if path.endswith(".gguf") else load_checkpoint)(path)
+        print("LOADED")
+    except Exception as e:
+        print(type(e).__name__, str(e).splitlines()[0])
+"""
+
+
+def test_forged_layer_counts_are_refused_before_any_per_layer_allocation(ckpt, tmp_path):
+    """Before: n_layers 10**9 in orl.json built set(range(10**9)) in check_sizes (30 GB), a Gemma 3
+    config.json with num_hidden_layers 10**9 a list of 10**9 layer types (28 s, 5+ GB, MemoryError),
+    and a GGUF's block_count the same."""
+    import gguf
+    from gguf_tiny import write_tiny_gguf
+
+    qwen = manifest_edit(ckpt, tmp_path, model_args={**json.loads((ckpt / "orl.json").read_text())["model_args"],
+                                                      "n_layers": 10**9})
+    cfg = json.loads((qwen / "config.json").read_text())
+    (qwen / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 10**9}))
+    m = json.loads((qwen / "orl.json").read_text())
+    (qwen / "orl.json").write_text(json.dumps({**m, "files": {**m["files"], "config.json": file_digest(qwen / "config.json")}}))
+    gemma = tmp_path / "gemma"
+    gemma.mkdir()
+    (gemma / "config.json").write_text(json.dumps(dict(
+        model_type="gemma3_text", vocab_size=64, hidden_size=32, num_hidden_layers=10**9, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16, intermediate_size=48, hidden_activation="gelu_pytorch_tanh")))
+    real = gguf.GGUFWriter.add_block_count
+    gguf.GGUFWriter.add_block_count = lambda self, n: real(self, 10**9)
+    try:
+        forged = write_tiny_gguf(tmp_path / "forged.gguf")
+    finally:
+        gguf.GGUFWriter.add_block_count = real
+    out = subprocess.run([sys.executable, "-c", LIMITED, str(qwen), str(gemma), str(forged)], capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}).stdout.splitlines()
+    assert out == [
+        f"CheckpointError checkpoint {qwen}: the config does not match the weights: n_layers is 1000000000 but "
+        "the weights hold 2 layer(s)",
+        f"CheckpointError {gemma / 'config.json'}: num_hidden_layers must be an integer in [1, 65536], got 1000000000",
+        f"GGUFError {forged}: block_count is 1000000000 but the file holds 6 block(s) of tensors"]

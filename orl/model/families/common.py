@@ -10,6 +10,17 @@ class UnsupportedConfig(ValueError):
     pass
 
 
+# a layer count read from a file bounds every per-layer list a reader builds (layer_types): a forged
+# 10**9 took 28 s and 5+ GB before failing; the deepest published models have a few hundred layers
+MAX_LAYERS = 1 << 16
+
+
+def layer_count(n: object, key: str = "num_hidden_layers") -> int:
+    if type(n) is not int or not 0 < n <= MAX_LAYERS:
+        raise UnsupportedConfig(f"{key} must be an integer in [1, {MAX_LAYERS}], got {n!r}")
+    return n
+
+
 def dtype_from_name(name: str) -> torch.dtype:
     if name not in DTYPES:
         raise UnsupportedConfig(f"unsupported dtype {name!r}; expected one of {sorted(DTYPES)}")

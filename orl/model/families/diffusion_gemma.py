@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from orl.model.args import ModelArgs
-from orl.model.families.common import Problems, UnsupportedConfig, token_ids
+from orl.model.families.common import Problems, UnsupportedConfig, layer_count, token_ids
 
 MODEL_TYPES = ("diffusion_gemma",)
 ACTS = ("gelu_pytorch_tanh", "gelu_tanh")
@@ -60,7 +60,8 @@ def _text(cfg: dict) -> dict:
 def _layer_types(t: dict) -> list[str]:
     types = t.get("layer_types")
     if types is None:  # transformers' default: 5 local to 1 global
-        types = ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(t["num_hidden_layers"])]
+        n = layer_count(t["num_hidden_layers"])
+        types = ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(n)]
     types = list(types)
     if types:
         types[-1] = "full_attention"  # transformers forces the last layer global (with a warning)

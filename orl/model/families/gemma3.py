@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from orl.model.args import ModelArgs
-from orl.model.families.common import UnsupportedConfig, dtype_name
+from orl.model.families.common import UnsupportedConfig, dtype_name, layer_count
 
 MODEL_TYPES = ("gemma3_text",)
 ACTS = {"gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh"}
@@ -23,7 +23,7 @@ def family_name(args: ModelArgs) -> str:
 
 
 def _layer_types(cfg: dict) -> list[str]:
-    n = cfg["num_hidden_layers"]
+    n = layer_count(cfg["num_hidden_layers"])
     if cfg.get("layer_types") is not None:
         return list(cfg["layer_types"])
     pattern = cfg.get("sliding_window_pattern", cfg.get("_sliding_window_pattern", 6))
@@ -90,7 +90,7 @@ def config_from_args(args: ModelArgs, dtype: torch.dtype) -> dict:
     if args.rope_scaling_factor != 1.0:
         full = {"rope_type": "linear", "rope_theta": args.rope_theta, "factor": args.rope_scaling_factor}
     local = {"rope_type": "default", "rope_theta": args.rope_local_theta or args.rope_theta}
-    layer_types = args.layer_types or ["full_attention"] * args.n_layers
+    layer_types = args.layer_types or ["full_attention"] * layer_count(args.n_layers, "n_layers")
     cfg = {
         "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
         "hidden_activation": "gelu_pytorch_tanh" if args.hidden_act == "gelu_tanh" else args.hidden_act,
