@@ -65,7 +65,7 @@ def verify_checksums(d: Path, manifest: dict, names: list[str] | None = None) ->
 
 
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.")
-_EXPERT = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.")
+_EXPERT = re.compile(r"^model\.layers\.(\d+)\.(?:mlp|moe)\.experts\.(\d+)\.")  # moe: parallel_moe (Gemma 4)
 
 
 def check_sizes(args: ModelArgs, tensors: dict[str, Tensor], d: Path) -> None:
@@ -79,6 +79,8 @@ def check_sizes(args: ModelArgs, tensors: dict[str, Tensor], d: Path) -> None:
     for n in tensors:
         if m := _EXPERT.match(n):
             experts.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
+    if args.n_experts and not experts:  # else a forged n_experts builds that many modules (10**9: a hang)
+        problems.append(f"n_experts is {args.n_experts} but the weights hold no expert")
     for layer, found in experts.items():
         if len(found) != args.n_experts or found != set(range(args.n_experts)):
             problems.append(f"n_experts is {args.n_experts} but layer {layer} holds {len(found)} expert(s)")

@@ -215,3 +215,17 @@ def test_forged_layer_counts_are_refused_before_any_per_layer_allocation(ckpt, t
         "the weights hold 2 layer(s)",
         f"CheckpointError {gemma / 'config.json'}: num_hidden_layers must be an integer in [1, 65536], got 1000000000",
         f"GGUFError {forged}: block_count is 1000000000 but the file holds 6 block(s) of tensors"]
+
+
+def test_a_forged_expert_count_without_experts_fails_before_the_model_is_built(ckpt, tmp_path, monkeypatch):
+    """Before: a dense checkpoint whose orl.json said qwen3_moe with n_experts 10**9 passed check_sizes
+    (it compared only layers that hold experts) and Transformer() built 10**9 experts on the meta device
+    (still building after 120 s)."""
+    import orl.checkpoint as ck
+
+    args = {**json.loads((ckpt / "orl.json").read_text())["model_args"], "n_experts": 10**9, "moe_ffn_dim": 8}
+    d = manifest_edit(ckpt, tmp_path, family="qwen3_moe", model_args=args)
+    (d / "config.json").unlink()
+    monkeypatch.setattr(ck, "Transformer", lambda *a: pytest.fail("built before the sizes were checked"))
+    with pytest.raises(CheckpointError, match="n_experts is 1000000000 but the weights hold no expert"):
+        load_checkpoint(d)
