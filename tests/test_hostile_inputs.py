@@ -229,3 +229,23 @@ def test_a_forged_expert_count_without_experts_fails_before_the_model_is_built(c
     monkeypatch.setattr(ck, "Transformer", lambda *a: pytest.fail("built before the sizes were checked"))
     with pytest.raises(CheckpointError, match="n_experts is 1000000000 but the weights hold no expert"):
         load_checkpoint(d)
+
+
+# ---------------------------------------------------------------- orl serve: a request over the cache budget
+
+def test_a_request_over_the_cache_budget_is_a_400_naming_max_tokens(ckpt, monkeypatch):
+    """Before: 400 with param and code null (the engine's CacheBudgetError passed through as a plain
+    ValueError). The server keeps serving afterwards."""
+    from orl.engine import Engine
+    from orl.serve import create_app
+    from test_serve import ThreadedServer, post
+
+    model, tok, _ = load_checkpoint(ckpt)
+    # 27,917 bytes: the state of 2 + 4 tokens (64 slots, block 4) is 19,472 bytes, of 2 + 64 (128 slots) 37,712
+    monkeypatch.setenv("ORL_KV_CACHE_GIB", "2.6e-5")
+    with ThreadedServer(create_app(Engine(model, tok), "tiny")) as url:
+        status, body = post(url, "/v1/completions", {"model": "tiny", "prompt": "ab", "max_tokens": 64})
+        assert status == 400 and body["error"]["param"] == "max_tokens"
+        assert body["error"]["code"] == "context_length_exceeded" and "ORL_KV_CACHE_GIB" in body["error"]["message"]
+        status, body = post(url, "/v1/completions", {"model": "tiny", "prompt": "ab", "max_tokens": 4})
+        assert status == 200 and body["usage"]["completion_tokens"] == 4

@@ -10,6 +10,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from orl.engine import BlockEvent, DoneEvent, Event, StepEvent
+from orl.model.kv_cache import CacheBudgetError
 from orl.serve.protocol import (APIError, ChatDeltaChoice, CompletionChoice, Response, Usage, finish_reason)
 from orl.serve.worker import EngineWorker, ErrorEvent, Job
 
@@ -22,6 +23,8 @@ def sse(data: dict | str) -> str:
 
 def engine_error(e: Exception) -> APIError:
     # the server validates requests before queuing them, so a ValueError here is still the request's fault
+    if isinstance(e, CacheBudgetError):  # sized only when the job runs: prompt + answer over ORL_KV_CACHE_GIB
+        return APIError(400, str(e), param="max_tokens", code="context_length_exceeded")
     if isinstance(e, ValueError):
         return APIError(400, str(e))
     return APIError(500, f"generation failed: {type(e).__name__}: {e}", type="server_error")
