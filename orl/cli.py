@@ -110,9 +110,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from orl.atomic_dir import check_apart
     from orl.checkpoint import load_checkpoint
     from orl.export import export_hf
 
+    check_apart(Path(args.out), Path(args.model), "--model")  # (orl.atomic_dir) not over or inside its source
     model, tokenizer, manifest = load_checkpoint(args.model)
     out = export_hf(model, tokenizer, args.out, manifest, remote_code=False if args.plain else None)
     how = "trust_remote_code=True" if (out / "modeling_orl.py").exists() else "plain transformers"

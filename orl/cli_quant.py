@@ -3,6 +3,7 @@ that every orl command loads (the manifest's `quantization` field says how)."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 # orl.quant.KINDS, spelled out so that building the parser does not import torch (a test keeps them equal)
 KINDS = ("int8", "fp8", "nvfp4")
@@ -12,11 +13,14 @@ CARRIED = ("block_len", "mask_id", "eos_id", "pad_id", "residual_mode", "recipe"
 
 def quantize_checkpoint(model_dir: str, kind: str, out: str):
     """Load `model_dir`, quantize it to `kind` and save it to `out` -> (path, orl.quant.weight_bytes before, after)."""
+    from orl.atomic_dir import check_apart
     from orl.checkpoint import load_checkpoint, save_checkpoint
     from orl.quant import KINDS, QuantizationError, quantize, weight_bytes
 
     if kind not in KINDS:  # before loading anything
         raise QuantizationError(f"unknown quantization {kind!r}; expected one of {', '.join(KINDS)}")
+    # --out == --model passed check_replaceable (orl wrote it) and replaced the full-precision weights
+    check_apart(Path(out), Path(model_dir), "--model")
     model, tokenizer, manifest = load_checkpoint(model_dir)
     if manifest.get("quantization") is not None:
         raise QuantizationError(f"{model_dir} is already quantized ({manifest['quantization']['kind']}); "
@@ -45,5 +49,6 @@ def add_commands(sub) -> None:
     s.add_argument("--model", required=True, help="full-precision checkpoint directory")
     s.add_argument("--kind", required=True, choices=KINDS,
                    help="weight format (embeddings, lm_head and MoE routers stay in the model dtype)")
-    s.add_argument("--out", required=True, help="output directory (refused if it holds files orl did not write)")
+    s.add_argument("--out", required=True, help="output directory (refused if it holds files orl did not write, or is, holds or lies "
+                                          "inside --model)")
     s.set_defaults(func=cmd_quantize)

@@ -249,3 +249,18 @@ def test_a_request_over_the_cache_budget_is_a_400_naming_max_tokens(ckpt, monkey
         assert body["error"]["code"] == "context_length_exceeded" and "ORL_KV_CACHE_GIB" in body["error"]["message"]
         status, body = post(url, "/v1/completions", {"model": "tiny", "prompt": "ab", "max_tokens": 4})
         assert status == 200 and body["usage"]["completion_tokens"] == 4
+
+
+# ---------------------------------------------------------------- quantize / export over their own source
+
+@pytest.mark.parametrize("argv", [["quantize", "--kind", "int8"], ["export"]])
+def test_quantize_and_export_refuse_to_write_over_their_source(ckpt, tmp_path, capsys, argv):
+    """Before: `orl quantize --model X --out X` passed check_replaceable (orl wrote X) and replaced the
+    full-precision weights with int8 ones; export replaced the checkpoint (and a run's trainer state)."""
+    d = tmp_path / "ck"
+    shutil.copytree(ckpt, d)
+    before = {p.name: p.read_bytes() for p in d.iterdir()}
+    for out in (d, d / "inside"):
+        assert main([*argv, "--model", str(d), "--out", str(out)]) == 2
+        assert "--model checkpoint" in capsys.readouterr().err
+        assert {p.name: p.read_bytes() for p in d.iterdir()} == before
