@@ -264,3 +264,23 @@ def test_quantize_and_export_refuse_to_write_over_their_source(ckpt, tmp_path, c
         assert main([*argv, "--model", str(d), "--out", str(out)]) == 2
         assert "--model checkpoint" in capsys.readouterr().err
         assert {p.name: p.read_bytes() for p in d.iterdir()} == before
+
+
+# ---------------------------------------------------------------- orl bench --out
+
+@pytest.mark.parametrize("name, content, words", [
+    ("model.safetensors", b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ", "must be a markdown file (.md)"),
+    ("notes.md", b"# notes\n\x00\x01binary", "exists and is not a text file"),
+    ("dir.md", None, "is a directory"),
+])
+def test_bench_out_is_checked_before_the_run_and_never_appended_to_a_non_markdown_file(ckpt, tmp_path, capsys,
+                                                                                       name, content, words):
+    """Before: the table was appended to any --out (a weight file included) after the whole run, and a
+    directory failed only then, losing the run's numbers."""
+    out = tmp_path / name
+    out.mkdir() if content is None else out.write_bytes(content)
+    assert main(["bench", "--base", str(ckpt), "--tasks", "add", "--limit", "1", "--max-new-tokens", "4",
+                 "--ar-spec-tokens", "0", "--device", "cpu", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "invalid bench settings" in err
+    assert out.is_dir() if content is None else out.read_bytes() == content

@@ -15,10 +15,11 @@ all from orl.eval.metrics.summarize over per-prompt records; then the ratios of 
 latency to (a)'s, taken within this run. Notes under the table say which rows are peers and why a
 plain loop can be as fast as dlmrt on a CPU. Timing: one untimed warm-up generate per system
 (torch.compile happens there), then the systems take turns prompt by prompt, so drift on a shared
-machine hits all of them alike. The table is appended to --out as markdown, so runs accumulate.
+machine hits all of them alike. The table is appended to --out as markdown, so runs accumulate (a .md file; checked before the run).
 """
 from __future__ import annotations
 
+import codecs
 import platform
 import tempfile
 import time
@@ -98,9 +99,30 @@ class BenchSpec:
         if self.ar_spec_tokens < 0 or self.ar_spec_ngram < 1:
             problems.append(f"ar_spec_tokens must be >= 0 and ar_spec_ngram >= 1, got {self.ar_spec_tokens}, "
                             f"{self.ar_spec_ngram}")
+        if self.out and (bad := _out_problem(Path(self.out))):
+            problems.append(bad)
         if problems:
             raise ValueError("invalid bench settings: " + "; ".join(problems))
         return self
+
+
+def _out_problem(out: Path) -> str | None:
+    """--out is checked before the benchmark runs (a run of minutes, lost if the write fails at the end)
+    and the table is appended only to a markdown file: never to a weight file, source file or directory."""
+    if out.suffix.lower() not in (".md", ".markdown"):
+        return f"--out {out} must be a markdown file (.md) the table is appended to"
+    if out.is_dir():
+        return f"--out {out} is a directory; give a markdown file"
+    if out.exists():
+        with open(out, "rb") as f:
+            head = f.read(1 << 20)
+        try:
+            codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+        except UnicodeDecodeError:
+            head = b"\0"
+        if b"\0" in head:
+            return f"--out {out} exists and is not a text file; the table is not appended to it"
+    return None
 
 
 @dataclass
