@@ -284,3 +284,27 @@ def test_bench_out_is_checked_before_the_run_and_never_appended_to_a_non_markdow
     err = capsys.readouterr().err
     assert words in err and "invalid bench settings" in err
     assert out.is_dir() if content is None else out.read_bytes() == content
+
+
+# ---------------------------------------------------------------- sizes on the command line that never finished
+
+@pytest.mark.parametrize("argv, words", [
+    # before: 10**12 forwards for 4 tokens (each chunk unrolls chunk_steps steps, the finished ones no-ops)
+    (["generate", "--chunk-steps", str(10**12), "ab"], "chunk_steps must be <= block_len + max_post_steps"),
+    # before: 10**12 samples were built before the first generation (never started, memory without bound)
+    (["eval", "--tasks", "add", "--limit", str(10**12)], "limit x n_samples must be <= 1,000,000 per task"),
+    (["eval", "--tasks", "add", "--limit", "1000", "--n-samples", "1001"], "got 1000 x 1001"),
+    (["bench", "--tasks", "add", "--limit", str(10**12)], "limit must be <= 1,000,000 per task"),
+])
+def test_unbounded_work_from_a_flag_is_refused_before_it_starts(ckpt, tmp_path, capsys, argv, words):
+    import signal
+
+    flag = "--base" if argv[0] == "bench" else "--model"
+    out = ["--out", str(tmp_path / "r.jsonl"), "--no-progress"] if argv[0] == "eval" else []
+    signal.signal(signal.SIGALRM, lambda *a: pytest.fail("still running after 60 s"))
+    signal.alarm(60)
+    try:
+        rc = main([argv[0], flag, str(ckpt), "--device", "cpu", "--max-new-tokens", "4", *out, *argv[1:]])
+    finally:
+        signal.alarm(0)
+    assert rc == 2 and words in capsys.readouterr().err

@@ -129,6 +129,11 @@ class DecodeConfig:
         problems = decoding_problems(self.max_new_tokens, self.temperature, self.chunk_steps)
         if self.block_len <= 0:
             problems.append(f"block_len must be > 0, got {self.block_len}")
+        elif self.chunk_steps > self.block_len + max(self.max_post_steps, 0):
+            # a block is done within block_len steps (+ llada21's edit-only ones); every further step of a
+            # chunk is a no-op forward: --chunk-steps 10**12 ran 10**12 forwards for 4 tokens
+            problems.append(f"chunk_steps must be <= block_len + max_post_steps ({self.block_len} + "
+                            f"{self.max_post_steps}), got {self.chunk_steps}")
         if self.rule not in RULES:
             problems.append(f"unknown commit rule {self.rule!r}; expected one of {RULES}")
         if not 0.0 < self.threshold <= 1.0:

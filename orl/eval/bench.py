@@ -33,7 +33,7 @@ from orl.engine import DecodeConfig, Engine
 from orl.engine.ar import ARConfig, ARDecoder
 from orl.eval import metrics
 from orl.eval.peers import hf_generate, llada_reference, prefix_cache
-from orl.eval.runner import EvalSpec, _samples, _tasks, prompt_id
+from orl.eval.runner import MAX_DRAWS, EvalSpec, _samples, _tasks, prompt_id
 from orl.export import export_hf, not_exportable
 
 LABELS = {"a": "(a) dLLM base, dlmrt", "b": "(b) dLLM + ORL, dlmrt", "c": "(c) LLaDA-reference loop (base)",
@@ -92,6 +92,8 @@ class BenchSpec:
         if self.limit <= 0 or self.max_new_tokens <= 0 or self.ref_steps < 0:
             problems.append(f"limit and max_new_tokens must be > 0 and ref_steps >= 0, got "
                             f"{self.limit}, {self.max_new_tokens}, {self.ref_steps}")
+        if self.limit > MAX_DRAWS:  # the samples are built before the first system runs
+            problems.append(f"limit must be <= {MAX_DRAWS:,} per task, got {self.limit}")
         if not 0.0 < self.threshold <= 1.0:
             problems.append(f"threshold must be in (0, 1], got {self.threshold}")
         if self.chunk_steps <= 0 or self.ar_chunk_steps <= 0:

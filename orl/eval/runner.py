@@ -30,6 +30,9 @@ from orl.eval.tasks import Sample, get_task, make_samples, task_names
 from orl.model.families.common import DTYPES
 
 PROMPT_STYLES = ("auto", "base", "chat")
+# draws per task: the samples (0.4 ms, 260 bytes each for `add`) and the todo list are built before the first
+# generation, so --limit 10**12 never started and grew without bound; a million is far past any run here
+MAX_DRAWS = 1_000_000
 AR_ONLY = ("spec_tokens", "spec_ngram")  # EvalSpec.ar: speculative decoding (orl.engine.speculative)
 
 
@@ -55,6 +58,9 @@ class EvalSpec:
         problems = []
         if self.limit <= 0 or self.batch_size <= 0 or self.n_samples <= 0:
             problems.append(f"limit, batch_size and n_samples must be > 0, got {self.limit}, {self.batch_size}, {self.n_samples}")
+        elif self.limit * self.n_samples > MAX_DRAWS:
+            problems.append(f"limit x n_samples must be <= {MAX_DRAWS:,} per task (every draw is listed before the "
+                            f"first generation), got {self.limit} x {self.n_samples}")
         if self.thresholds is not None and not self.thresholds:
             problems.append("give at least one threshold")
         if self.prompt_style not in PROMPT_STYLES:
