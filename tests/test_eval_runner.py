@@ -105,10 +105,21 @@ def test_other_settings_are_new_records(full, ckpt, tmp_path):
     assert len(read_records(copy)) == len(recs) + 6
 
 
-def test_corrupt_line_in_the_middle_is_an_error(tmp_path):
+def test_corrupt_line_in_the_middle_is_an_error(full, tmp_path):
+    good = full[1].read_text().splitlines()[0]
     path = tmp_path / "r.jsonl"
-    path.write_text('{"schema": 1}\nnot json\n{"schema": 1}\n')
+    path.write_text(f'{good}\nnot json\n{good}\n')
     with pytest.raises(ValueError, match="r.jsonl:2"):
+        read_records(path)
+
+
+def test_a_line_that_is_no_eval_record_is_named(full, tmp_path):
+    """Before: {"schema": 1} alone was read, and `orl report` ended with 'error: model' (a KeyError)."""
+    good = full[1].read_text().splitlines()[0]
+    path = tmp_path / "r.jsonl"
+    path.write_text(f'{good}\n{{"schema": 1, "model": 5}}\n')
+    with pytest.raises(ValueError, match=r"r.jsonl:2: not an orl eval record: field\(s\) prompt_id, task, sample, "
+                                         r"config_id, model, decode"):
         read_records(path)
 
 

@@ -23,6 +23,10 @@ from pathlib import Path
 SCHEMA = 1
 _HEAD = f'{{"schema": {SCHEMA}, '.encode()  # how every line RecordWriter writes starts
 Key = tuple[str, str, str, int]
+# what tables, plots and resumption read from every record: checked when a file is read, so a foreign or
+# hand-edited line is named by file and line, not a bare KeyError ('model') from deep in a report
+FIELDS = {"prompt_id": str, "task": str, "sample": int, "config_id": str, "model": dict, "decode": dict, "verdict": bool,
+          "n_tokens": int, "forwards": dict, "timing": dict, "block_steps": list, "batch_size": int}
 
 
 def _digest(payload: object) -> str:
@@ -136,8 +140,14 @@ def read_records(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list
                 if partial:
                     continue
                 raise ValueError(f"{p}:{lineno}: not a JSON record ({e})") from None
-            if rec.get("schema") != SCHEMA:
-                raise ValueError(f"{p}:{lineno}: record schema {rec.get('schema')!r}, this orl reads {SCHEMA}")
+            if not isinstance(rec, dict) or rec.get("schema") != SCHEMA:
+                schema = rec.get("schema") if isinstance(rec, dict) else None
+                raise ValueError(f"{p}:{lineno}: record schema {schema!r}, this orl reads {SCHEMA}")
+            bad = [k for k, kind in FIELDS.items() if type(rec.get(k)) is not kind]
+            bad += [f"model.{k}" for k in ("name", "id") if "model" not in bad and type(rec["model"].get(k)) is not str]
+            if bad:
+                raise ValueError(f"{p}:{lineno}: not an orl eval record: field(s) {', '.join(bad)} missing or of the "
+                                 f"wrong type (expected {', '.join(f'{k}: {FIELDS.get(k, str).__name__}' for k in bad)})")
             out.append(rec)
     return out
 
