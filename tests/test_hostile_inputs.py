@@ -308,3 +308,12 @@ def test_unbounded_work_from_a_flag_is_refused_before_it_starts(ckpt, tmp_path, 
     finally:
         signal.alarm(0)
     assert rc == 2 and words in capsys.readouterr().err
+
+
+def test_a_tasks_file_that_is_not_utf8_is_named(ckpt, tmp_path, capsys):
+    """Before: 'error: 'utf-8' codec can't decode byte 0xff in position 0' with no file named."""
+    f = tmp_path / "qa.jsonl"
+    f.write_bytes(b'{"prompt": "\xff", "answer": "2"}\n')
+    assert main(["eval", "--model", str(ckpt), "--device", "cpu", "--tasks-file", str(f), "--limit", "1",
+                 "--out", str(tmp_path / "r.jsonl"), "--no-progress"]) == 2
+    assert f"{f}: not UTF-8 text" in capsys.readouterr().err

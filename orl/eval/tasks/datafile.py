@@ -94,21 +94,24 @@ def load_data_task(spec: str) -> DataTask:
         raise ValueError(f"--tasks-file {spec}: no such file {str(path)!r}")
     name = name or path.name.split(".", 1)[0]
     rows, seen = [], {}
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{line_no}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: not JSON ({e.msg})") from None
-            row = parse_row(obj, line_no, name, where)
-            if row.prompt in seen:
-                raise ValueError(f"{where}: repeats the prompt of line {seen[row.prompt]}; give several "
-                                 "accepted answers as \"answers\": [...] in one row")
-            seen[row.prompt] = line_no
-            rows.append(row)
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line_no, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                where = f"{path}:{line_no}"
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{where}: not JSON ({e.msg})") from None
+                row = parse_row(obj, line_no, name, where)
+                if row.prompt in seen:
+                    raise ValueError(f"{where}: repeats the prompt of line {seen[row.prompt]}; give several "
+                                     "accepted answers as \"answers\": [...] in one row")
+                seen[row.prompt] = line_no
+                rows.append(row)
+    except UnicodeDecodeError as e:  # the file named, not a bare codec message
+        raise ValueError(f"{path}: not UTF-8 text ({e})") from None
     return DataTask(name, rows, str(path))
 
 
