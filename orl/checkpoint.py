@@ -20,7 +20,7 @@ from safetensors.torch import save_file
 from torch import Tensor
 
 from orl.atomic_dir import MANIFEST, RUN_FILES, NotOrlDirectory, file_digest, write_atomically
-from orl.checkpoint_checks import (CheckpointError, check_config_agrees, check_sizes, read_json,
+from orl.checkpoint_checks import (CheckpointError, check_config_agrees, check_decode_fields, check_sizes, read_json,
                                    validate_tensors, verify_checksums)
 from orl.device import resolve_device
 from orl.model import ModelArgs, Transformer
@@ -179,6 +179,7 @@ def _read_config(d: Path) -> tuple[dict, ModelArgs, torch.dtype, ModuleType]:
                                   f"(this orl reads version {FORMAT_VERSION})")
         parsed = _parsed(man_path, lambda: (m, ModelArgs.from_dict(m["model_args"]), dtype_from_name(m["dtype"]),
                                             get_family(m["family"])))
+        check_decode_fields(man_path, m)
         if cfg_path.exists():
             check_config_agrees(cfg_path, parsed[3], parsed[1], parsed[2])
         return parsed

@@ -14,6 +14,8 @@ from torch import Tensor
 
 from orl.atomic_dir import MANIFEST, file_digest
 from orl.model import ModelArgs, Transformer
+from orl.model.families.common import LAYOUTS
+from orl.model.residual import RESIDUAL_MODES
 from orl.quant import quantized_names
 
 
@@ -29,6 +31,20 @@ def read_json(path: Path) -> dict:
     if not isinstance(data, dict):
         raise CheckpointError(f"{path} must hold a JSON object, got a {type(data).__name__}")
     return data
+
+
+def check_decode_fields(path: Path, m: dict) -> None:
+    """The manifest's decode defaults (every generate / eval / serve starts from them): a bad one is named
+    with the file here, not later as an 'invalid DecodeConfig' that reads like the user's own flag."""
+    problems = []
+    if (b := m.get("block_len")) is not None and (type(b) is not int or b <= 0):
+        problems.append(f"block_len must be a positive integer or null, got {b!r}")
+    if (r := m.get("residual_mode")) is not None and r not in RESIDUAL_MODES:
+        problems.append(f"residual_mode must be one of {RESIDUAL_MODES}, got {r!r}")
+    if (lay := m.get("layout")) is not None and lay not in LAYOUTS:
+        problems.append(f"layout must be one of {LAYOUTS}, got {lay!r}")
+    if problems:
+        raise CheckpointError(f"{path}: " + "; ".join(problems))
 
 
 def check_config_agrees(cfg_path: Path, family: ModuleType, args: ModelArgs, dtype: torch.dtype) -> None:

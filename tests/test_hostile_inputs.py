@@ -317,3 +317,16 @@ def test_a_tasks_file_that_is_not_utf8_is_named(ckpt, tmp_path, capsys):
     assert main(["eval", "--model", str(ckpt), "--device", "cpu", "--tasks-file", str(f), "--limit", "1",
                  "--out", str(tmp_path / "r.jsonl"), "--no-progress"]) == 2
     assert f"{f}: not UTF-8 text" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"block_len": "4"}, "block_len must be a positive integer or null, got '4'"),
+    ({"block_len": 0}, "block_len must be a positive integer or null, got 0"),  # before: silently 16
+    ({"residual_mode": "bogus"}, "residual_mode must be one of ('off', 'rcd', 'adapter'), got 'bogus'"),
+    ({"layout": "diagonal"}, "layout must be one of ('prompt_block', 'absolute_grid', 'full_sequence')"),
+])
+def test_manifest_decode_defaults_are_named_with_the_file(ckpt, tmp_path, fields, words):
+    """Before: loaded, then generate failed with 'invalid DecodeConfig: ...' as if a flag were wrong."""
+    d = manifest_edit(ckpt, tmp_path, **fields)
+    with pytest.raises(CheckpointError, match=re.escape(f"{d / 'orl.json'}: {words}")):
+        load_checkpoint(d)
