@@ -330,3 +330,15 @@ def test_manifest_decode_defaults_are_named_with_the_file(ckpt, tmp_path, fields
     d = manifest_edit(ckpt, tmp_path, **fields)
     with pytest.raises(CheckpointError, match=re.escape(f"{d / 'orl.json'}: {words}")):
         load_checkpoint(d)
+
+
+@pytest.mark.parametrize("log, words", [(b"garbage\n", "log.jsonl:1: not a JSON line"),
+                                        (b"\xff\n", "log.jsonl: not a trainer log (not UTF-8 text"),
+                                        (b"5\n", "holds no per-update records")])
+def test_report_train_logs_are_read_before_anything_is_written(records, tmp_path, capsys, log, words):
+    """Before: 9 files of a report were written, then the log failed (a rerun into that directory
+    is refused: no orl report.html there); a non-UTF-8 log was the bare codec message."""
+    (tmp_path / "log.jsonl").write_bytes(log)
+    out = tmp_path / "rep"
+    assert main(["report", str(records), "--out", str(out), "--train-logs", str(tmp_path / "log.jsonl")]) == 2
+    assert words in capsys.readouterr().err and not out.exists()

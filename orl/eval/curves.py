@@ -16,14 +16,17 @@ PANELS = (("rollout_reward", "mean rollout reward %"), ("rollout_tpf", "rollout 
 def read_log(path: str | os.PathLike) -> list[dict]:
     """The per-update records of one trainer log (lines without an "update" key are skipped)."""
     rows = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not a JSON line ({e.msg})") from None
-            if "update" in rec:
-                rows.append(rec)
+    try:
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{n}: not a JSON line ({e.msg})") from None
+                if isinstance(rec, dict) and "update" in rec:
+                    rows.append(rec)
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not a trainer log (not UTF-8 text: {e})") from None
     if not rows:
         raise ValueError(f"{path} holds no per-update records: is it a trainer log (<run>/train.log.jsonl)?")
     return rows

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from orl.eval import metrics
-from orl.eval.curves import plot_training_curves
+from orl.eval.curves import plot_training_curves, read_log
 from orl.eval.headline import block_notes, block_rows, compare, headline_text
 from orl.eval.plots import plot_accuracy, plot_steps_hist, plot_tpf_per_task
 from orl.eval.records import group_value, read_records
@@ -126,6 +126,8 @@ def build_report(paths: list[str | os.PathLike], out: str | os.PathLike, train_l
     records = read_records(paths)
     if not records:
         raise ValueError("the records files hold no records")
+    for log in train_logs:  # read before anything is written: a bad log left a partial report behind
+        read_log(log)
     d = Path(out)
     check_out(d)
     d.mkdir(parents=True, exist_ok=True)
