@@ -49,6 +49,7 @@ def add_commands(sub) -> None:
     s.add_argument("--model", required=True, help="full-precision checkpoint directory")
     s.add_argument("--kind", required=True, choices=KINDS,
                    help="weight format (embeddings, lm_head and MoE routers stay in the model dtype)")
-    s.add_argument("--out", required=True, help="output directory (refused if it holds files orl did not write, or is, holds or lies "
-                                          "inside --model)")
+    s.add_argument("--out", required=True,
+                   help="output directory (refused if it holds files orl did not write, "
+                        "or is, holds or lies inside --model)")
     s.set_defaults(func=cmd_quantize)

@@ -342,3 +342,19 @@ def test_report_train_logs_are_read_before_anything_is_written(records, tmp_path
     out = tmp_path / "rep"
     assert main(["report", str(records), "--out", str(out), "--train-logs", str(tmp_path / "log.jsonl")]) == 2
     assert words in capsys.readouterr().err and not out.exists()
+
+
+def test_a_report_that_stopped_midway_can_be_rerun_into_its_directory(records, tmp_path, monkeypatch):
+    import orl.eval.report as report
+
+    out = tmp_path / "rep"
+
+    def boom(*a, **k):
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(report, "plot_tpf_per_task", boom)
+    with pytest.raises(RuntimeError):
+        report.build_report([records], out)
+    assert (out / "summary.csv").exists() and not (out / "report.html").exists()
+    monkeypatch.undo()
+    assert report.build_report([records], out) == out / "report.html"

@@ -15,7 +15,8 @@ all from orl.eval.metrics.summarize over per-prompt records; then the ratios of 
 latency to (a)'s, taken within this run. Notes under the table say which rows are peers and why a
 plain loop can be as fast as dlmrt on a CPU. Timing: one untimed warm-up generate per system
 (torch.compile happens there), then the systems take turns prompt by prompt, so drift on a shared
-machine hits all of them alike. The table is appended to --out as markdown, so runs accumulate (a .md file; checked before the run).
+machine hits all of them alike. The table is appended to --out as markdown, so runs accumulate (a .md
+file; checked before the run).
 """
 from __future__ import annotations
 

@@ -25,8 +25,8 @@ _HEAD = f'{{"schema": {SCHEMA}, '.encode()  # how every line RecordWriter writes
 Key = tuple[str, str, str, int]
 # what tables, plots and resumption read from every record: checked when a file is read, so a foreign or
 # hand-edited line is named by file and line, not a bare KeyError ('model') from deep in a report
-FIELDS = {"prompt_id": str, "task": str, "sample": int, "config_id": str, "model": dict, "decode": dict, "verdict": bool,
-          "n_tokens": int, "forwards": dict, "timing": dict, "block_steps": list, "batch_size": int}
+FIELDS = {"prompt_id": str, "task": str, "sample": int, "config_id": str, "model": dict, "decode": dict,
+          "verdict": bool, "n_tokens": int, "forwards": dict, "timing": dict, "block_steps": list, "batch_size": int}
 
 
 def _digest(payload: object) -> str:
@@ -144,10 +144,12 @@ def read_records(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list
                 schema = rec.get("schema") if isinstance(rec, dict) else None
                 raise ValueError(f"{p}:{lineno}: record schema {schema!r}, this orl reads {SCHEMA}")
             bad = [k for k, kind in FIELDS.items() if type(rec.get(k)) is not kind]
-            bad += [f"model.{k}" for k in ("name", "id") if "model" not in bad and type(rec["model"].get(k)) is not str]
+            bad += [f"model.{k}" for k in ("name", "id")
+                    if "model" not in bad and type(rec["model"].get(k)) is not str]
             if bad:
+                want = ", ".join(f"{k}: {FIELDS.get(k, str).__name__}" for k in bad)
                 raise ValueError(f"{p}:{lineno}: not an orl eval record: field(s) {', '.join(bad)} missing or of the "
-                                 f"wrong type (expected {', '.join(f'{k}: {FIELDS.get(k, str).__name__}' for k in bad)})")
+                                 f"wrong type (expected {want})")
             out.append(rec)
     return out
 

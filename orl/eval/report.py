@@ -96,13 +96,14 @@ TITLES = {"headline": "Headline", "summary": "Per task and threshold", "overall"
 
 OUTPUTS = ("headline.csv", *(f"{n}.csv" for n in TITLES if n != "headline"), *PLOTS, "training_curves.png",
            "report.md", "report.html")
+MARKER = ".orl_report"  # written before any output: a directory holding it is orl's report directory
 HTML_HEAD = "<!doctype html><html><head><meta charset='utf-8'><title>orl evaluation report</title>"
 
 
 def check_out(d: Path) -> None:
     """--out may be new, hold no file of a report's names, or hold an earlier report (its report.html is
-    orl's): a file of those names that orl did not write (a summary.csv or report.md of the user's) is
-    never replaced - the report is refused before anything is written."""
+    orl's, or its MARKER is there): a file of those names that orl did not write (a summary.csv or
+    report.md of the user's) is never replaced - the report is refused before anything is written."""
     if d.exists() and not d.is_dir():
         raise ValueError(f"--out {d} is a file; give the report a directory")
     clash = [n for n in OUTPUTS if (d / n).exists()]
@@ -114,6 +115,7 @@ def check_out(d: Path) -> None:
             ours = page.is_file() and f.read(len(HTML_HEAD)) == HTML_HEAD.encode()
     except OSError:
         ours = False
+    ours = ours or (d / MARKER).is_file()  # a report that stopped before its page was written
     if not ours:
         raise ValueError(f"--out {d} holds {', '.join(clash)}, which orl report did not write (no orl report.html "
                          "there); refusing to replace them: choose a new directory")
@@ -131,6 +133,7 @@ def build_report(paths: list[str | os.PathLike], out: str | os.PathLike, train_l
     d = Path(out)
     check_out(d)
     d.mkdir(parents=True, exist_ok=True)
+    (d / MARKER).touch()
     task_rows = summarize(records, TASK_ROWS)
     pooled = summarize(records, (*CURVE, "threshold"))
     blocks = compare(records, baseline, threshold)
