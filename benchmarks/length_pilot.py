@@ -1,0 +1,41 @@
+"""Pilot (session 11): does anything about positions let the AR stage extrapolate past its training sizes?
+One family, AR stage only, greedy AR decoding with contiguous positions; in range vs beyond, by size.
+variants: rope (baseline), rstride (training positions = cumsum of strides drawn from 1..3 per token,
+so the relative distances beyond-range prompts need at test were seen in training), half (rotary on half
+of each head, the other half position-free)."""
+import sys, time
+from dataclasses import replace
+import torch
+import orl.train.pretrain as P
+from orl.train.pretrain import PretrainConfig, pretrain
+from orl.presets.pretrain import tiny_model7
+from orl.eval.tasks import get_task
+from orl.engine.ar import ARConfig, ARDecoder
+from orl.tokenizer import CharTokenizer
+
+variant, family, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+torch.set_num_threads(1)
+model = replace(tiny_model7(), learned_pos=False, rotary_fraction=0.5 if variant == "half" else 1.0)
+if variant == "rstride":
+    def strided(b, max_len, frac, gen):
+        B, T = b.pos.shape
+        steps_ = torch.randint(1, 4, (B, T), generator=gen)
+        steps_[:, 0] = 0
+        b.pos = torch.cumsum(steps_, dim=1)  # rows start at 0; pads get positions too (masked anyway)
+    P.shift_positions = strided
+cfg = PretrainConfig(model=model, tasks=(family,), batch_size=32, ar_steps=steps, diffusion_steps=0, lr=3e-3,
+                     warmup=50, eval_every=10**6, eval_samples=5, save_every=10**6, bf16=False, threads=1,
+                     pos_offset=1.0 if variant == "rstride" else 0.0)
+out = f"runs/pilot2/{family}-{variant}"
+t0 = time.time()
+m = pretrain(cfg, out, log=lambda *a: None)
+print("train s", round(time.time() - t0), flush=True)
+tok = CharTokenizer(); dec = ARDecoder(m, tok); task = get_task(family)
+for split in ("heldout", "beyond"):
+    ss = [task.sample(split, i) for i in range(80)]
+    gens = dec.generate([s.prompt for s in ss], ARConfig(max_new_tokens=112))
+    ok = [task.verify(s.prompt, g.text) for s, g in zip(ss, gens)]
+    by = {}
+    for s, o in zip(ss, ok):
+        by.setdefault(task.size(s.prompt), []).append(o)
+    print(variant, family, split, "acc", round(sum(ok) / len(ok), 3), {k: f"{sum(v)}/{len(v)}" for k, v in sorted(by.items())}, flush=True)
