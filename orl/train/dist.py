@@ -86,14 +86,7 @@ class Dist:
     def on_main(self, fn):
         """fn() on rank 0 only, the others waiting; its result on rank 0 (None elsewhere). If it raises,
         every rank raises (none hangs)."""
-        err = out = None
-        if self.main:
-            try:
-                out = fn()
-            except Exception as e:  # re-raised below, after the others have heard of it
-                err = e
-        self._stop_together(err)
-        return out
+        return self.on_every(lambda: fn() if self.main else None)
 
     def on_every(self, fn):
         """fn() on every rank, its result; if it raises on any rank, every rank raises. A rank that fails
