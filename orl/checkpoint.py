@@ -25,7 +25,7 @@ from orl.checkpoint_checks import (CheckpointError, check_config_agrees, check_d
 from orl.device import resolve_device
 from orl.model import ModelArgs, Transformer
 from orl.model.families import family_for, get_family
-from orl.model.families.common import config_dtype, dtype_from_name, dtype_name
+from orl.model.families.common import config_dtype, dtype_from_name, dtype_name, token_ids
 from orl.quant import QuantizationError, kind_of_spec, quantization_of, quantize, quantized_names
 from orl.tokenizer import CharTokenizer, HFTokenizer, TokenizerError, load_tokenizer, resolve_special_ids
 
@@ -182,7 +182,7 @@ def _read_config(d: Path) -> tuple[dict, ModelArgs, torch.dtype, ModuleType]:
         check_decode_fields(man_path, m)
         if cfg_path.exists():
             check_config_agrees(cfg_path, parsed[3], parsed[1], parsed[2])
-        return parsed
+        return (_with_end_of_turn(m, parsed[3]), *parsed[1:])
     if not cfg_path.exists():
         raise CheckpointError(f"{d} is not a checkpoint: neither {MANIFEST} nor config.json exists")
     cfg = read_json(cfg_path)
@@ -193,7 +193,24 @@ def _read_config(d: Path) -> tuple[dict, ModelArgs, torch.dtype, ModuleType]:
          "recipe": None, "git_commit": None, "source": "config.json"}
     if hasattr(family, "manifest_from_config"):  # a published dLLM: its layout, block size, mask / EOS tokens
         m.update(_parsed(cfg_path, lambda: family.manifest_from_config(cfg)))
-    return m, args, dtype, family
+    m["eos_ids"] = [*(m.get("eos_ids") or ()), *_generation_eos(d, cfg)]
+    return _with_end_of_turn(m, family), args, dtype, family
+
+
+def _generation_eos(d: Path, cfg: dict) -> list[int]:
+    """EOS ids of a plain HF directory: transformers' generate stops at generation_config.json's
+    eos_token_id (Gemma 3: [1, 106], <end_of_turn> included), which config.json often lacks."""
+    path = d / "generation_config.json"
+    gen = read_json(path) if path.exists() else {}
+    return _parsed(path, lambda: [*token_ids(cfg.get("eos_token_id")), *token_ids(gen.get("eos_token_id"))])
+
+
+def _with_end_of_turn(m: dict, family: ModuleType) -> dict:
+    """A family's end-of-turn token (family.END_OF_TURN) stops decoding too, also where the files do
+    not list it (a GGUF import has one eos id): chat turns end with it."""
+    if end_of_turn := getattr(family, "END_OF_TURN", None):
+        m["eos_tokens"] = list(dict.fromkeys([*(m.get("eos_tokens") or ()), end_of_turn]))
+    return m
 
 
 def read_manifest(directory: str | os.PathLike) -> dict:

@@ -149,3 +149,13 @@ def test_generate_on_an_autoregressive_model_refuses_block_flags():
     ok = run_orl("generate", "cumsum:314=", "--model", str(ar), "--max-new-tokens", "4", "--chunk-steps", "2")
     assert ok.returncode == 0, ok.stderr
     assert "[autoregressive]" in ok.stdout
+
+
+def test_python_dash_m_orl_is_the_orl_command(ckpt):
+    """`python -m orl` (orl/__main__.py) parses and runs like the installed script, exit code included."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.run([sys.executable, "-m", "orl", "generate", "--model", str(ckpt), "hello", "--block-len", "4",
+                        "--max-new-tokens", "4"], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0 and "TPF" in p.stdout, p.stderr
+    bad = subprocess.run([sys.executable, "-m", "orl", "no-such-command"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr

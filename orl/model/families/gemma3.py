@@ -15,6 +15,7 @@ from orl.model.families.common import UnsupportedConfig, dtype_name, layer_count
 
 MODEL_TYPES = ("gemma3_text",)
 ACTS = {"gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh"}
+END_OF_TURN = "<end_of_turn>"  # Google's generation_config.json stops at it (id 106) besides <eos>
 GLOBAL_THETA, LOCAL_THETA = 1_000_000.0, 10_000.0  # transformers' Gemma3TextConfig.default_theta
 
 
