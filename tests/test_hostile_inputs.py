@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import urllib.request
 
 import pytest
 import torch
@@ -249,6 +250,8 @@ def test_a_request_over_the_cache_budget_is_a_400_naming_max_tokens(ckpt, monkey
         assert body["error"]["code"] == "context_length_exceeded" and "ORL_KV_CACHE_GIB" in body["error"]["message"]
         status, body = post(url, "/v1/completions", {"model": "tiny", "prompt": "ab", "max_tokens": 4})
         assert status == 200 and body["usage"]["completion_tokens"] == 4
+        health = json.loads(urllib.request.urlopen(url + "/health", timeout=30).read())
+        assert (health["rejected"], health["failed"], health["completed"]) == (1, 0, 1)  # a 400, not a failure
 
 
 # ---------------------------------------------------------------- quantize / export over their own source

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from orl.engine.ar import ARConfig, ARDecoder, ARState, next_tokens
+from orl.engine.ar_step import ARConfig, ARState, next_tokens
 from orl.engine.config import UnsupportedSetting
 from orl.engine.request import Clock
 from orl.engine.sequence import Generation
@@ -91,9 +91,10 @@ def verify(model, st: ARState, slot: int, tokens: list[int], temperature: float,
     return x.tolist()
 
 
-def generate_speculative(dec: ARDecoder, prompt_ids: list[list[int]], cfg: ARConfig,
+def generate_speculative(dec, prompt_ids: list[list[int]], cfg: ARConfig,
                          seeds: list[int] | None = None) -> list[Generation]:
-    """ARDecoder.generate_ids with cfg.spec_tokens > 0 (cfg validated): one prompt."""
+    """ARDecoder.generate_ids with cfg.spec_tokens > 0 (cfg validated): one prompt. dec is the ARDecoder
+    (untyped: orl.engine.ar imports this module, not the other way round)."""
     if len(prompt_ids) != 1:
         raise UnsupportedSetting(f"speculative decoding (spec_tokens {cfg.spec_tokens}) runs at batch 1, got "
                                  f"{len(prompt_ids)} prompts: decode them one at a time (orl eval: --batch-size 1)",

@@ -281,7 +281,8 @@ def create_app(engine: Engine | CanvasDecoder, model_name: str, *,
     async def health():
         s = worker.stats
         return {"status": "ok", "model": model_name, "busy": worker.running is not None, "queued": worker.queued,
-                "queue_size": worker.queue_size, "completed": s.completed, "cancelled": s.cancelled, "failed": s.failed}
+                "queue_size": worker.queue_size, "completed": s.completed, "cancelled": s.cancelled, "failed": s.failed,
+                "rejected": s.rejected}
 
     @app.get("/", include_in_schema=False)
     async def index():

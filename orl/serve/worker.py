@@ -50,6 +50,7 @@ class Stats:
     completed: int = 0
     cancelled: int = 0
     failed: int = 0
+    rejected: int = 0      # the engine refused the request (a ValueError: a 400, e.g. over the KV cache budget)
     runs: int = 0          # jobs the engine ran (a job cancelled while waiting did not run)
     engine_s: float = 0.0  # their wall time
 
@@ -129,7 +130,7 @@ class EngineWorker:
                     break
                 job.emit(event)  # stamped with engine time (event.at), whatever the client's pace
         except Exception as e:  # reported to the waiting request; the worker lives on
-            outcome = "failed"
+            outcome = "rejected" if isinstance(e, ValueError) else "failed"  # as streams.engine_error answers
             job.emit(ErrorEvent(e))
         finally:
             events.close()
