@@ -2,7 +2,9 @@
 One family, AR stage only, greedy AR decoding with contiguous positions; in range vs beyond, by size.
 variants: rope (baseline), rstride (training positions = cumsum of strides drawn from 1..3 per token,
 so the relative distances beyond-range prompts need at test were seen in training), half (rotary on half
-of each head, the other half position-free)."""
+of each head, the other half position-free), min (rotary on one pair of each head's 32 dims, the fastest
+frequency only: close to NoPE, which Kazemnejad et al. 2023 found to extrapolate best on small algorithmic
+tasks, while a block's masks still get a position signal)."""
 import sys, time
 from dataclasses import replace
 import torch
@@ -15,7 +17,7 @@ from orl.tokenizer import CharTokenizer
 
 variant, family, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 torch.set_num_threads(1)
-model = replace(tiny_model7(), learned_pos=False, rotary_fraction=0.5 if variant == "half" else 1.0)
+model = replace(tiny_model7(), learned_pos=False, rotary_fraction={"half": 0.5, "min": 2 / 32}.get(variant, 1.0))
 if variant == "rstride":
     def strided(b, max_len, frac, gen):
         B, T = b.pos.shape
