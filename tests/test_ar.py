@@ -8,6 +8,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import orl.engine.ar as ar
+import orl.engine.ar_step as ar_step_module
 from orl.checkpoint import load_checkpoint, save_checkpoint
 from orl.cli import main
 from orl.engine.ar import ARConfig, ARDecoder, ar_step
@@ -205,8 +206,8 @@ def test_decode_step_has_no_host_sync(temperature):
 def test_no_sync_checks_can_fail(monkeypatch):
     dec = ARDecoder(tiny_ar(False), TOK)
     st = dec.setup([TOK.encode("hello")], ARConfig())
-    real = ar.hash_uniform
-    monkeypatch.setattr(ar, "hash_uniform", lambda seed, step, *a: real(seed, step * int(step.sum().item() >= 0), *a))
+    real = ar_step_module.hash_uniform  # ar_step reads it from its own module
+    monkeypatch.setattr(ar_step_module, "hash_uniform", lambda seed, step, *a: real(seed, step * int(step.sum().item() >= 0), *a))
     with pytest.raises(HostSync), torch.no_grad(), NoHostSync():
         ar_step(dec.model, st, 0.8, TOK.eos_id)
     torch._dynamo.reset()
