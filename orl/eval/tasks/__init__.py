@@ -31,6 +31,7 @@ from collections.abc import Iterable
 from .arithmetic import Add
 from .base import BEYOND, SPLITS, Sample, Task
 from .constraints import Constr
+from .fewshot import SHOT_NAME, FewShot
 from .keysort import KeySort
 from .long import Long
 from .programs import Prog, run_program
@@ -65,10 +66,14 @@ def task_names() -> list[str]:
 
 
 def get_task(name: str) -> Task:
+    """A registered family, or "<family>:<k>shot" for it with k solved examples before each prompt (fewshot.py)."""
+    if name not in TASKS and (m := SHOT_NAME.fullmatch(name)) and m["family"] in TASKS:
+        return FewShot(TASKS[m["family"]], int(m["k"]))
     try:
         return TASKS[name]
     except KeyError:
-        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(TASKS)} (a task of your own is registered "
+        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(TASKS)}, each also as '<task>:<k>shot' "
+                         f"(k solved examples first; a task of your own is registered "
                          "with --task-module FILE.py or --tasks-file FILE.jsonl; docs/TASKS.md)") from None
 
 
