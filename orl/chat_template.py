@@ -7,9 +7,10 @@ model was trained on:
     (reasoning_content, thinking, reasoning);
   - bounded: a template ships inside a downloaded checkpoint, so it is untrusted input. jinja's sandbox
     blocks attribute tricks but not work: nested `range` loops, `'x' * 10**10`, deep recursion or an
-    endless output would hang or kill the server. Loops over `range` check a per-render deadline,
-    `*`/`**`/`+` refuse results past a size cap, the output is capped, and recursion/memory/overflow
-    errors become ChatTemplateError (a 400) like any template error;
+    endless output would hang or kill the server. A per-render deadline is checked at every `range`
+    step, call, filter and output chunk; `*`/`**`/`+`, call and filter arguments and results, namespace
+    assignments and format widths are refused past a size cap before they allocate; the output is
+    capped; recursion/memory/overflow errors become ChatTemplateError (a 400) like any template error;
   - the named special tokens (bos_token, eos_token, ..., as strings) then the caller's template
     kwargs (e.g. enable_thinking=False for Qwen3) as variables, the caller's winning.
 """
@@ -97,7 +98,15 @@ def _bounded_binop(operator: str, left, right):
     elif operator == "+" and _size(left) + _size(right) > MAX_CHARS:
         raise ChatTemplateError(f"chat template: a concatenation exceeds {MAX_CHARS} items")
     _check_time()
-    return None
+
+
+def _checked_call(what: str, fn, /, *args, **kwargs):
+    """fn(*args, **kwargs) between the deadline and size checks (calls and filters a template makes)."""
+    _check_time()
+    _check_values(what, (*args, *kwargs.values()))
+    out = fn(*args, **kwargs)
+    _check_values(what, (out,))
+    return out
 
 
 @lru_cache(maxsize=8)
@@ -126,11 +135,7 @@ def _compile(template: str):
 
         # every call a template makes (macros, globals, methods such as str.ljust) passes here
         def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (jinja's signature)
-            _check_time()
-            _check_values("a call", (*args, *kwargs.values()))
-            out = super().call(__context, __obj, *args, **kwargs)
-            _check_values("a call", (out,))
-            return out
+            return _checked_call("a call", functools.partial(super().call, __context, __obj), *args, **kwargs)
 
     class BoundedNamespace(jinja2.utils.Namespace):
         # {% set ns.s = ns.s ~ ns.s %} in a loop doubles a string per iteration, faster than any deadline
@@ -141,13 +146,9 @@ def _compile(template: str):
     def bounded_filter(name, f):
         @functools.wraps(f)  # keeps jinja's pass_context / pass_environment marker
         def g(*args, **kwargs):
-            _check_time()
-            _check_values("a filter", (*args, *kwargs.values()))
             if name == "format":
                 _check_format(args[0])
-            out = f(*args, **kwargs)
-            _check_values("a filter", (out,))
-            return out
+            return _checked_call("a filter", f, *args, **kwargs)
         return g
 
     env = Bounded(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])

@@ -28,6 +28,8 @@ advance unevenly. Eager only: the verify length changes with the draft.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from orl.engine.ar_step import ARConfig, ARState, next_tokens
@@ -91,10 +93,13 @@ def verify(model, st: ARState, slot: int, tokens: list[int], temperature: float,
     return x.tolist()
 
 
-def generate_speculative(dec, prompt_ids: list[list[int]], cfg: ARConfig,
+if TYPE_CHECKING:  # orl.engine.ar imports this module, not the other way round
+    from orl.engine.ar import ARDecoder
+
+
+def generate_speculative(dec: ARDecoder, prompt_ids: list[list[int]], cfg: ARConfig,
                          seeds: list[int] | None = None) -> list[Generation]:
-    """ARDecoder.generate_ids with cfg.spec_tokens > 0 (cfg validated): one prompt. dec is the ARDecoder
-    (untyped: orl.engine.ar imports this module, not the other way round)."""
+    """ARDecoder.generate_ids with cfg.spec_tokens > 0 (cfg validated): one prompt."""
     if len(prompt_ids) != 1:
         raise UnsupportedSetting(f"speculative decoding (spec_tokens {cfg.spec_tokens}) runs at batch 1, got "
                                  f"{len(prompt_ids)} prompts: decode them one at a time (orl eval: --batch-size 1)",
