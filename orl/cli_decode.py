@@ -38,6 +38,8 @@ DECODE_FLAGS = (
     ("--residual", str, "residual mode: off | rcd | adapter (default: the checkpoint's, else off)"),
     ("--temperature", float, "0: greedy (default); > 0: sampling"),
     ("--chunk-steps", int, "denoising steps between two host checks (default 1)"),
+    ("--stop", "append", "stop string (repeatable, at most 4): the output ends before its first one; \\n and \\t "
+                         "are read as newline and tab (default: none; k-shot eval tasks: the newline)"),
     ("--compile", None, "torch.compile the denoising step"),
     ("--cuda-graph", None, "replay the steps as CUDA graphs (GPU)"),
 )
@@ -51,10 +53,26 @@ AR_FLAGS = (
 AR_FIELDS = tuple(flag[2:].replace("-", "_") for flag, _, _ in AR_FLAGS)
 
 
+def unescape(text: str) -> str:
+    """A stop string as typed in a shell: "\\n" and "\\t" are a newline and a tab ("\\\\": a backslash)."""
+    out, i = [], 0
+    while i < len(text):
+        pair = text[i:i + 2]
+        if pair in ("\\n", "\\t", "\\\\"):
+            out.append({"\\n": "\n", "\\t": "\t", "\\\\": "\\"}[pair])
+            i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
 def add_decode_flags(parser: argparse.ArgumentParser) -> None:
     for flag, kind, text in DECODE_FLAGS + AR_FLAGS:
         if kind is None:
             parser.add_argument(flag, action="store_true", default=None, help=text)
+        elif kind == "append":
+            parser.add_argument(flag, type=unescape, action="append", default=None, help=text)
         else:
             parser.add_argument(flag, type=kind, default=None, help=text)
 

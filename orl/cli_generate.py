@@ -67,7 +67,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if not gen.text.strip() and ((manifest.get("recipe") or {}).get("config") or {}).get("tasks"):
         print("note: this model answers the prompts of the tasks it was trained on; `orl tasks` shows their "
               "formats, with an example to type", file=sys.stderr)
-    stop = "EOS" if gen.finished else "max_new_tokens"
+    stop = f"stop string {gen.stop!r}" if gen.stop else "EOS" if gen.finished else "max_new_tokens"
     print(f"tokens: {gen.n_tokens}  forwards: {gen.forwards} ({gen.step_forwards} denoise + "
           f"{gen.commit_forwards} commit)  TPF: {gen.tpf:.2f}  tokens/s: {gen.tokens_per_s:.1f}  "
           f"stop: {stop}  [{cfg.rule}, block {cfg.block_len}, residual {cfg.residual}]")

@@ -45,20 +45,20 @@ def generate_autoregressive(args: argparse.Namespace, model, tok) -> int:
     from orl.cli_decode import ar_overrides, decode_overrides
 
     # block-decoder flags (--rule, --threshold, ...) have no meaning here: refused by name, not ignored
-    unused = sorted(set(decode_overrides(args)) - {"max_new_tokens", "temperature", "chunk_steps", "compile"})
+    unused = sorted(set(decode_overrides(args)) - {"max_new_tokens", "temperature", "chunk_steps", "compile", "stop"})
     if unused:
         flags = ", ".join("--" + name.replace("_", "-") for name in unused)
         raise ValueError(f"{flags}: not used by the autoregressive decoder ({args.model} is an autoregressive "
-                         "model); it takes --max-new-tokens, --temperature, --chunk-steps, --compile, --seed, "
+                         "model); it takes --max-new-tokens, --temperature, --chunk-steps, --compile, --stop, --seed, "
                          "--spec-tokens, --spec-ngram")
     given = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
-                 chunk_steps=args.chunk_steps, compile=args.compile, **ar_overrides(args))
+                 chunk_steps=args.chunk_steps, compile=args.compile, stop=args.stop, **ar_overrides(args))
     cfg = ARConfig(**{k: v for k, v in given.items() if v is not None})  # a flag not given: ARConfig's default
     prompt = tok.encode(args.prompt)
     decoder = ARDecoder(model, tok)  # its cache is sized to the request (orl.engine.request.request_cache_len)
     gen = decoder.generate_ids([prompt], cfg)[0]
     print(args.prompt + gen.text)
-    stop = "EOS" if gen.finished else "max_new_tokens"
+    stop = f"stop string {gen.stop!r}" if gen.stop else "EOS" if gen.finished else "max_new_tokens"
     spec = f", prompt-lookup speculative k={cfg.spec_tokens} n={cfg.spec_ngram}" if cfg.spec_tokens else ""
     print(f"tokens: {len(gen.token_ids)}  forwards: {gen.forwards}  TPF: {gen.tpf:.2f}  tokens/s: "
           f"{gen.tokens_per_s:.1f}  stop: {stop}  [autoregressive{spec}]")

@@ -17,7 +17,8 @@ def test_an_old_record_keeps_its_id_under_todays_config():
 
 def test_a_later_knob_enters_the_id_when_set():
     base = DecodeConfig(**OLD, fused_commit=False).to_dict()
-    for knob, value in [("fused_commit", True), ("top_k", 5), ("top_p", 0.5), ("layout", "absolute_grid")]:
+    for knob, value in [("fused_commit", True), ("top_k", 5), ("top_p", 0.5), ("layout", "absolute_grid"),
+                        ("stop", ["\n"])]:
         assert config_id({**base, knob: value}, 16) != OLD_ID, knob
     llada21 = {**base, "rule": "llada21"}
     assert config_id({**llada21, "editing_threshold": 0.7}, 16) != config_id(llada21, 16)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from orl.eval import metrics, sandbox
-from orl.eval.humaneval import HumanEval, check, check_many, extract_completion, load_problems, program
+from orl.eval.humaneval import BASE_STOPS, HumanEval, check, check_many, extract_completion, load_problems, program
 from orl.eval.sandbox import Limits
 from orl.tokenizer import CharTokenizer
 
@@ -160,6 +160,13 @@ def test_task_interface_and_pass_at_k():
         task.sample("train", 0)
     chat = HumanEval(CharTokenizer(), chat=True)
     assert TRUNCATE.prompt in chat.sample("heldout", 2).prompt
+    # a base decode stops at the Codex stop sequences (orl.engine.stops): the text before the first one
+    # is what extraction judges anyway, so stopping there changes no verdict
+    assert task.stop == BASE_STOPS and chat.stop == ()
+    from orl.engine.stops import earliest
+    for out in (RIGHT + "\n\ndef other():\n    pass\n", RIGHT + "\nprint(1)\n", "    return 1\n#top\n"):
+        i, _ = earliest(out, task.stop)
+        assert extract_completion(out[:i], chat=False) == extract_completion(out, chat=False)
     # 4 draws of one problem, 2 right: pass@1 = 0.5, pass@2 = 1 - C(2,2)/C(4,2) = 5/6
     draws = [RIGHT, "    return number\n", RIGHT, "    return -1.0\n"]
     results = check_many([(TRUNCATE, d) for d in draws])

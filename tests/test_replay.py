@@ -46,6 +46,12 @@ def test_replay_reproduces_rollout_steps(residual, shift):
     # of the previous block's last position, which the engine carried from its commit forward
     model = tiny_model(shift=shift)
     rs = rollouts(model, residual)
+    assert_replays(model, rs, residual)
+
+
+def assert_replays(model, rs, residual):
+    """Every captured state of every rollout, replayed packed, gives the entropies and confidences the
+    engine saw."""
     ids, units = units_of(model, rs)
     rows = pack(units, 600)
     b = build_batch(units, rows, ids.pad)
@@ -68,6 +74,34 @@ def test_replay_reproduces_rollout_steps(residual, shift):
                 n_checked += 1
             off += u.length
     assert n_checked > len(rs)  # several states per response, so multi-step blocks were replayed
+
+
+def test_a_rollout_ended_by_a_stop_string_replays_and_is_not_supervised_past_it():
+    """The engine committed tokens after the stop string inside the row's last block; the rollout drops
+    them, so the states replay as decoded and the positions after the stop are no target (IGNORE)."""
+    from orl.train.losses import IGNORE
+
+    model = tiny_model()
+    plain = rollouts(model, "off", n_prompts=1, group=1)[0]
+    stop = plain.gen.text[10]  # a character of the second block
+    eng = Engine(model, TOK)
+    cfg = DecodeConfig(block_len=L, max_new_tokens=24, threshold=0.05, temperature=0.8, stop=(stop,))
+    rs = collect(eng, [plain.sample], 1, cfg, seed=3)
+    r = rs[0]
+    cut = plain.gen.text.index(stop) + 1
+    assert r.gen.stop == stop and r.gen.token_ids == plain.gen.token_ids[:cut]
+    r.verified = True
+    assert_replays(model, rs, "off")
+    ids, (u,) = units_of(model, rs)
+    n = len(r.gen.prompt_ids)
+    last = u.block == u.block.max()  # the clean copy and the states of the stopped block
+    answer_pos = u.pos - n
+    assert (u.targets[last & (answer_pos >= cut)] == IGNORE).all()
+    assert (u.targets[last & (answer_pos >= 0) & (answer_pos < cut)] >= 0).all()
+    assert ((answer_pos >= cut) & last).any() and (u.targets[~last] >= 0).all()
+    b = build_batch([u], pack([u], 600), ids.pad)
+    loss, parts = orl_loss(model, b, "off", ids, LossWeights())
+    assert torch.isfinite(loss) and parts["pred"] > 0
 
 
 @pytest.mark.parametrize("shift", [False, True])

@@ -9,6 +9,7 @@ from torch import Tensor
 
 from orl.engine.config import checked, decoding_problems, field_problems
 from orl.engine.sampling import hash_uniform
+from orl.engine.stops import as_stops, stop_problems
 from orl.model.kv_cache import KVCache
 from orl.model.model import Transformer
 
@@ -23,9 +24,14 @@ class ARConfig:
     spec_tokens: int = 0       # prompt-lookup speculative decoding: at most this many drafted tokens per verify
                                # forward (0: off; orl.engine.speculative; batch 1, eager, same tokens)
     spec_ngram: int = 2        # the longest n-gram looked up for a draft (transformers' max_matching_ngram_size)
+    stop: tuple[str, ...] = () # stop strings (OpenAI's `stop`, orl.engine.stops): checked per chunk on the host
+
+    def __post_init__(self):
+        self.stop = as_stops(self.stop)
 
     def validate(self) -> "ARConfig":
-        problems = field_problems(self) or decoding_problems(self.max_new_tokens, self.temperature, self.chunk_steps)
+        problems = field_problems(self) or (decoding_problems(self.max_new_tokens, self.temperature, self.chunk_steps)
+                                            + stop_problems(self.stop))
         if not problems and (self.spec_tokens < 0 or self.spec_ngram < 1):
             problems.append(f"spec_tokens must be >= 0 and spec_ngram >= 1, got {self.spec_tokens}, {self.spec_ngram}")
         if not problems and self.spec_tokens and self.compile:

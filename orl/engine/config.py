@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 
+from orl.engine.stops import as_stops, stop_problems
 from orl.model.residual import RESIDUAL_MODES
 
 RULES = ("threshold", "topk", "factor", "entropy", "dream", "dream_origin", "sdar_static", "sdar_dynamic",
@@ -34,6 +35,8 @@ def field_problems(cfg) -> list[str]:
         v, kind = getattr(cfg, f.name), f.type if isinstance(f.type, str) else f.type.__name__
         if kind == "bool":
             ok = isinstance(v, bool)
+        elif kind.startswith("tuple"):
+            ok = True  # its own check names what is wrong (stop_problems)
         elif kind in ("int", "float"):
             ok = isinstance(v, int if kind == "int" else (int, float)) and not isinstance(v, bool)
         else:
@@ -96,6 +99,10 @@ class DecodeConfig:
     top_p: float = 1.0             # sampling (T > 0) from the nucleus of mass p only (after top_k); 1: off
     # (full_sequence layout: Dream's order, top_p then top_k, and at T = 0 too: see full_sequence.py)
     alg_temp: float = 0.0          # rule 'dream': > 0 draws the positions from softmax(score / alg_temp)
+    stop: tuple[str, ...] = ()     # stop strings (OpenAI's `stop`, orl.engine.stops): checked per block on the host
+
+    def __post_init__(self):
+        self.stop = as_stops(self.stop)  # one string, a list (a JSON record) or None as the tuple
 
     @classmethod
     def from_manifest(cls, manifest: dict, **overrides) -> "DecodeConfig":
@@ -126,7 +133,7 @@ class DecodeConfig:
         problems = field_problems(self)
         if problems:  # NaN passes every range comparison below and a huge int would fail in a device tensor
             return checked(self, problems)
-        problems = decoding_problems(self.max_new_tokens, self.temperature, self.chunk_steps)
+        problems = decoding_problems(self.max_new_tokens, self.temperature, self.chunk_steps) + stop_problems(self.stop)
         if self.block_len <= 0:
             problems.append(f"block_len must be > 0, got {self.block_len}")
         elif self.chunk_steps > self.block_len + max(self.max_post_steps, 0):

@@ -16,6 +16,7 @@ from orl.engine.loaded import LoadedModel
 from orl.engine.request import Clock, check_request, encode_prompts, prefill_length
 from orl.engine.request import request_cache_len as cache_length  # the AR decoder's buckets too: powers of two
 from orl.engine.sequence import Generation, Row
+from orl.engine.stops import Stops
 from orl.engine.trace import TraceRecorder
 from orl.model.kv_cache import check_budget
 from orl.model.model import Transformer
@@ -178,7 +179,8 @@ class Engine(LoadedModel):
         clock = Clock(self.device)
         st, P = self.setup(prompt_ids, cfg, seeds)
         prefill_s = clock()
-        rows = [Row(list(p)) for p in prompt_ids]
+        stops = Stops(self.tokenizer, cfg.stop)
+        rows = [Row(list(p), stops=stops) for p in prompt_ids]
         recorder = TraceRecorder(len(rows), cfg.residual != "off") if trace else None
         last = st.plan.n_blocks - 1
         # Fast-dLLM v2 reads a block's first token off the previous block's commit forward before the
@@ -212,7 +214,7 @@ class Engine(LoadedModel):
                 if was_live:
                     row.add_block(tokens, n, self.ids.eos_ids, now, last=j == last)
             yield BlockEvent(j, n_valid, [list(r.token_ids) for r in rows],
-                             [self.tokenizer.decode(r.token_ids) for r in rows], rows[0].forwards)
+                             [r.text(self.tokenizer) for r in rows], rows[0].forwards)
             if all(r.finished for r in rows) or j == last:
                 break
             if fuse:

@@ -36,6 +36,7 @@ from orl.engine.events import BlockEvent, DoneEvent, Event
 from orl.engine.request import Clock, check_request
 from orl.engine.sampling import hash_uniform, select_tokens, top_p_then_top_k
 from orl.engine.sequence import Row
+from orl.engine.stops import Stops
 from orl.model.masks import see_self_if_blind
 from orl.model.padding import left_pad
 from orl.model.vocab import is_eos
@@ -116,7 +117,8 @@ def run(engine, prompt_ids: list[list[int]], cfg: DecodeConfig, *, trace: bool =
     pos = (slot[None] - pad.to(dev)[:, None]).clamp(min=0)
     seed = torch.tensor(seeds, dtype=torch.long, device=dev)
     global_step = torch.zeros(B, dtype=torch.long, device=dev)
-    rows = [Row(list(p)) for p in prompt_ids]
+    stops = Stops(engine.tokenizer, cfg.stop)
+    rows = [Row(list(p), stops=stops) for p in prompt_ids]
     banned = torch.zeros(model.args.vocab_size, dtype=torch.bool, device=dev)
     banned[list(ids.banned)] = True
     prompt_slots = valid & (slot[None] < P)  # LLaDA's guidance masks these in its unconditional copy
@@ -155,7 +157,7 @@ def run(engine, prompt_ids: list[list[int]], cfg: DecodeConfig, *, trace: bool =
         for row, toks, n in zip(rows, block, n_steps):
             if not row.finished:
                 row.add_block(toks, n, engine.ids.eos_ids, now, last=j == n_blocks - 1)
-        yield BlockEvent(j, hi - lo, [list(r.token_ids) for r in rows], [engine.tokenizer.decode(r.token_ids) for r in rows])
+        yield BlockEvent(j, hi - lo, [list(r.token_ids) for r in rows], [r.text(engine.tokenizer) for r in rows])
         if all(r.finished for r in rows):
             break
     yield DoneEvent([r.generation(engine.tokenizer, 0.0) for r in rows])

@@ -36,6 +36,7 @@ from orl.engine.ar_step import ARConfig, ARState, next_tokens
 from orl.engine.config import UnsupportedSetting
 from orl.engine.request import Clock
 from orl.engine.sequence import Generation
+from orl.engine.stops import Stops
 
 
 class PromptLookup:
@@ -110,20 +111,24 @@ def generate_speculative(dec: ARDecoder, prompt_ids: list[list[int]], cfg: ARCon
     prompt = list(prompt_ids[0])
     stops = {dec.eos_id, *dec.eos_ids}
     lookup = PromptLookup(prompt, cfg.spec_ngram)
+    strings, hit = Stops(dec.tokenizer, cfg.stop), None
     out: list[int] = []
     slot, forwards = len(prompt) - 1, 0  # slot: where the last known token (first: the prompt's) goes
-    while len(out) < cfg.max_new_tokens and not (out and out[-1] in stops):
+    while len(out) < cfg.max_new_tokens and not (out and out[-1] in stops) and hit is None:
         draft = lookup.draft(min(cfg.spec_tokens, cfg.max_new_tokens - len(out) - 1))
         targets = verify(dec.model, st, slot, lookup.seq[-1:] + draft, cfg.temperature, len(out))
         forwards += 1
         new = targets[: accepted(draft, targets) + 1]
         stop = next((i for i, t in enumerate(new) if t in stops), None)
         new = new if stop is None else new[: stop + 1]
+        if strings and (hit := strings.find(out + new, len(out))) is not None:  # a stop string (orl.engine.stops)
+            new = new[: hit.n_tokens - len(out)]
         out += new
         lookup.extend(new)
         slot += len(new)  # the rollback: rejected draft slots are overwritten by the next verify before use
     st.cache.length.fill_(slot)  # the state as ar_step would leave it (a host value written, not read)
     total_s = clock()
-    return [Generation(prompt_ids=prompt, token_ids=out, text=dec.tokenizer.decode(out), finished=out[-1] in stops,
-                       prefill_forwards=int(len(prompt) > 1), step_forwards=forwards, commit_forwards=0,
-                       prefill_s=prefill_s, total_s=total_s)]
+    return [Generation(prompt_ids=prompt, token_ids=out, text=hit.text if hit else dec.tokenizer.decode(out),
+                       finished=out[-1] in stops or hit is not None, prefill_forwards=int(len(prompt) > 1),
+                       step_forwards=forwards, commit_forwards=0, prefill_s=prefill_s, total_s=total_s,
+                       stop=hit and hit.stop)]

@@ -94,6 +94,9 @@ class HumanEval:
         if chat and tokenizer is None:
             raise ValueError("chat prompting needs the tokenizer's chat template")
         self.tokenizer, self.chat, self.limits = tokenizer, chat, limits
+        # a base model's completion ends at the Codex stop sequences, so its decode stops there (orl.engine.stops):
+        # nothing after them is judged. A chat answer's stops apply inside its code fence, so it runs to EOS.
+        self.stop = () if chat else BASE_STOPS
         self.problems = load_problems()
         self._by_prompt = {self.prompt_of(p): p for p in self.problems}
 

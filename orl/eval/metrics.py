@@ -60,7 +60,8 @@ def pooled_tpf(records: Iterable[dict]) -> dict[str, float]:
     if not recs:
         raise ValueError("TPF of no records")
     tokens = sum(r["n_tokens"] for r in recs)
-    eos = sum(1 for r in recs if r["finished"])  # a finished sample's last token is its EOS
+    # a sample that finished ends with its EOS, unless a stop string ended it (its last token is text)
+    eos = sum(1 for r in recs if r["finished"] and not r.get("stop"))
     fwd = [r["forwards"]["step"] + r["forwards"]["commit"] for r in recs]
     if min(fwd) <= 0:
         raise ValueError("TPF needs at least one denoising or commit forward per record")

@@ -70,7 +70,8 @@ def code_identity() -> dict:
 LATER_KNOBS = {"fused_commit": False, "layout": "prompt_block", "confidence": "prob", "cfg_scale": 0.0,
                "full_sequence_cache": "none", "editing_threshold": 0.9, "max_post_steps": 16,
                "num_to_transfer": 1, "small_block_size": 8, "top_k": 0, "top_p": 1.0, "alg_temp": 0.0,
-               "spec_tokens": 0, "spec_ngram": 2}  # the last two: ARConfig's (an AR record's decode dict)
+               "spec_tokens": 0, "spec_ngram": 2,  # these two: ARConfig's (an AR record's decode dict)
+               "stop": []}  # a tuple in a live config, a list once read back from JSON: compared as lists
 
 
 # Knobs only one rule reads: under another rule they change nothing, so they stay out of the id
@@ -81,6 +82,7 @@ RULE_KNOBS = {"small_block_size": "fast_dllm_v2", "editing_threshold": "llada21"
 
 def config_id(decode: dict, batch_size: int) -> str:
     """Everything that changes a sample's outcome or timing besides the model and the prompt."""
+    decode = {k: list(v) if isinstance(v, tuple) else v for k, v in decode.items()}
     kept = {k: v for k, v in decode.items() if not (k in LATER_KNOBS and v == LATER_KNOBS[k])
             and not (k in RULE_KNOBS and decode.get("rule") != RULE_KNOBS[k])}
     return _digest({"decode": kept, "batch_size": batch_size})

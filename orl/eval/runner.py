@@ -22,6 +22,7 @@ from tqdm import tqdm
 from orl.engine import DecodeConfig, Engine, Generation
 from orl.engine.ar import ARConfig, ARDecoder
 from orl.engine.canvas import CanvasConfig, CanvasDecoder
+from orl.engine.stops import with_stop
 from orl.eval import metrics
 from orl.eval.humaneval import HumanEval
 from orl.eval.records import (RecordWriter, code_identity, config_id, decoder_label, model_identity, read_records,
@@ -109,7 +110,7 @@ def _record(s: Sample, draw: int, g: Generation, verdict: bool, decode: dict, ba
     return {
         "prompt_id": prompt_id(s), "task": s.task, "split": s.split, "index": s.index, "sample": draw,
         "prompt": s.prompt, "answer": s.answer, "output_ids": g.token_ids, "output_text": g.text,
-        "finished": g.finished, "verdict": verdict,
+        "finished": g.finished, "stop": g.stop, "verdict": verdict,
         "forwards": {"prefill": g.prefill_forwards, "step": g.step_forwards, "commit": g.commit_forwards},
         "n_tokens": g.n_tokens, "tpf": metrics.tpf(g.n_tokens, g.step_forwards, g.commit_forwards),
         "block_steps": g.block_steps,
@@ -136,7 +137,8 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
         # An AR peer is judged by its own decoder: greedy (or sampled) next-token decoding, no threshold.
         engine = ARDecoder(model, tokenizer, manifest=manifest)
         configs = [ARConfig(max_new_tokens=spec.decode.get("max_new_tokens", DecodeConfig.max_new_tokens),
-                            temperature=spec.decode.get("temperature", 0.0), seed=spec.seed, **spec.ar).validate()]
+                            temperature=spec.decode.get("temperature", 0.0), seed=spec.seed,
+                            stop=spec.decode.get("stop", ()), **spec.ar).validate()]
     else:
         require_objective(manifest, Engine.objective, spec.model)
         engine = Engine(model, tokenizer, manifest=manifest)
@@ -150,14 +152,17 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
         model_id["id"] += f"-{spec.dtype}"
     ident = {"model": model_id, "code": code_identity(),
              "device": torch.cuda.get_device_name() if engine.device.type == "cuda" else platform.processor() or "cpu"}
-    cids = set()
+    by_stop: dict[tuple[str, ...], list[Sample]] = {}  # a task's own stop strings (k-shot: the newline)
+    for s in samples:
+        by_stop.setdefault(tuple(getattr(tasks[s.task], "stop", ())), []).append(s)
+    keys = set()
     with RecordWriter(spec.out) as writer:
         done = writer.keys()
-        for cfg in configs:
+        for cfg, group in ((with_stop(c, stop), g) for c in configs for stop, g in by_stop.items()):
             decode = decode_dict(cfg, engine)
             cid = config_id(decode, spec.batch_size)
-            cids.add(cid)
-            todo = [(s, k) for s in samples for k in range(spec.n_samples)
+            keys |= {(model_id["id"], cid, prompt_id(s), k) for s in group for k in range(spec.n_samples)}
+            todo = [(s, k) for s in group for k in range(spec.n_samples)
                     if (model_id["id"], cid, prompt_id(s), k) not in done]
             if not todo:
                 continue
@@ -174,7 +179,6 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
                 if on_batch is not None:
                     on_batch(recs)
             bar.close()
-    keys = {(model_id["id"], cid, prompt_id(s), k) for cid in cids for s in samples for k in range(spec.n_samples)}
     return [r for r in read_records(spec.out) if record_key(r) in keys]
 
 

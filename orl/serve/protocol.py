@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from orl.engine import DecodeConfig, Generation
 from orl.engine.canvas import CanvasConfig
 from orl.engine.config import RULES
+from orl.engine.stops import as_stops, stop_problems
 from orl.model.residual import RESIDUAL_MODES
 
 
@@ -66,6 +67,14 @@ class DlmParams(BaseModel):
     max_post_steps: int | None = Field(None, ge=0, le=MAX_POST_STEPS)
     num_to_transfer: int | None = Field(None, ge=1, le=INT_KNOB_MAX)
     small_block_size: int | None = Field(None, ge=1, le=INT_KNOB_MAX)
+    stop: object = None   # OpenAI's stop: a string or a list of strings (orl.engine.stops checks which)
+
+    @field_validator("stop")
+    @classmethod
+    def _stops(cls, v):
+        if v is not None and (problems := stop_problems(as_stops(v))):
+            raise ValueError("; ".join(problems))
+        return v
 
     def decode_config(self, defaults: DecodeConfig) -> DecodeConfig:
         knobs = {"max_new_tokens": self.max_tokens, "temperature": self.temperature, "seed": self.seed,
@@ -74,7 +83,7 @@ class DlmParams(BaseModel):
                  "entropy_bound": self.entropy_bound, "top_p": self.top_p, "top_k": self.top_k,
                  "alg_temp": self.alg_temp, "editing_threshold": self.editing_threshold,
                  "max_post_steps": self.max_post_steps, "num_to_transfer": self.num_to_transfer,
-                 "small_block_size": self.small_block_size}
+                 "small_block_size": self.small_block_size, "stop": self.stop}
         cfg = DecodeConfig(**{**defaults.to_dict(), **{k: v for k, v in knobs.items() if v is not None}})
         try:
             return cfg.validate()
@@ -86,7 +95,7 @@ class DlmParams(BaseModel):
         steps_per_block (its max denoising steps per canvas; 0: the default) and entropy_bound; any other
         knob is a 400 naming it, not ignored."""
         for name in DlmParams.model_fields:
-            if name not in CANVAS_KNOBS and getattr(self, name) is not None:
+            if name not in CANVAS_KNOBS and getattr(self, name) not in (None, []):  # `stop: []` is no stop
                 raise APIError(400, f"{name} does not apply to canvas decoding (diffusion_gemma); it takes "
                                     f"{', '.join(CANVAS_KNOBS)}", param=name, code="unsupported_value")
         if (self.steps_per_block or 0) > MAX_DENOISING_STEPS:
@@ -123,7 +132,6 @@ class OpenAIParams(DlmParams):
     stream_options: StreamOptions | None = None
     user: str | None = None
     n: int | None = None
-    stop: object = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     logit_bias: object = None
@@ -135,7 +143,7 @@ class OpenAIParams(DlmParams):
             raise ValueError(f"n={v} is not supported: the server returns exactly one choice (n=1)")
         return v
 
-    @field_validator("stop", "logit_bias")
+    @field_validator("logit_bias")
     @classmethod
     def _empty(cls, v):
         if v:

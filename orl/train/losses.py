@@ -37,12 +37,15 @@ def normalized_entropy(logits: Tensor) -> Tensor:
     return -(logp.exp() * _finite(logp, logp)).sum(-1) / math.log(logits.shape[-1])
 
 
+IGNORE = -100  # a target position no loss reads (F.cross_entropy's ignore_index): past a rollout's stop string
+
+
 def gated_ce(logits: Tensor, targets: Tensor, unresolved: Tensor, response: Tensor, n_responses: int,
              count: Tensor | None = None) -> Tensor:
     """L_pred: cross-entropy to the verified tokens at positions unresolved in the state.
     logits [N, V], targets / unresolved / response [N] (N = flattened noisy positions)."""
-    ce = F.cross_entropy(logits.float(), targets, reduction="none")
-    return per_response_mean(ce, unresolved, response, n_responses, count)
+    ce = F.cross_entropy(logits.float(), targets, reduction="none", ignore_index=IGNORE)
+    return per_response_mean(ce, unresolved & (targets != IGNORE), response, n_responses, count)
 
 
 def state_entropy(h: Tensor, unresolved: Tensor, state: Tensor, n_states: int) -> Tensor:

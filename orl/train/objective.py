@@ -10,7 +10,7 @@ from torch import Tensor
 from orl.model.vocab import SpecialIds, ban_tokens
 from orl.model.model import Transformer
 from orl.train.chunked_head import chunked_head
-from orl.train.losses import aec_loss, capped_reverse_kl, normalized_entropy, per_response_mean, state_entropy
+from orl.train.losses import IGNORE, aec_loss, capped_reverse_kl, normalized_entropy, per_response_mean, state_entropy
 from orl.train.replay import ReplayBatch
 
 HEAD_CHUNK = 64  # unresolved positions per head chunk: [64, V] fp32 is 64 MiB at a 262k vocabulary
@@ -56,7 +56,7 @@ def response_counts(b: ReplayBatch) -> Tensor:
         return (torch.zeros(b.n_responses, dtype=torch.long).index_add(0, response, flags.long()) > 0).sum()
 
     sel = b.noisy
-    return torch.stack([responses(b.unresolved[sel], b.response[sel]),
+    return torch.stack([responses((b.unresolved & (b.targets != IGNORE))[sel], b.response[sel]),
                         responses(torch.ones_like(b.pair_response), b.pair_response),
                         responses(b.confident[sel], b.response[sel])])
 
@@ -87,7 +87,7 @@ def orl_loss(model: Transformer, b: ReplayBatch, residual: str, ids: SpecialIds,
         return ban_tokens(core.softcap((h.to(weight.dtype) @ weight.T).float()), ids.banned)
 
     def stats(logits: Tensor, rows: slice) -> Tensor:
-        cols = [F.cross_entropy(logits, targets[rows], reduction="none"), normalized_entropy(logits)]
+        cols = [F.cross_entropy(logits, targets[rows], reduction="none", ignore_index=IGNORE), normalized_entropy(logits)]
         if ref_hs is not None:
             with torch.no_grad():
                 ref = read(ref_hs[rows], ref_w)
@@ -96,7 +96,7 @@ def orl_loss(model: Transformer, b: ReplayBatch, residual: str, ids: SpecialIds,
 
     st = chunked_head(hs, core.lm_head.weight, read, stats, chunk)  # [N, 2 or 3]: CE, entropy, KL
     ones = torch.ones_like(resp, dtype=torch.bool)
-    l_pred = per_response_mean(st[:, 0], ones, resp, b.n_responses, n_pred)
+    l_pred = per_response_mean(st[:, 0], targets != IGNORE, resp, b.n_responses, n_pred)
     h = st[:, 1]
     h_state = state_entropy(h, ones, b.state_id[sel].to(dev), b.n_states)
     l_aec = aec_loss(h_state, b.pair_src.to(dev), b.pair_next.to(dev), b.pair_response.to(dev), b.n_responses, w.rho,

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from orl.engine.layouts import prompt_blocks
 from orl.model.masks import predecessors, see_self_if_blind, visibility
+from orl.train.losses import IGNORE
 from orl.train.rollout import Rollout
 
 
@@ -24,7 +25,7 @@ class Unit:
     pos: Tensor         # [T] RoPE position
     block: Tensor       # [T] block id (prompt 0)
     state: Tensor       # [T] 0 clean, s >= 1 the s-th state of the unit
-    targets: Tensor     # [T] verified token at every position
+    targets: Tensor     # [T] verified token at every position (IGNORE past a stop string)
     unresolved: Tensor  # [T] bool, True only at a state's unresolved positions
     confident: Tensor   # [T] bool, unresolved and already confident in the rollout
     z: Tensor           # [T, D] residual consumed (zeros elsewhere)
@@ -56,10 +57,16 @@ def make_unit(r: Rollout, block_len: int, eos_id: int, dim: int, kl_conf: float,
     clean = torch.full((end,), eos_id, dtype=torch.long)  # past the row's EOS: EOS, as eos_fill commits
     clean[:n] = prompt
     clean[n: n + r.gen.n_tokens] = torch.tensor(r.gen.token_ids, dtype=torch.long)
+    target = clean
+    if r.gen.stop is not None:
+        # a stop string ended the row inside its last block: the engine committed tokens after it that the
+        # rollout dropped (unverified text, not the EOS an eos_fill commits), so they are no target
+        target = clean.clone()
+        target[n + r.gen.n_tokens:] = IGNORE
     p = torch.arange(end)
     clean_block = torch.where(p < c, prompt_blocks(layout, end, c, L, None), (p - c).clamp(min=0) // L + 1)
     zero_b, zero_l = torch.zeros(end, dtype=torch.bool), torch.zeros(end, dtype=torch.long)
-    toks, pos, blk, st, tgt = [clean], [p], [clean_block], [zero_l], [clean]
+    toks, pos, blk, st, tgt = [clean], [p], [clean_block], [zero_l], [target]
     unres, conf, zs, as_ = [zero_b], [zero_b], [torch.zeros(end, dim)], [torch.zeros(end)]
     pairs = []
     for s, rec in enumerate(trace, start=1):
@@ -69,7 +76,7 @@ def make_unit(r: Rollout, block_len: int, eos_id: int, dim: int, kl_conf: float,
         pos.append(torch.arange(lo, lo + k))
         blk.append(torch.full((k,), rec.block + 1))
         st.append(torch.full((k,), s))
-        tgt.append(clean[lo: lo + k])
+        tgt.append(target[lo: lo + k])
         unres.append(rec.unresolved[:k].clone())
         conf.append((rec.unresolved & (rec.confidence >= kl_conf))[:k])
         zs.append(rec.z[:k].float() if rec.z is not None else torch.zeros(k, dim))

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from orl.engine import DecodeConfig, Engine, Generation
+from orl.engine.stops import with_stop
 from orl.eval.tasks import SUITE, Sample, get_task
 from orl.eval.tasks.custom import reward_of
 from orl.train.dist import SINGLE, Dist, setup
@@ -53,7 +54,15 @@ def collect(engine: Engine, samples: list[Sample], group: int, cfg: DecodeConfig
         raise ValueError("rollouts need max_new_tokens to be a multiple of block_len (whole blocks replay exactly)")
     prompts = [engine.encode(s.prompt) for s in samples for _ in range(group)]
     seeds = [seed * 1_000_003 + first * group + i for i in range(len(prompts))]
-    gens = engine.generate_ids(prompts, cfg, trace=True, seeds=seeds)
+    # a task's own stop strings (k-shot: the newline that ends the answer line) unless cfg sets some: one
+    # batched decode per distinct stop, each row keeping its seed
+    stops = [tuple(get_task(s.task).stop) for s in samples for _ in range(group)]
+    gens: list[Generation] = [None] * len(prompts)
+    for stop in dict.fromkeys(stops):
+        rows = [i for i, st in enumerate(stops) if st == stop]
+        for i, g in zip(rows, engine.generate_ids([prompts[i] for i in rows], with_stop(cfg, stop), trace=True,
+                                                  seeds=[seeds[i] for i in rows])):
+            gens[i] = g
     out = []
     for i, g in enumerate(gens):
         s = samples[i // group]

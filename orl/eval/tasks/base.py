@@ -62,6 +62,7 @@ class Task:
     name: str
     description: str
     why_parallel_is_hard: str
+    stop: tuple[str, ...] = ()   # stop strings an eval decodes with unless it sets its own (orl.engine.stops)
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
         """Draw one (prompt, reference answer) pair, ignoring splits."""

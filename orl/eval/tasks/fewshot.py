@@ -7,6 +7,8 @@ output is judged up to its first newline (a base model goes on with the next exa
 of a sample are fixed by (family, split, index), so the prompt is too; they come from the train split,
 at training sizes for a length-varied family's `beyond` split as well. The wrapped name is the
 family's name plus ":<k>shot", so records, tables and resumption keep k-shot and zero-shot apart.
+Its `stop` is the newline, so an eval (and a rollout) ends the generation there instead of paying for
+the next example line: TPF and tokens/s count what is judged.
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ MAX_SHOTS = 64
 
 
 class FewShot(Task):
+    stop = ("\n",)
+
     def __init__(self, inner: Task, k: int):
         if not 1 <= k <= MAX_SHOTS:
             raise ValueError(f"{inner.name}:{k}shot: the number of shots must be in 1..{MAX_SHOTS}, got {k}")
