@@ -38,7 +38,7 @@ DECODE_FLAGS = (
     ("--residual", str, "residual mode: off | rcd | adapter (default: the checkpoint's, else off)"),
     ("--temperature", float, "0: greedy (default); > 0: sampling"),
     ("--chunk-steps", int, "denoising steps between two host checks (default 1)"),
-    ("--stop", "append", "stop string (repeatable, at most 4): the output ends before its first one; \\n and \\t "
+    ("--stop", "append", "stop string (repeatable, at most 16): the output ends before its first one; \\n and \\t "
                          "are read as newline and tab (default: none; k-shot eval tasks: the newline)"),
     ("--compile", None, "torch.compile the denoising step"),
     ("--cuda-graph", None, "replay the steps as CUDA graphs (GPU)"),

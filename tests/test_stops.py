@@ -67,6 +67,64 @@ def test_unescape_reads_newline_and_tab():
     assert unescape("plain") == "plain"
 
 
+@pytest.fixture(scope="module")
+def byte_tok(tmp_path_factory):
+    """A byte-level BPE tokenizer without merges (GPT-2 / Qwen style bytes): "é" is two tokens, so a block
+    can end inside a character, whose half decodes to U+FFFD."""
+    import json
+
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    from orl.tokenizer import HFTokenizer
+
+    vocab = {ch: i for i, ch in enumerate(sorted(ByteLevel.alphabet()))}
+    vocab["<eos>"] = len(vocab)
+    t = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=vocab, merges=[]))
+    t.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    t.decoder = tokenizers.decoders.ByteLevel()
+    d = tmp_path_factory.mktemp("bytetok")
+    t.save(str(d / "tokenizer.json"))
+    (d / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<eos>"}))
+    return HFTokenizer(d)
+
+
+def test_a_stream_holds_back_a_stop_whose_next_character_is_split(byte_tok):
+    """Block 1 ends with 'a' + the first byte of 'é' (text 'xa' + U+FFFD); the stop is 'aé': the 'a' must
+    not be shown before block 2 decides it (the server's deltas strip a trailing U+FFFD)."""
+    from orl.engine.sequence import Row
+
+    e = byte_tok.encode("é")
+    row = Row([0], stops=Stops(byte_tok, ("aé",)))
+    row.add_block(byte_tok.encode("xa") + e[:1], 1, byte_tok.eos_id, 0.0, last=False)
+    assert row.text(byte_tok) == "x"
+    row.add_block(e[1:] + byte_tok.encode("yz"), 1, byte_tok.eos_id, 0.0, last=True)
+    assert row.finished and row.generation(byte_tok, 0.0).text == "x" and row.text(byte_tok) == "x"
+
+
+def test_windowed_find_equals_whole_text_search(byte_tok):
+    """Stops.find decodes only a window before the new tokens; checked chunk by chunk it must find the same
+    cut as a search of every prefix's whole text, with multi-byte characters split anywhere."""
+    import random
+
+    rng = random.Random(0)
+    chars = "ab \né€😀"
+    for _ in range(150):
+        text = "".join(rng.choice(chars) for _ in range(rng.randrange(5, 40)))
+        ids = byte_tok.encode(text)
+        stop = tuple({"".join(rng.choice(chars) for _ in range(rng.randrange(1, 4))) for _ in range(2)})
+        stops = Stops(byte_tok, stop)
+        want = next((k for k in range(1, len(ids) + 1) if earliest(byte_tok.decode(ids[:k]), stop)), None)
+        got, checked = None, 0
+        while got is None and checked < len(ids):
+            upto = min(len(ids), checked + rng.randrange(1, 6))
+            got, checked = stops.find(ids[:upto], checked), upto
+        assert (got.n_tokens if got else None) == want, (text, stop)
+        if got:
+            i, s = earliest(byte_tok.decode(ids[:want]), stop)
+            assert (got.text, got.stop) == (byte_tok.decode(ids[:want])[:i], s)
+
+
 # --- decoders: a stop cuts the unstopped output, nothing else ----------------------------------------
 
 def _pick_stop(text: str) -> str:

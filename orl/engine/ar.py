@@ -29,7 +29,7 @@ from orl.engine.loaded import LoadedModel
 from orl.engine.request import Clock, check_request, encode_prompts, request_cache_len
 from orl.engine.sequence import Generation
 from orl.engine.speculative import generate_speculative
-from orl.engine.stops import Stops
+from orl.engine.stops import RowStops, Stops
 from orl.model.masks import see_self_if_blind
 from orl.model.model import Transformer
 from orl.model.padding import left_pad
@@ -114,7 +114,7 @@ class ARDecoder(LoadedModel):
         step = self._step_fn(cfg)
         B, P = len(prompt_ids), max(len(p) for p in prompt_ids)
         done_at: list[float | None] = [None] * B
-        stops, hits, checked = Stops(self.tokenizer, cfg.stop), [None] * B, [0] * B
+        stops = RowStops(Stops(self.tokenizer, cfg.stop), B, {self.eos_id, *self.eos_ids})
         n_steps = 0
         while n_steps < cfg.max_new_tokens:
             k = min(cfg.chunk_steps, cfg.max_new_tokens - n_steps)
@@ -122,9 +122,10 @@ class ARDecoder(LoadedModel):
                 step(self.model, st, cfg.temperature, self.eos_id, self.eos_ids)
             n_steps += k
             done = st.done.tolist()  # the one host sync per chunk
-            if stops:  # the same sync point reads the chunk's tokens back for the stop strings
-                hits, checked = self._find_stops(st, stops, n_steps, hits, checked)
-                done = [d or h is not None for d, h in zip(done, hits)]
+            if stops.stops:  # the same sync point reads the chunk's tokens back for the stop strings
+                for b in stops.add(st.out[:, n_steps - k:n_steps].tolist()):
+                    st.done[b] = True  # a host write, not a read: the steps stay sync-free
+                done = [d or h is not None for d, h in zip(done, stops.hits)]
             now = clock()
             done_at = [t if t is not None or not d else now for t, d in zip(done_at, done)]
             if all(done):
@@ -133,7 +134,7 @@ class ARDecoder(LoadedModel):
         end = clock()
         gens = []
         for b in range(B):
-            ids, hit = out[b], hits[b]
+            ids, hit = out[b], stops.hits[b]
             eos_at = next((i for i, t in enumerate(ids) if t in self.eos_ids or t == self.eos_id), None)
             finished = eos_at is not None or hit is not None
             ids = ids[: hit.n_tokens] if hit else ids[: eos_at + 1] if eos_at is not None else ids
@@ -142,19 +143,3 @@ class ARDecoder(LoadedModel):
                 finished=finished, prefill_forwards=int(P > 1), step_forwards=len(ids), commit_forwards=0,
                 prefill_s=prefill_s, total_s=done_at[b] if done_at[b] is not None else end, stop=hit and hit.stop))
         return gens
-
-    def _find_stops(self, st: ARState, stops: Stops, n_steps: int, hits: list, checked: list[int]):
-        """After a chunk: each running row's first stop string (orl.engine.stops) in its tokens so far,
-        cut at its first EOS. A row that has one is marked done on the device, so it repeats EOS from
-        the next step on, as a row that ended at EOS does. -> (hits, tokens checked per row)."""
-        out = st.out[:, :n_steps].tolist()
-        hits, checked = list(hits), list(checked)
-        for b, ids in enumerate(out):
-            end = next((i for i, t in enumerate(ids) if t in self.eos_ids or t == self.eos_id), None)
-            ids = ids if end is None else ids[: end + 1]
-            if hits[b] is not None or checked[b] == len(ids):  # stopped, or nothing new since (ended at EOS)
-                continue
-            hits[b], checked[b] = stops.find(ids, checked[b]), len(ids)
-            if hits[b] is not None:
-                st.done[b] = True  # a host write, not a read: the steps stay sync-free
-        return hits, checked

@@ -31,8 +31,10 @@ def as_stops(stop) -> object:
 
 
 def stop_problems(stop) -> list[str]:
+    stop = as_stops(stop)
     if not isinstance(stop, tuple) or not all(isinstance(s, str) for s in stop):
-        return [f"stop must be a string or a list of strings, got {stop!r}"]
+        shown = repr(stop)
+        return [f"stop must be a string or a list of strings, got {shown[:80]}{'...' if len(shown) > 80 else ''}"]
     problems = []
     if len(stop) > MAX_STOPS:
         problems.append(f"stop takes at most {MAX_STOPS} strings, got {len(stop)}")
@@ -82,15 +84,26 @@ class Stops:
 
     def __init__(self, tokenizer, strings: tuple[str, ...]):
         self.tokenizer, self.strings = tokenizer, tuple(strings)
+        self.longest = max((len(x) for x in self.strings), default=0)
 
     def __bool__(self) -> bool:
         return bool(self.strings)
 
     def find(self, ids: list[int], checked: int = 0) -> StopHit | None:
-        """The stop in ids, whose first `checked` tokens held none. The text of a prefix of ids is a
-        prefix of their text (up to a split multi-byte character), so the fewest tokens whose text
-        holds a stop string are found by bisection: O(log n) decodes, not n."""
-        if not self.strings or earliest(self.tokenizer.decode(ids), self.strings) is None:
+        """The stop in ids, whose first `checked` tokens held none.
+
+        Cheap when there is none, which is every check but the last: only a window is decoded, the new
+        tokens and enough tokens before them to hold a stop string's first characters (a stop that ends
+        in the new text starts in the window; one that ended earlier was found earlier), so checking a
+        row after every block or chunk costs O(new tokens), not O(answer). On a hit, the text of a prefix
+        of ids is a prefix of their text (up to a split multi-byte character), so the fewest tokens
+        whose text holds the stop are found by bisection over whole-prefix decodes: O(log n) decodes."""
+        if not self.strings or len(ids) <= checked:
+            return None
+        # a token decodes to at least one character, or to one of the <= 4 bytes of one
+        start = max(0, checked - 4 * self.longest)
+        window = self.tokenizer.decode(ids[start:]).lstrip("\ufffd")  # a character split at the window's start
+        if earliest(window, self.strings) is None:
             return None
         lo, hi = checked + 1, len(ids)
         while lo < hi:
@@ -100,13 +113,45 @@ class Stops:
             else:
                 hi = mid
         text = self.tokenizer.decode(ids[:lo])
-        i, s = earliest(text, self.strings)
+        if (found := earliest(text, self.strings)) is None:  # the window's decode disagreed with the whole text's
+            return None
+        i, s = found
         return StopHit(lo, text[:i], s)
 
     def visible(self, ids: list[int], hit: StopHit | None) -> str:
         """The text of a row so far as a stream may show it: up to its stop string once it has one,
-        else without a tail that may become one."""
+        else without a tail that may become one. A trailing U+FFFD is half a multi-byte character
+        (byte-level tokenizers): the stream holds it back until the next block completes it, so the tail
+        before it is judged as what it will be followed by, not as the end of the text."""
         if hit is not None:
             return hit.text
         text = self.tokenizer.decode(ids)
-        return held_back(text, self.strings) if self.strings else text
+        return held_back(text.rstrip("\ufffd"), self.strings) if self.strings else text
+
+
+class RowStops:
+    """The AR decoder's stop check per row, fed each chunk's tokens as they are read back: a row's tokens
+    so far (up to its first EOS) and its hit. Only the new tokens are read back and searched for EOS, and
+    Stops.find decodes a window, so a whole answer costs O(n) host work, not O(n^2 / chunk_steps)."""
+
+    def __init__(self, stops: Stops, batch: int, eos: set[int]):
+        self.stops, self.eos = stops, eos
+        self.ids: list[list[int]] = [[] for _ in range(batch)]
+        self.ended = [False] * batch           # the row's EOS is in ids: nothing after it counts
+        self.hits: list[StopHit | None] = [None] * batch
+
+    def add(self, chunk: list[list[int]]) -> list[int]:
+        """chunk [B][k]: the tokens of the steps since the last call. -> the rows that hit a stop now."""
+        now = []
+        for b, new in enumerate(chunk):
+            if self.ended[b] or self.hits[b] is not None:
+                continue
+            end = next((i for i, t in enumerate(new) if t in self.eos), None)
+            if end is not None:
+                new, self.ended[b] = new[: end + 1], True
+            checked = len(self.ids[b])
+            self.ids[b].extend(new)
+            if (hit := self.stops.find(self.ids[b], checked)) is not None:
+                self.hits[b] = hit
+                now.append(b)
+        return now

@@ -95,6 +95,8 @@ def decoder_label(decode: dict) -> str:
         label += f" +lookup k{decode['spec_tokens']} n{decode['spec_ngram']}"
     if decode["residual"] != "off":
         label += f" +{decode['residual']}"
+    if decode.get("stop"):  # other tokens and forwards than the same decoder without: its own curve
+        label += " +stop"
     if decode.get("temperature", 0) > 0:  # a canvas decoder has a schedule (t_min, t_max) instead
         label += f" T{decode['temperature']:g}"
     return label

@@ -96,6 +96,8 @@ def orl_loss(model: Transformer, b: ReplayBatch, residual: str, ids: SpecialIds,
 
     st = chunked_head(hs, core.lm_head.weight, read, stats, chunk)  # [N, 2 or 3]: CE, entropy, KL
     ones = torch.ones_like(resp, dtype=torch.bool)
+    # L_pred reads verified tokens only (not the positions past a rollout's stop string: IGNORE); the states'
+    # entropies (L_AEC) and L_KL keep those positions, which the engine decoded as they are replayed
     l_pred = per_response_mean(st[:, 0], targets != IGNORE, resp, b.n_responses, n_pred)
     h = st[:, 1]
     h_state = state_entropy(h, ones, b.state_id[sel].to(dev), b.n_states)
