@@ -5,6 +5,7 @@ Helpers here (tiny_checkpoint, ThreadedServer, request, post, get, counts, raw_s
 other test_serve_*.py files and test_web.py."""
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -142,6 +143,17 @@ def start_cli_server(ckpt: Path, *flags: str) -> tuple[subprocess.Popen, str]:
                 return proc, url
         except OSError:
             time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def serving(ckpt: Path, *flags: str):
+    """`orl serve` on ckpt (start_cli_server) for the duration of a with block: its URL."""
+    proc, url = start_cli_server(ckpt, *flags)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from diffusion_gemma_fixture import CANVAS, write_diffusion_gemma
-from test_serve import counts, get, post, start_cli_server
+from test_serve import counts, get, post, serving
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 pytest.importorskip("transformers")
@@ -36,10 +36,8 @@ def decoder(ckpt):
 
 @pytest.fixture(scope="module")
 def server(ckpt):
-    proc, url = start_cli_server(ckpt)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=20)
+    with serving(ckpt) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from orl.eval.runner import EvalSpec, run_eval
 from orl.tokenizer import CharTokenizer
 from reference_decoder import random_model
 from test_ar import tiny_ar
-from test_serve import MODEL, SETTINGS, get, start_cli_server, tiny_checkpoint
+from test_serve import MODEL, SETTINGS, get, serving, tiny_checkpoint
 
 TOK = CharTokenizer()
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -200,10 +200,8 @@ def ckpt(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(ckpt):
-    proc, url = start_cli_server(ckpt)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=20)
+    with serving(ckpt) as url:
+        yield url
 
 
 def test_server_stop_with_the_openai_client(server, ckpt):
