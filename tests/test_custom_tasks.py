@@ -199,6 +199,8 @@ def test_splits_follow_the_hash_rule_unless_a_row_names_one(tmp_path):
     ({"prompt": "x", "checker": "python_tests", "tests": []}, "needs \"tests\""),
     ({"prompt": "x", "answer": "1", "split": "test"}, "\"split\" must be one of"),
     ({"prompt": "x", "answer": "1", "tests": ["assert 1"]}, "do not apply to the exact checker"),
+    ({"prompt": "x", "answer": "1", "stop": ["", "\n"]}, "\"stop\": stop strings must not be empty"),
+    ({"prompt": "x", "answer": "1", "stop": 5}, "\"stop\": stop must be a string or a list of strings"),
     ([1, 2], "expected a JSON object"),
 ])
 def test_bad_rows_are_refused_naming_the_line(tmp_path, row, message):
@@ -206,6 +208,21 @@ def test_bad_rows_are_refused_naming_the_line(tmp_path, row, message):
     f.write_text(json.dumps({"prompt": "fine", "answer": "1"}) + "\n\n" + json.dumps(row) + "\n")
     with pytest.raises(ValueError, match=re.escape(f"{f}:3: ") + ".*" + re.escape(message)):
         load_data_task(str(f))
+
+
+def test_a_data_task_decodes_with_its_stop_strings(base, tmp_path):
+    """"stop" in the rows is the task's stop: an eval of it stops there (recorded in its decode settings);
+    rows that disagree are refused naming the file."""
+    rows = [{"prompt": f"line {i}:", "answer": "x", "stop": "\n", "split": "heldout"} for i in range(3)]
+    task = load_data_task(str(jsonl(tmp_path / "lines.jsonl", rows)))
+    assert task.stop == ("\n",)
+    out = tmp_path / "records.jsonl"
+    assert main(["eval", "--model", str(base), "--tasks-file", str(tmp_path / "lines.jsonl"), "--out", str(out),
+                 "--block-len", "8", "--max-new-tokens", "16", "--no-progress"]) == 0
+    assert [r["decode"]["stop"] for r in read_records(out)] == [["\n"]] * 3
+    mixed = jsonl(tmp_path / "mixed_stops.jsonl", [rows[0], {**rows[1], "stop": ["\n", "."]}])
+    with pytest.raises(ValueError, match=r"mixed_stops\.jsonl: rows give different \"stop\" values"):
+        load_data_task(str(mixed))
 
 
 def test_a_repeated_prompt_and_a_broken_line_are_refused(tmp_path):

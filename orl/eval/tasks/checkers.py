@@ -35,6 +35,7 @@ class Row:
     tests: tuple[str, ...] = ()        # python_tests: one program each
     include_prompt: bool = True        # python_tests: the program starts with the prompt
     timeout_s: float = 10.0            # python_tests: wall time of one program
+    stop: tuple[str, ...] = ()         # stop strings the task decodes with (every row of a file the same)
 
     def program(self, output: str, test: str) -> str:
         code = (self.prompt if self.include_prompt else "") + output

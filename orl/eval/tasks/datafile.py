@@ -9,7 +9,8 @@ One JSON object per line (blank lines are skipped):
 Fields: "prompt" (required); "answer" or "answers" (a list; exact and numeric need one, the others may
 give one as the reference a pretraining run trains on); "checker" (default "exact"; tasks/checkers.py);
 "split" ("train" | "heldout"; default: the stable hash every family uses, about 10% held out, see
-tasks/base.py); per checker "pattern", "tolerance", "tests", "include_prompt", "timeout_s"; "id" and
+tasks/base.py); "stop" (a string or a list: the stop strings an eval or a rollout decodes this task
+with, e.g. "\n" for one-line answers; every row of a file gives the same or none); per checker "pattern", "tolerance", "tests", "include_prompt", "timeout_s"; "id" and
 "meta" are kept out of the way for the user's own bookkeeping. Any other field is refused, so that a
 typo ("anwser") is not silently ignored.
 
@@ -24,12 +25,14 @@ import random
 import re
 from pathlib import Path
 
+from orl.engine.stops import as_stops, stop_problems
+
 from .base import BEYOND, SPLITS, Sample, Task, split_of
 from .checkers import CHECKERS, Row, credit, parse_number, passes
 
 NAME = re.compile(r"[A-Za-z0-9_.-]+")  # no ',' (--tasks lists) and no '/' (record prompt ids)
 FIELDS = {"prompt", "answer", "answers", "checker", "split", "pattern", "tolerance", "tests", "include_prompt",
-          "timeout_s", "id", "meta"}
+          "timeout_s", "stop", "id", "meta"}
 EXTRAS = {"exact": set(), "numeric": {"tolerance"}, "regex": {"pattern"},  # the fields only one checker reads
           "python_tests": {"tests", "include_prompt", "timeout_s"}}
 
@@ -43,6 +46,11 @@ class DataTask(Task):
         if not rows:
             raise ValueError(f"{source}: no rows; a data task needs at least one prompt")
         self.name, self.rows, self.source = name, rows, source
+        stops = {r.stop for r in rows}
+        if len(stops) > 1:
+            raise ValueError(f"{source}: rows give different \"stop\" values {sorted(stops)}; a task decodes with "
+                             "one set of stop strings")
+        self.stop = stops.pop()
         self.by_prompt = {r.prompt: r for r in rows}
         self.splits = {s: [r for r in rows if r.split == s] for s in SPLITS}
         kinds = ", ".join(f"{c} {n}" for c in CHECKERS if (n := sum(r.checker == c for r in rows)))
@@ -169,4 +177,7 @@ def parse_row(obj, line: int, task: str, where: str) -> Row:
         kw.update(tests=tuple(tests), timeout_s=float(timeout), include_prompt=include)
     if unused := sorted(set(obj) & set().union(*EXTRAS.values()) - EXTRAS[checker]):
         raise bad(f"field(s) {unused} do not apply to the {checker} checker")
-    return Row(prompt, tuple(answers), checker, split, line, **kw)
+    stop = as_stops(obj.get("stop"))
+    if problems := stop_problems(stop):
+        raise bad(f"\"stop\": {'; '.join(problems)}")
+    return Row(prompt, tuple(answers), checker, split, line, stop=stop, **kw)
