@@ -238,7 +238,7 @@ def test_a_request_over_the_cache_budget_is_a_400_naming_max_tokens(ckpt, monkey
     ValueError). The server keeps serving afterwards."""
     from orl.engine import Engine
     from orl.serve import create_app
-    from test_serve import ThreadedServer, get, post
+    from test_serve import ThreadedServer, counts, get, post
 
     model, tok, _ = load_checkpoint(ckpt)
     # 27,917 bytes: the state of 2 + 4 tokens (64 slots, block 4) is 19,472 bytes, of 2 + 64 (128 slots) 37,712
@@ -249,6 +249,7 @@ def test_a_request_over_the_cache_budget_is_a_400_naming_max_tokens(ckpt, monkey
         assert body["error"]["code"] == "context_length_exceeded" and "ORL_KV_CACHE_GIB" in body["error"]["message"]
         status, body = post(url, "/v1/completions", {"model": "tiny", "prompt": "ab", "max_tokens": 4})
         assert status == 200 and body["usage"]["completion_tokens"] == 4
+        counts(url)  # the worker counts a request after its answer is out: wait until it is idle
         health = get(url, "/health")
         assert (health["rejected"], health["failed"], health["completed"]) == (1, 0, 1)  # a 400, not a failure
 
