@@ -154,7 +154,7 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
              "device": torch.cuda.get_device_name() if engine.device.type == "cuda" else platform.processor() or "cpu"}
     by_stop: dict[tuple[str, ...], list[Sample]] = {}  # a task's own stop strings (k-shot: the newline)
     for s in samples:
-        by_stop.setdefault(tuple(getattr(tasks[s.task], "stop", ())), []).append(s)
+        by_stop.setdefault(tuple(tasks[s.task].stop), []).append(s)
     keys = set()
     with RecordWriter(spec.out) as writer:
         done = writer.keys()

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from orl.engine import DecodeConfig, Generation
 from orl.engine.canvas import CanvasConfig
 from orl.engine.config import RULES
-from orl.engine.stops import as_stops, stop_problems
+from orl.engine.stops import stop_problems
 from orl.model.residual import RESIDUAL_MODES
 
 
@@ -72,7 +72,7 @@ class DlmParams(BaseModel):
     @field_validator("stop")
     @classmethod
     def _stops(cls, v):
-        if v is not None and (problems := stop_problems(as_stops(v))):
+        if v is not None and (problems := stop_problems(v)):
             raise ValueError("; ".join(problems))
         return v
 

@@ -18,7 +18,7 @@ def heldout_eval(engine: Engine, tasks: tuple[str, ...], cfg: DecodeConfig, n: i
     for name in tasks:
         task = get_task(name)
         samples = [task.sample("heldout", i) for i in range(n)]
-        gens = engine.generate([s.prompt for s in samples], with_stop(cfg, getattr(task, "stop", ())))
+        gens = engine.generate([s.prompt for s in samples], with_stop(cfg, task.stop))
         steps = [k for g in gens for k in g.block_steps]
         res[name] = {"acc": round(sum(task.verify(s.prompt, g.text) for s, g in zip(samples, gens)) / n, 3),
                      "tpf": round(sum(g.n_tokens for g in gens) / max(sum(g.forwards for g in gens), 1), 2),
