@@ -4,18 +4,39 @@ variants: rope (baseline), rstride (training positions = cumsum of strides drawn
 so the relative distances beyond-range prompts need at test were seen in training), half (rotary on half
 of each head, the other half position-free), min (rotary on one pair of each head's 32 dims, the fastest
 frequency only: close to NoPE, which Kazemnejad et al. 2023 found to extrapolate best on small algorithmic
-tasks, while a block's masks still get a position signal)."""
+tasks, while a block's masks still get a position signal), assoc (session 16: RoPE, half of each batch an
+auxiliary task trained at longer sizes than the family's range - "extrapolation by association": the family
+is only ever trained in its range, the auxiliary shares its alignment of output element k to input item k).
+Auxiliary tasks: long7 -> `double` (each digit doubled, comma-separated, 4-32 digits)."""
 import sys, time
 from dataclasses import replace
 import torch
 import orl.train.pretrain as P
 from orl.train.pretrain import PretrainConfig, pretrain
 from orl.presets.pretrain import tiny_model7
-from orl.eval.tasks import get_task
+from orl.eval.tasks import TASKS, Task, get_task
 from orl.engine.ar import ARConfig, ARDecoder
 from orl.tokenizer import CharTokenizer
 
 variant, family, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+
+class Double(Task):
+    """double:<digits>= -> each digit times two, comma-separated (4-32 digits: past long7's 28)."""
+    name = "double"
+    description = "double:<4-32 digits>= ; answer is each digit doubled, comma-separated"
+    why_parallel_is_hard = "element k's position depends on the widths of the elements before it"
+
+    def generate(self, rng):
+        digits = "".join(str(rng.randint(1, 9)) for _ in range(rng.randint(4, 32)))
+        return f"double:{digits}=", ",".join(str(2 * int(c)) for c in digits)
+
+    def check(self, prompt, output):
+        return output == ",".join(str(2 * int(c)) for c in prompt[7:-1])
+
+
+TASKS["double"] = Double()
+AUX = {"long7": "double"}
 torch.set_num_threads(1)
 model = replace(tiny_model7(), learned_pos=False, rotary_fraction={"half": 0.5, "min": 2 / 32}.get(variant, 1.0))
 if variant == "rstride":
@@ -25,7 +46,8 @@ if variant == "rstride":
         steps_[:, 0] = 0
         b.pos = torch.cumsum(steps_, dim=1)  # rows start at 0; pads get positions too (masked anyway)
     P.shift_positions = strided
-cfg = PretrainConfig(model=model, tasks=(family,), batch_size=32, ar_steps=steps, diffusion_steps=0, lr=3e-3,
+tasks, mix = ((family, AUX[family]), (16, 16)) if variant == "assoc" else ((family,), ())
+cfg = PretrainConfig(model=model, tasks=tasks, mix=mix, batch_size=32, ar_steps=steps, diffusion_steps=0, lr=3e-3,
                      warmup=50, eval_every=10**6, eval_samples=5, save_every=10**6, bf16=False, threads=1,
                      pos_offset=1.0 if variant == "rstride" else 0.0)
 out = f"runs/pilot2/{family}-{variant}"
