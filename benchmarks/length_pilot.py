@@ -7,36 +7,22 @@ frequency only: close to NoPE, which Kazemnejad et al. 2023 found to extrapolate
 tasks, while a block's masks still get a position signal), assoc (session 16: RoPE, half of each batch an
 auxiliary task trained at longer sizes than the family's range - "extrapolation by association": the family
 is only ever trained in its range, the auxiliary shares its alignment of output element k to input item k).
-Auxiliary tasks: long7 -> `double` (each digit doubled, comma-separated, 4-32 digits)."""
+Helpers: orl/eval/tasks/helpers.py (long7 -> `double`, each digit doubled, comma-separated, 4-32 digits)."""
 import sys, time
 from dataclasses import replace
 import torch
 import orl.train.pretrain as P
 from orl.train.pretrain import PretrainConfig, pretrain
 from orl.presets.pretrain import tiny_model7
-from orl.eval.tasks import TASKS, Task, get_task
+from orl.eval.tasks import get_task
 from orl.engine.ar import ARConfig, ARDecoder
 from orl.tokenizer import CharTokenizer
 
 variant, family, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 
 
-class Double(Task):
-    """double:<digits>= -> each digit times two, comma-separated (4-32 digits: past long7's 28)."""
-    name = "double"
-    description = "double:<4-32 digits>= ; answer is each digit doubled, comma-separated"
-    why_parallel_is_hard = "element k's position depends on the widths of the elements before it"
-
-    def generate(self, rng):
-        digits = "".join(str(rng.randint(1, 9)) for _ in range(rng.randint(4, 32)))
-        return f"double:{digits}=", ",".join(str(2 * int(c)) for c in digits)
-
-    def check(self, prompt, output):
-        return output == ",".join(str(2 * int(c)) for c in prompt[7:-1])
-
-
-TASKS["double"] = Double()
-AUX = {"long7": "double"}
+# each family's helper (orl/eval/tasks/helpers.py)
+AUX = {"long7": "double", "split7": "dup", "keysort7": "pick", "prog7": "calc", "constr7": "cycle"}
 torch.set_num_threads(1)
 model = replace(tiny_model7(), learned_pos=False, rotary_fraction={"half": 0.5, "min": 2 / 32}.get(variant, 1.0))
 if variant == "rstride":
@@ -54,12 +40,13 @@ out = f"runs/pilot2/{family}-{variant}"
 t0 = time.time()
 m = pretrain(cfg, out, log=lambda *a: None)
 print("train s", round(time.time() - t0), flush=True)
-tok = CharTokenizer(); dec = ARDecoder(m, tok); task = get_task(family)
-for split in ("heldout", "beyond"):
-    ss = [task.sample(split, i) for i in range(80)]
+tok = CharTokenizer(); dec = ARDecoder(m, tok)
+for name, split in [(family, "heldout"), (family, "beyond")] + ([(AUX[family], "heldout")] * (variant == "assoc")):
+    task = get_task(name)
+    ss = [task.sample(split, i) for i in range(80 if name == family else 160)]
     gens = dec.generate([s.prompt for s in ss], ARConfig(max_new_tokens=112))
     ok = [task.verify(s.prompt, g.text) for s, g in zip(ss, gens)]
     by = {}
     for s, o in zip(ss, ok):
         by.setdefault(task.size(s.prompt), []).append(o)
-    print(variant, family, split, "acc", round(sum(ok) / len(ok), 3), {k: f"{sum(v)}/{len(v)}" for k, v in sorted(by.items())}, flush=True)
+    print(variant, name, split, "acc", round(sum(ok) / len(ok), 3), {k: f"{sum(v)}/{len(v)}" for k, v in sorted(by.items())}, flush=True)

@@ -9,7 +9,7 @@ from functools import lru_cache
 
 import pytest
 
-from orl.eval.tasks import (BEYOND, SPLITS, SUITE, SUITE_V5, SUITE_V7, TASKS, Sample, get_task, make_samples,
+from orl.eval.tasks import (BEYOND, HELPERS, SPLITS, SUITE, SUITE_V5, SUITE_V7, TASKS, Sample, get_task, make_samples,
                             run_program, task_names)
 from orl.eval.tasks.arithmetic import Add
 from orl.eval.tasks.constraints import Constr
@@ -43,7 +43,7 @@ def change_char(text: str, i: int, rng: random.Random) -> str:
 
 def test_registry_names_and_unknown_task():
     assert task_names() == NAMES  # what "all" means: the suite the shipped base was trained on
-    assert sorted(TASKS) == sorted(ALL + list(SUITE_V7)) and set(SUITE_V5) <= set(TASKS)
+    assert sorted(TASKS) == sorted(ALL + list(SUITE_V7) + [h.name for h in HELPERS]) and set(SUITE_V5) <= set(TASKS)
     assert all(TASKS[n].name == n and get_task(n) is TASKS[n] for n in ALL)
     with pytest.raises(ValueError) as e:
         get_task("nope")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from orl.eval.tasks import SUITE, SUITE_V5, SUITE_V7
+from orl.eval.tasks import HELPERS, SUITE, SUITE_V5, SUITE_V7
 from orl.model.args import ModelArgs
 from orl.train.pretrain import PretrainConfig
 
@@ -57,6 +57,19 @@ def tiny_base7() -> PretrainConfig:
     of one CPU thread."""
     return replace(tiny_base(), model=tiny_model7(), tasks=SUITE_V7, mix=MIX7, ar_steps=1200, diffusion_steps=1200,
                    pos_offset=0.5, eval_every=500, eval_samples=20, eval_max_new_tokens=80, save_every=100)
+
+
+# Tasks v7 with helpers: tiny_base's 68 samples per step, 15 of them given to the five helpers (one per
+# family, drawn at sizes past the family's range; tasks/helpers.py), the rest to the families.
+MIX7H = (10, 12, 13, 12, 10) + (3,) * len(HELPERS)
+
+
+def tiny_base7h() -> PretrainConfig:
+    """Tasks v7 at tiny_base's full budget (3,500 AR + 4,000 diffusion steps), RoPE only (no learned
+    position table, no position shift), with each family's helper trained at longer sizes: length
+    generalisation by association (docs/TRAINING.md "Tasks v7 with helpers")."""
+    return replace(tiny_base7(), model=replace(tiny_model7(), learned_pos=False), pos_offset=0.0,
+                   tasks=SUITE_V7 + tuple(h.name for h in HELPERS), mix=MIX7H, ar_steps=3500, diffusion_steps=4000)
 
 
 def tiny_ar() -> PretrainConfig:

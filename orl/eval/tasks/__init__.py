@@ -23,6 +23,9 @@ fixes a family's prompts for good. "Size" is, per family:
     split7    digits of N, not zero-padded     2-5   (beyond 6-7)
 The longest answers (long7 at 28 digits: up to 99 characters + EOS, 7 blocks of 16) need
 `--max-new-tokens 112` and a context of 192 (presets/pretrain.py tiny_model7).
+
+`HELPERS` (double, dup, pick, calc, cycle; tasks/helpers.py) are one training-only helper per v7 family,
+drawn at sizes past that family's range, for length generalisation by association.
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ from .arithmetic import Add
 from .base import BEYOND, SPLITS, Sample, Task
 from .constraints import Constr
 from .fewshot import SHOT_NAME, FewShot
+from .helpers import HELPERS
 from .keysort import KeySort
 from .long import Long
 from .programs import Prog, run_program
@@ -39,7 +43,7 @@ from .sorting import Sort
 from .sized import Sized
 from .split import Split
 
-__all__ = ["BEYOND", "SPLITS", "SUITE", "SUITE_V5", "SUITE_V7", "TASKS", "Sample", "Task", "get_task", "make_samples", "run_program",
+__all__ = ["BEYOND", "HELPERS", "SPLITS", "SUITE", "SUITE_V5", "SUITE_V7", "TASKS", "Sample", "Task", "get_task", "make_samples", "run_program",
            "task_names"]
 
 KEYSORT7_LETTERS = "abcdefghijkl"  # 12 letters, so that `beyond` can have up to 12 records
@@ -51,7 +55,7 @@ V7 = (
     Sized("constr7", Constr(min_word=3, max_word=8), Constr(min_word=9, max_word=12), (3, 8), (9, 12), "letters"),
     Sized("long7", Long(4, 20), Long(21, 28), (4, 20), (21, 28), "digits"),
 )
-TASKS: dict[str, Task] = {t.name: t for t in (Add(), Sort(), Prog(), Constr(), Long(), Split(), KeySort(), *V7)}
+TASKS: dict[str, Task] = {t.name: t for t in (Add(), Sort(), Prog(), Constr(), Long(), Split(), KeySort(), *V7, *HELPERS)}
 SUITE = ("split", "keysort", "prog", "constr", "long")
 SUITE_V5 = ("add", "sort", "prog", "constr", "long")
 SUITE_V7 = tuple(t.name for t in V7)
