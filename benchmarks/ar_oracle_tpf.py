@@ -71,6 +71,8 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=32, help="greedy tokens per window")
     ap.add_argument("--blocks", default="4,16")
     ap.add_argument("--thresholds", default="0.9,0.7,0.5,0.3")
+    ap.add_argument("--first", type=int, default=8, help="also report TPF over the first N windows (convert_eval.py's "
+                    "free run uses the first --free-prompts of the same windows)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out")
     args = ap.parse_args()
@@ -84,11 +86,17 @@ def main() -> None:
     confs, disagree = greedy_confidences(model, tok, rows, args.tokens)
     n_tok = sum(map(len, confs))
     flat = [c for cs in confs for c in cs]
+    taus, blocks = args.thresholds.split(","), args.blocks.split(",")
+
+    def tpf(cs_list):  # a ratio of sums: all tokens / all forwards
+        return {b: {t: sum(map(len, cs_list)) / sum(product_rule_forwards(cs, int(b), float(t)) for cs in cs_list)
+                    for t in taus} for b in blocks}
+
     out = {"ar": args.ar, "windows": args.windows, "context": args.context, "tokens": n_tok,
            "argmax_disagreements": disagree,
-           "share_at_least": {t: sum(c >= float(t) for c in flat) / n_tok for t in args.thresholds.split(",")},
-           "tpf": {b: {t: n_tok / sum(product_rule_forwards(cs, int(b), float(t)) for cs in confs)
-                       for t in args.thresholds.split(",")} for b in args.blocks.split(",")}}
+           "share_at_least": {t: sum(c >= float(t) for c in flat) / n_tok for t in taus},
+           "tpf": tpf(confs), f"tpf_first_{args.first}": tpf(confs[:args.first]),
+           "confidences": [[round(c, 6) for c in cs] for cs in confs]}
     text = json.dumps(out, indent=1)
     print(text)
     if args.out:
