@@ -8,11 +8,12 @@ teacher-forced forward over prefix + continuation gives c_i, the probability it 
 A block decoder under the threshold rule commits, in one forward, every masked position whose
 probability reaches tau (at least one). If position j is the first masked one, a block model that
 knows the AR original's joint distribution gives the greedy token at j + m at least the greedy path's
-probability c_j * ... * c_(j+m), so it commits positions j..k in one forward while that product
-reaches tau. The TPF of that rule (all tokens / all forwards, per block of B) is what an
-"AR-equivalent" converted model reaches at least, committing exactly the AR original's greedy text:
-a reference for the converted model's TPF at the same threshold, not a bound it cannot pass (true
-marginals can exceed the path product when several paths lead to the same token).
+probability c_j * ... * c_(j+m), so the reference rule here commits positions j..k in one forward
+while that product reaches tau, and decodes exactly the AR original's greedy text. Its TPF (all tokens
+/ all forwards, per block of B) is a reference for a converted model at the same threshold, not a
+bound either way: true marginals can exceed the path product (several paths to one token); below 0.5
+a greedy token can reach tau without being its marginal's argmax; and the engine's rule also commits
+positions out of order and forces the most confident one, not the leftmost (orl/engine/commit.py).
 """
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def greedy_confidences(model, tok, prefixes: list[list[int]], n: int) -> tuple[l
         x = torch.tensor([p + ids])
         T = x.shape[1]
         logits = model(x, torch.arange(T)[None], causal(T)[None])[0, len(p) - 1:T - 1]  # [len(ids), V]
-        probs = logits.float().softmax(-1)
+        probs = logits[:, :tok.vocab_size].float().softmax(-1)  # the ids the decoder may emit (ar.py bans the rest)
         y = torch.tensor(ids)
         confs.append(probs[torch.arange(len(ids)), y].tolist())
         disagree += int((probs.argmax(-1) != y).sum())
@@ -69,6 +70,8 @@ def main() -> None:
     ap.add_argument("--windows", type=int, default=32)
     ap.add_argument("--context", type=int, default=64)
     ap.add_argument("--tokens", type=int, default=32, help="greedy tokens per window")
+    ap.add_argument("--window-block", type=int, default=4, help="convert_eval.py's --block: its windows are "
+                    "context + block long, and this script cuts the same windows to their first `context` tokens")
     ap.add_argument("--blocks", default="4,16")
     ap.add_argument("--thresholds", default="0.9,0.7,0.5,0.3")
     ap.add_argument("--first", type=int, default=8, help="also report TPF over the first N windows (convert_eval.py's "
@@ -76,25 +79,28 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out")
     args = ap.parse_args()
+    taus, blocks = [float(t) for t in args.thresholds.split(",")], [int(b) for b in args.blocks.split(",")]
+    if not all(0 < t <= 1 for t in taus) or min(blocks) < 1 or not 1 <= args.first <= args.windows:
+        ap.error(f"need thresholds in (0, 1] (got {taus}), blocks >= 1 (got {blocks}) and 1 <= --first <= "
+                 f"--windows (got {args.first}, {args.windows})")
     from safetensors.torch import load_file
 
     torch.set_num_threads(args.threads)
     model, tok, _ = load_checkpoint(args.ar)
     model.eval()
     stream = load_file(Path(args.corpus) / "tokens.safetensors")["code_heldout"]
-    rows = held_out_rows(stream, args.windows, args.context, getattr(tok, "bos_id", None))
-    confs, disagree = greedy_confidences(model, tok, rows, args.tokens)
+    rows = held_out_rows(stream, args.windows, args.context + args.window_block, getattr(tok, "bos_id", None))
+    confs, disagree = greedy_confidences(model, tok, [r[:args.context] for r in rows], args.tokens)
     n_tok = sum(map(len, confs))
     flat = [c for cs in confs for c in cs]
-    taus, blocks = args.thresholds.split(","), args.blocks.split(",")
 
     def tpf(cs_list):  # a ratio of sums: all tokens / all forwards
-        return {b: {t: sum(map(len, cs_list)) / sum(product_rule_forwards(cs, int(b), float(t)) for cs in cs_list)
+        return {b: {t: sum(map(len, cs_list)) / sum(product_rule_forwards(cs, b, t) for cs in cs_list)
                     for t in taus} for b in blocks}
 
     out = {"ar": args.ar, "windows": args.windows, "context": args.context, "tokens": n_tok,
            "argmax_disagreements": disagree,
-           "share_at_least": {t: sum(c >= float(t) for c in flat) / n_tok for t in taus},
+           "share_at_least": {t: sum(c >= t for c in flat) / n_tok for t in taus},
            "tpf": tpf(confs), f"tpf_first_{args.first}": tpf(confs[:args.first]),
            "confidences": [[round(c, 6) for c in cs] for cs in confs]}
     text = json.dumps(out, indent=1)

@@ -7,22 +7,22 @@ frequency only: close to NoPE, which Kazemnejad et al. 2023 found to extrapolate
 tasks, while a block's masks still get a position signal), assoc (session 16: RoPE, half of each batch an
 auxiliary task trained at longer sizes than the family's range - "extrapolation by association": the family
 is only ever trained in its range, the auxiliary shares its alignment of output element k to input item k).
-Helpers: orl/eval/tasks/helpers.py (long7 -> `double`, each digit doubled, comma-separated, 4-32 digits)."""
+Helpers: orl/eval/tasks/helpers.py (long7 -> long7h: each digit doubled, comma-separated, 4-32 digits; the
+session-16 run below used it under its first name, `double`, so its draws differ from a rerun's)."""
 import sys, time
 from dataclasses import replace
 import torch
 import orl.train.pretrain as P
 from orl.train.pretrain import PretrainConfig, pretrain
 from orl.presets.pretrain import tiny_model7
-from orl.eval.tasks import get_task
+from orl.eval.tasks import HELPERS, get_task
 from orl.engine.ar import ARConfig, ARDecoder
 from orl.tokenizer import CharTokenizer
 
 variant, family, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 
 
-# each family's helper (orl/eval/tasks/helpers.py)
-AUX = {"long7": "double", "split7": "dup", "keysort7": "pick", "prog7": "calc", "constr7": "cycle"}
+AUX = {h.family: h.name for h in HELPERS}
 torch.set_num_threads(1)
 model = replace(tiny_model7(), learned_pos=False, rotary_fraction={"half": 0.5, "min": 2 / 32}.get(variant, 1.0))
 if variant == "rstride":

@@ -15,7 +15,7 @@ import torch
 
 from orl.engine import DecodeConfig, Engine, Generation
 from orl.engine.stops import with_stop
-from orl.eval.tasks import SUITE, Sample, get_task
+from orl.eval.tasks import HELPER_NAMES, SUITE, Sample, get_task
 from orl.eval.tasks.custom import reward_of
 from orl.train.dist import SINGLE, Dist, setup
 
@@ -31,9 +31,11 @@ class Rollout:
 def trained_tasks(manifest: dict) -> tuple[str, ...]:
     """The task families a checkpoint was trained on (its manifest's recipe: a pretrain's tasks, a
     conversion's task-text stream corpus.tasks), else SUITE: post-training rolls out on the base's own
-    tasks unless told otherwise."""
+    tasks unless told otherwise, without the helper families."""
     config = (manifest.get("recipe") or {}).get("config") or {}
     tasks = config.get("tasks") or (config.get("corpus") or {}).get("tasks")
+    # helpers (tasks/helpers.py) only teach the families long alignment: no rollouts, no held-out means
+    tasks = [t for t in tasks or () if t not in HELPER_NAMES]
     return tuple(tasks) if tasks else SUITE
 
 

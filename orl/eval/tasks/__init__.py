@@ -3,7 +3,8 @@
 Every family generates (prompt, reference answer) pairs deterministically from (family, split, index)
 and judges model outputs with its own verifier; see each module's docstring for its format and why its
 answer tokens depend on each other. Prompts and answers use only CharTokenizer characters; answers fit
-one 16-token block with EOS (<= 15 characters) except `prog` (one or two) and `long` (three).
+one 16-token block with EOS (<= 15 characters) except `prog` (one or two) and `long` (three); the
+length-varied v7 families and their helpers run to several blocks (up to 7 for long7 and long7h).
 
 `SUITE` is what "all" means (`orl eval --tasks all`, the demo, the pretraining and ORL defaults): the
 five families the shipped base was trained on. `SUITE_V5` has the single-answer `add` and `sort` in
@@ -24,8 +25,8 @@ fixes a family's prompts for good. "Size" is, per family:
 The longest answers (long7 at 28 digits: up to 99 characters + EOS, 7 blocks of 16) need
 `--max-new-tokens 112` and a context of 192 (presets/pretrain.py tiny_model7).
 
-`HELPERS` (double, dup, pick, calc, cycle; tasks/helpers.py) are one training-only helper per v7 family,
-drawn at sizes past that family's range, for length generalisation by association.
+`HELPERS` (long7h, split7h, keysort7h, prog7h, constr7h; tasks/helpers.py) are one training-only helper
+per v7 family, drawn at sizes past that family's range, for length generalisation by association.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from .arithmetic import Add
 from .base import BEYOND, SPLITS, Sample, Task
 from .constraints import Constr
 from .fewshot import SHOT_NAME, FewShot
-from .helpers import HELPERS
+from .helpers import HELPER_NAMES, HELPERS
 from .keysort import KeySort
 from .long import Long
 from .programs import Prog, run_program
@@ -43,7 +44,7 @@ from .sorting import Sort
 from .sized import Sized
 from .split import Split
 
-__all__ = ["BEYOND", "HELPERS", "SPLITS", "SUITE", "SUITE_V5", "SUITE_V7", "TASKS", "Sample", "Task", "get_task", "make_samples", "run_program",
+__all__ = ["BEYOND", "HELPER_NAMES", "HELPERS", "SPLITS", "SUITE", "SUITE_V5", "SUITE_V7", "TASKS", "Sample", "Task", "get_task", "make_samples", "run_program",
            "task_names"]
 
 KEYSORT7_LETTERS = "abcdefghijkl"  # 12 letters, so that `beyond` can have up to 12 records

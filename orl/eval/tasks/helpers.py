@@ -1,23 +1,25 @@
 """Helper families for length generalisation ("extrapolation by association"): one per tasks-v7
-family, trained at sizes past that family's range, never evaluated as a headline.
+family, named after it with an `h`, trained at sizes past that family's range, never a headline.
 
 A v7 family is trained only inside its size range, and its `beyond` split asks for larger sizes. What
 fails beyond the range is alignment: output element k must read input item k (the k-th digit, record,
-statement, letter), and a small model learns that only for the k it has seen. Each helper here keeps
-its family's alignment and drops the hard part (sums, sorting, variable look-ups, constraints), and is
+statement, letter), and a small model learns that only for the k it has seen. Each helper keeps its
+family's alignment and drops the hard part (sums, sorting, variable look-ups, constraints), and is
 drawn at sizes that cover the family's `beyond` split. Training a family in range next to its helper
 at long sizes lets the family borrow the helper's long alignment (Cai et al. 2025, "Extrapolation by
-association"; Awasthi and Gupta 2023, "task hinting"). The family itself never sees a beyond size, so
-its `beyond` accuracy still measures generalisation past its own range; what it may use is written
-here, and reports say when a model was trained with helpers. `size` counts what the family's `size`
-counts (digits, records, assignments, letters).
+association"; Awasthi and Gupta 2023, "task hinting"). The family never sees a beyond-size prompt of
+its own, but a helper-trained model's `beyond` accuracy measures transfer from the helpers, not
+length generalisation alone: `constr7h` uses constr7's opening ("10 of bdg,") with the counts 9-14
+its beyond split asks for, and `split7h`'s "N+N" is a valid split7 answer for 2N when 2N keeps N's
+width. Reports say when a model was trained with helpers; rollouts and held-out means skip them
+(orl.train.rollout.trained_tasks). `size` counts what the family's `size` counts.
 
-    helper   for        prompt -> answer                                   sizes
-    double   long7      double:3719= -> 6,14,2,18                           4-32 digits (1-9)
-    dup      split7     dup:1409= -> 1409+1409                              2-9 digits
-    pick     keysort7   pick3:b1,a3,e3= -> ae (the letters keyed 3, in order) 3-12 records, a-l
-    calc     prog7      calc a=9;c=3+4;b=8-2: -> a=9,c=7,b=6                2-12 assignments
-    cycle    constr7    10 of bdg, cycle: -> bdgbdgbdgb                      3-14 letters
+    helper      for       prompt -> answer                                        sizes
+    long7h      long7     double:3719= -> 6,14,2,18                                4-32 digits (1-9)
+    split7h     split7    dup:1409= -> 1409+1409                                   2-9 digits
+    keysort7h   keysort7  pick3:b1,a3,e3= -> ae (the letters keyed 3, in order)    3-12 records, a-l
+    prog7h      prog7     calc a=9;c=3+4;b=8-2: -> a=9,c=7,b=6                     2-12 assignments
+    constr7h    constr7   10 of bdg, cycle: -> bdgbdgbdgb                          3-14 letters
 """
 from __future__ import annotations
 
@@ -26,136 +28,144 @@ import re
 
 from .base import Task
 
+_DOUBLE = re.compile(r"double:([1-9]+)=")
+_DUP = re.compile(r"dup:([1-9][0-9]*)=")
+_PICK = re.compile(r"pick([1-5]):((?:[a-l][1-5],)*[a-l][1-5])=")
+_STATEMENT = r"[abc]=[0-9](?:[+-][0-9])?"
+_CALC = re.compile(rf"calc ((?:{_STATEMENT};)*{_STATEMENT}):")
+_CYCLE = re.compile(r"([1-9][0-9]?) of ([a-z]+), cycle:")
 
-class Double(Task):
-    name = "double"
-    description = "double:<4-32 digits>= ; answer is each digit doubled, comma-separated"
+
+def _parse(pattern: re.Pattern, name: str, prompt: str) -> re.Match:
+    m = pattern.fullmatch(prompt)
+    if m is None:
+        raise ValueError(f"not a {name} prompt: {prompt!r}")
+    return m
+
+
+class Helper(Task):
+    family: str  # the v7 family it helps
     why_parallel_is_hard = "where element k starts depends on the widths of the elements before it"
 
+    def __init__(self, lo: int, hi: int):
+        if not 1 <= lo <= hi:
+            raise ValueError(f"{self.name}: need 1 <= lo <= hi, got {lo}, {hi}")
+        self.lo, self.hi = lo, hi
+
+
+class Double(Helper):
+    name, family = "long7h", "long7"
+    description = "double:<digits>= ; answer is each digit doubled, comma-separated (helper, training only)"
+
     def generate(self, rng: random.Random) -> tuple[str, str]:
-        digits = "".join(str(rng.randint(1, 9)) for _ in range(rng.randint(4, 32)))
+        digits = "".join(str(rng.randint(1, 9)) for _ in range(rng.randint(self.lo, self.hi)))
         prompt = f"double:{digits}="
-        return prompt, _double(prompt)
+        return prompt, self.answer(prompt)
+
+    def answer(self, prompt: str) -> str:
+        return ",".join(str(2 * int(c)) for c in _parse(_DOUBLE, self.name, prompt)[1])
 
     def check(self, prompt: str, output: str) -> bool:
-        return output == _double(prompt)
+        return output == self.answer(prompt)
 
     def size(self, prompt: str) -> int:
-        return len(prompt) - len("double:=")
+        return len(_parse(_DOUBLE, self.name, prompt)[1])
 
 
-def _double(prompt: str) -> str:
-    m = re.fullmatch(r"double:([1-9]+)=", prompt)
-    if m is None:
-        raise ValueError(f"not a double prompt: {prompt!r}")
-    return ",".join(str(2 * int(c)) for c in m[1])
-
-
-class Dup(Task):
-    name = "dup"
-    description = "dup:<N, 2-9 digits>= ; answer is N+N"
-    why_parallel_is_hard = "each digit of the second copy sits one number's width after the first's"
+class Dup(Helper):
+    name, family = "split7h", "split7"
+    description = "dup:<N>= ; answer is N+N (helper, training only)"
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
-        d = rng.randint(2, 9)
+        d = rng.randint(self.lo, self.hi)
         n = str(rng.randint(10 ** (d - 1), 10**d - 1))
         return f"dup:{n}=", f"{n}+{n}"
 
     def check(self, prompt: str, output: str) -> bool:
-        m = re.fullmatch(r"dup:([0-9]+)=", prompt)
-        if m is None:
-            raise ValueError(f"not a dup prompt: {prompt!r}")
-        return output == f"{m[1]}+{m[1]}"
+        n = _parse(_DUP, self.name, prompt)[1]
+        return output == f"{n}+{n}"
 
     def size(self, prompt: str) -> int:
-        return len(prompt) - len("dup:=")
+        return len(_parse(_DUP, self.name, prompt)[1])
 
 
 PICK_LETTERS = "abcdefghijkl"  # keysort7's letters
 
 
-class Pick(Task):
-    name = "pick"
-    description = "pick<k>:<3-12 records letter+key>= ; answer is the letters keyed k, in prompt order"
+class Pick(Helper):
+    name, family = "keysort7h", "keysort7"
+    description = "pick<k>:<records letter+key>= ; answer is the letters keyed k, in prompt order (helper, training only)"
     why_parallel_is_hard = "which record the j-th answer letter comes from depends on all earlier matches"
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
-        letters = rng.sample(PICK_LETTERS, rng.randint(3, 12))
+        letters = rng.sample(PICK_LETTERS, rng.randint(self.lo, min(self.hi, len(PICK_LETTERS))))
         keys = [rng.randint(1, 5) for _ in letters]
         k = rng.choice(keys)  # a key that occurs, so the answer is never empty
         prompt = f"pick{k}:" + ",".join(f"{c}{v}" for c, v in zip(letters, keys)) + "="
-        return prompt, _pick(prompt)
+        return prompt, self.answer(prompt)
+
+    def answer(self, prompt: str) -> str:
+        m = _parse(_PICK, self.name, prompt)
+        return "".join(r[0] for r in m[2].split(",") if r[1] == m[1])
 
     def check(self, prompt: str, output: str) -> bool:
-        return output == _pick(prompt)
+        return output == self.answer(prompt)
 
     def size(self, prompt: str) -> int:
-        return prompt.count(",") + 1
+        return _parse(_PICK, self.name, prompt)[2].count(",") + 1
 
 
-def _pick(prompt: str) -> str:
-    m = re.fullmatch(r"pick([1-5]):((?:[a-l][1-5],)*[a-l][1-5])=", prompt)
-    if m is None:
-        raise ValueError(f"not a pick prompt: {prompt!r}")
-    return "".join(r[0] for r in m[2].split(",") if r[1] == m[1])
-
-
-class Calc(Task):
-    name = "calc"
-    description = "calc <2-12 assignments of a digit, d+d or d-d to a, b or c>: ; answer echoes each value"
+class Calc(Helper):
+    name, family = "prog7h", "prog7"
+    description = ("calc <assignments of a digit, d+d or d-d (never negative) to a, b or c>: ; answer echoes each "
+                   "value (helper, training only)")
     why_parallel_is_hard = "where statement k's value is written depends on the widths of the earlier ones"
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
         statements = []
-        for _ in range(rng.randint(2, 12)):
+        for _ in range(rng.randint(self.lo, self.hi)):
             x, y = rng.randint(0, 9), rng.randint(0, 9)
             expr = rng.choice((str(x), f"{x}+{y}", f"{max(x, y)}-{min(x, y)}"))
             statements.append(f"{rng.choice('abc')}={expr}")
         prompt = f"calc {';'.join(statements)}:"
-        return prompt, _calc(prompt)
+        return prompt, self.answer(prompt)
+
+    def answer(self, prompt: str) -> str:
+        out = []
+        for s in _parse(_CALC, self.name, prompt)[1].split(";"):
+            var, expr = s.split("=")
+            sign = {"+": 1, "-": -1}.get(expr[1:2], 0)
+            out.append(f"{var}={int(expr[0]) + sign * int(expr[2:] or 0)}")
+        return ",".join(out)
 
     def check(self, prompt: str, output: str) -> bool:
-        return output == _calc(prompt)
+        return output == self.answer(prompt)
 
     def size(self, prompt: str) -> int:
-        return prompt.count("=")
+        return _parse(_CALC, self.name, prompt)[1].count("=")
 
 
-def _calc(prompt: str) -> str:
-    m = re.fullmatch(r"calc ((?:[abc]=[0-9](?:[+-][0-9])?;)*[abc]=[0-9](?:[+-][0-9])?):", prompt)
-    if m is None:
-        raise ValueError(f"not a calc prompt: {prompt!r}")
-    out = []
-    for s in m[1].split(";"):
-        var, expr = s.split("=")
-        value = int(expr[0]) + (int(expr[2]) if expr[1:2] == "+" else -int(expr[2]) if expr[1:2] == "-" else 0)
-        out.append(f"{var}={value}")
-    return ",".join(out)
-
-
-class Cycle(Task):
-    name = "cycle"
-    description = "<n, 3-14> of <2-4 letters>, cycle: ; answer repeats the letters in order to length n"
+class Cycle(Helper):
+    name, family = "constr7h", "constr7"
+    description = "<n> of <2-4 letters>, cycle: ; answer repeats the letters in order to length n (helper, training only)"
     why_parallel_is_hard = "the letter at position j depends on j modulo the alphabet's size"
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
         alphabet = "".join(sorted(rng.sample("abcdefghij", rng.randint(2, 4))))
-        prompt = f"{rng.randint(3, 14)} of {alphabet}, cycle:"
-        return prompt, _cycle(prompt)
+        prompt = f"{rng.randint(self.lo, self.hi)} of {alphabet}, cycle:"
+        return prompt, self.answer(prompt)
+
+    def answer(self, prompt: str) -> str:
+        m = _parse(_CYCLE, self.name, prompt)  # n <= 99: two digits at most
+        n, alphabet = int(m[1]), m[2]
+        return "".join(alphabet[j % len(alphabet)] for j in range(n))
 
     def check(self, prompt: str, output: str) -> bool:
-        return output == _cycle(prompt)
+        return output == self.answer(prompt)
 
     def size(self, prompt: str) -> int:
-        return int(prompt.split()[0])
+        return int(_parse(_CYCLE, self.name, prompt)[1])
 
 
-def _cycle(prompt: str) -> str:
-    m = re.fullmatch(r"([0-9]+) of ([a-z]+), cycle:", prompt)
-    if m is None:
-        raise ValueError(f"not a cycle prompt: {prompt!r}")
-    n, alphabet = int(m[1]), m[2]
-    return "".join(alphabet[j % len(alphabet)] for j in range(n))
-
-
-HELPERS = (Double(), Dup(), Pick(), Calc(), Cycle())
+HELPERS = (Double(4, 32), Dup(2, 9), Pick(3, 12), Calc(2, 12), Cycle(3, 14))
+HELPER_NAMES = frozenset(h.name for h in HELPERS)
