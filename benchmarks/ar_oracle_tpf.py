@@ -18,7 +18,6 @@ positions out of order and forces the most confident one, not the leftmost (orl/
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.convert_eval import held_out_rows  # noqa: E402
+from benchmarks.convert_eval import emit, held_out_rows  # noqa: E402
 from orl.checkpoint import load_checkpoint  # noqa: E402
 from orl.engine.ar import ARConfig, ARDecoder  # noqa: E402
 from orl.model.masks import causal  # noqa: E402
@@ -103,10 +102,7 @@ def main() -> None:
            "share_at_least": {t: sum(c >= t for c in flat) / n_tok for t in taus},
            "tpf": tpf(confs), f"tpf_first_{args.first}": tpf(confs[:args.first]),
            "confidences": [[round(c, 6) for c in cs] for cs in confs]}
-    text = json.dumps(out, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit(out, args.out)
 
 
 if __name__ == "__main__":

@@ -127,6 +127,14 @@ def evaluate(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows: int, cont
     return out
 
 
+def emit(res: dict, out: str | None) -> None:
+    """Print the result as indented JSON, and write it to `out` too when given."""
+    text = json.dumps(res, indent=1)
+    print(text)
+    if out:
+        Path(out).write_text(text + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ar", required=True, help="the AR original's checkpoint")
@@ -150,10 +158,7 @@ def main() -> None:
     stream = load_file(Path(args.corpus) / "tokens.safetensors")["code_heldout"]
     res = evaluate(args.ar, args.dlm, stream, args.windows, args.context, args.block, args.threshold,
                    args.free_tokens, args.free_prompts, args.layout)
-    text = json.dumps(res, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit(res, args.out)
 
 
 if __name__ == "__main__":
