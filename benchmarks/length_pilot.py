@@ -20,9 +20,7 @@ from orl.engine.ar import ARConfig, ARDecoder
 from orl.tokenizer import CharTokenizer
 
 variant, family, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
-
-
-AUX = {h.family: h.name for h in HELPERS}
+AUX = {h.family: h.name for h in HELPERS}  # the helper the assoc variant trains beside each family
 torch.set_num_threads(1)
 model = replace(tiny_model7(), learned_pos=False, rotary_fraction={"half": 0.5, "min": 2 / 32}.get(variant, 1.0))
 if variant == "rstride":

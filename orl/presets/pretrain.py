@@ -68,7 +68,7 @@ MIX7H = (10, 12, 13, 12, 10) + (3,) * len(HELPERS)
 def tiny_base7h() -> PretrainConfig:
     """Tasks v7 at tiny_base's full budget (3,500 AR + 4,000 diffusion steps), RoPE only (no learned
     position table, no position shift), with each family's helper trained at longer sizes: length
-    generalisation by association (docs/TRAINING.md "Tasks v7 with helpers")."""
+    generalisation by association (docs/TRAINING.md, "Session 16: helpers")."""
     return replace(tiny_base7(), model=replace(tiny_model7(), learned_pos=False), pos_offset=0.0,
                    tasks=SUITE_V7 + tuple(h.name for h in HELPERS), mix=MIX7H, ar_steps=3500, diffusion_steps=4000,
                    eval_max_new_tokens=112)  # long7h's answers run to 95 characters

@@ -28,23 +28,13 @@ import re
 
 from .base import Task
 
-_DOUBLE = re.compile(r"double:([1-9]+)=")
-_DUP = re.compile(r"dup:([1-9][0-9]*)=")
-_PICK = re.compile(r"pick([1-5]):((?:[a-l][1-5],)*[a-l][1-5])=")
 _STATEMENT = r"[abc]=[0-9](?:[+-][0-9])?"
-_CALC = re.compile(rf"calc ((?:{_STATEMENT};)*{_STATEMENT}):")
-_CYCLE = re.compile(r"([1-9][0-9]?) of ([a-z]+), cycle:")
-
-
-def _parse(pattern: re.Pattern, name: str, prompt: str) -> re.Match:
-    m = pattern.fullmatch(prompt)
-    if m is None:
-        raise ValueError(f"not a {name} prompt: {prompt!r}")
-    return m
 
 
 class Helper(Task):
-    family: str  # the v7 family it helps
+    """A helper has one answer per prompt: `answer` computes it from the prompt, `check` compares."""
+    family: str           # the v7 family it helps
+    pattern: re.Pattern   # the prompts it accepts (strict: a malformed prompt is named, never judged)
     why_parallel_is_hard = "where element k starts depends on the widths of the elements before it"
 
     def __init__(self, lo: int, hi: int):
@@ -52,9 +42,22 @@ class Helper(Task):
             raise ValueError(f"{self.name}: need 1 <= lo <= hi, got {lo}, {hi}")
         self.lo, self.hi = lo, hi
 
+    def parse(self, prompt: str) -> re.Match:
+        m = self.pattern.fullmatch(prompt)
+        if m is None:
+            raise ValueError(f"not a {self.name} prompt: {prompt!r}")
+        return m
+
+    def answer(self, prompt: str) -> str:
+        raise NotImplementedError
+
+    def check(self, prompt: str, output: str) -> bool:
+        return output == self.answer(prompt)
+
 
 class Double(Helper):
     name, family = "long7h", "long7"
+    pattern = re.compile(r"double:([1-9]+)=")
     description = "double:<digits>= ; answer is each digit doubled, comma-separated (helper, training only)"
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
@@ -63,30 +66,29 @@ class Double(Helper):
         return prompt, self.answer(prompt)
 
     def answer(self, prompt: str) -> str:
-        return ",".join(str(2 * int(c)) for c in _parse(_DOUBLE, self.name, prompt)[1])
-
-    def check(self, prompt: str, output: str) -> bool:
-        return output == self.answer(prompt)
+        return ",".join(str(2 * int(c)) for c in self.parse(prompt)[1])
 
     def size(self, prompt: str) -> int:
-        return len(_parse(_DOUBLE, self.name, prompt)[1])
+        return len(self.parse(prompt)[1])
 
 
 class Dup(Helper):
     name, family = "split7h", "split7"
+    pattern = re.compile(r"dup:([1-9][0-9]*)=")
     description = "dup:<N>= ; answer is N+N (helper, training only)"
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
         d = rng.randint(self.lo, self.hi)
         n = str(rng.randint(10 ** (d - 1), 10**d - 1))
-        return f"dup:{n}=", f"{n}+{n}"
+        prompt = f"dup:{n}="
+        return prompt, self.answer(prompt)
 
-    def check(self, prompt: str, output: str) -> bool:
-        n = _parse(_DUP, self.name, prompt)[1]
-        return output == f"{n}+{n}"
+    def answer(self, prompt: str) -> str:
+        n = self.parse(prompt)[1]
+        return f"{n}+{n}"
 
     def size(self, prompt: str) -> int:
-        return len(_parse(_DUP, self.name, prompt)[1])
+        return len(self.parse(prompt)[1])
 
 
 PICK_LETTERS = "abcdefghijkl"  # keysort7's letters
@@ -94,6 +96,7 @@ PICK_LETTERS = "abcdefghijkl"  # keysort7's letters
 
 class Pick(Helper):
     name, family = "keysort7h", "keysort7"
+    pattern = re.compile(r"pick([1-5]):((?:[a-l][1-5],)*[a-l][1-5])=")
     description = "pick<k>:<records letter+key>= ; answer is the letters keyed k, in prompt order (helper, training only)"
     why_parallel_is_hard = "which record the j-th answer letter comes from depends on all earlier matches"
 
@@ -105,18 +108,16 @@ class Pick(Helper):
         return prompt, self.answer(prompt)
 
     def answer(self, prompt: str) -> str:
-        m = _parse(_PICK, self.name, prompt)
+        m = self.parse(prompt)
         return "".join(r[0] for r in m[2].split(",") if r[1] == m[1])
 
-    def check(self, prompt: str, output: str) -> bool:
-        return output == self.answer(prompt)
-
     def size(self, prompt: str) -> int:
-        return _parse(_PICK, self.name, prompt)[2].count(",") + 1
+        return self.parse(prompt)[2].count(",") + 1
 
 
 class Calc(Helper):
     name, family = "prog7h", "prog7"
+    pattern = re.compile(rf"calc ((?:{_STATEMENT};)*{_STATEMENT}):")
     description = ("calc <assignments of a digit, d+d or d-d (never negative) to a, b or c>: ; answer echoes each "
                    "value (helper, training only)")
     why_parallel_is_hard = "where statement k's value is written depends on the widths of the earlier ones"
@@ -132,21 +133,19 @@ class Calc(Helper):
 
     def answer(self, prompt: str) -> str:
         out = []
-        for s in _parse(_CALC, self.name, prompt)[1].split(";"):
+        for s in self.parse(prompt)[1].split(";"):
             var, expr = s.split("=")
             sign = {"+": 1, "-": -1}.get(expr[1:2], 0)
             out.append(f"{var}={int(expr[0]) + sign * int(expr[2:] or 0)}")
         return ",".join(out)
 
-    def check(self, prompt: str, output: str) -> bool:
-        return output == self.answer(prompt)
-
     def size(self, prompt: str) -> int:
-        return _parse(_CALC, self.name, prompt)[1].count("=")
+        return self.parse(prompt)[1].count("=")
 
 
 class Cycle(Helper):
     name, family = "constr7h", "constr7"
+    pattern = re.compile(r"([1-9][0-9]?) of ([a-z]+), cycle:")  # n <= 99: two digits at most
     description = "<n> of <2-4 letters>, cycle: ; answer repeats the letters in order to length n (helper, training only)"
     why_parallel_is_hard = "the letter at position j depends on j modulo the alphabet's size"
 
@@ -156,15 +155,12 @@ class Cycle(Helper):
         return prompt, self.answer(prompt)
 
     def answer(self, prompt: str) -> str:
-        m = _parse(_CYCLE, self.name, prompt)  # n <= 99: two digits at most
+        m = self.parse(prompt)
         n, alphabet = int(m[1]), m[2]
         return "".join(alphabet[j % len(alphabet)] for j in range(n))
 
-    def check(self, prompt: str, output: str) -> bool:
-        return output == self.answer(prompt)
-
     def size(self, prompt: str) -> int:
-        return int(_parse(_CYCLE, self.name, prompt)[1])
+        return int(self.parse(prompt)[1])
 
 
 HELPERS = (Double(4, 32), Dup(2, 9), Pick(3, 12), Calc(2, 12), Cycle(3, 14))
