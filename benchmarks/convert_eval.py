@@ -103,16 +103,17 @@ def free_running(ar: ARDecoder, dlm: Engine, prefixes: list[list[int]], n: int, 
 
 
 def evaluate(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows: int, context: int, block: int | None,
-             threshold: float, free_tokens: int, free_prompts: int, layout: str | None = None) -> dict:
+             threshold: float, free_tokens: int, free_prompts: int, layout: str | None = None,
+             device: str = "cpu") -> dict:
     from orl.checkpoint import load_checkpoint
 
-    ar_model, tok, _ = load_checkpoint(ar_dir)
+    ar_model, tok, _ = load_checkpoint(ar_dir, device=device)
     if dlm_dir == UNTRAINED:  # the conversion's starting point: the AR weights with the shifted read-out
         from orl.train.convert import to_diffusion
 
         dlm_model, dtok, manifest = to_diffusion(ar_model).eval(), tok, {}
     else:
-        dlm_model, dtok, manifest = load_checkpoint(dlm_dir)
+        dlm_model, dtok, manifest = load_checkpoint(dlm_dir, device=device)
     block = block or manifest.get("block_len") or 4
     layout = layout or manifest.get("layout") or "prompt_block"
     # caches sized to the requests, not the model's context (32k for Gemma: GiBs per row)
@@ -120,7 +121,7 @@ def evaluate(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows: int, cont
     ar, dlm = ARDecoder(ar_model, tok, max_len=max_len), Engine(dlm_model, dtok, max_len=max_len)
     rows = held_out_rows(stream, windows, context + block, getattr(tok, "bos_id", None))
     out = {"ar": ar_dir, "dlm": dlm_dir, "dlm_recipe_step": (manifest.get("recipe") or {}).get("step"),
-           "threshold": threshold, "layout": layout, "threads": torch.get_num_threads(),
+           "threshold": threshold, "layout": layout, "threads": torch.get_num_threads(), "device": device,
            "next_block": next_block(ar, dlm, rows, context, block, threshold, tok.eos_id, layout=layout)}
     out["free_running"] = free_running(ar, dlm, [r[:context] for r in rows[:free_prompts]], free_tokens, block,
                                        threshold, tok.eos_id, layout)
@@ -150,6 +151,7 @@ def main() -> None:
     ap.add_argument("--free-tokens", type=int, default=32)
     ap.add_argument("--free-prompts", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu | cuda (the *_cpu_s figures then mean host CPU time)")
     ap.add_argument("--out", help="write the JSON here too")
     args = ap.parse_args()
     from safetensors.torch import load_file
@@ -157,7 +159,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     stream = load_file(Path(args.corpus) / "tokens.safetensors")["code_heldout"]
     res = evaluate(args.ar, args.dlm, stream, args.windows, args.context, args.block, args.threshold,
-                   args.free_tokens, args.free_prompts, args.layout)
+                   args.free_tokens, args.free_prompts, args.layout, args.device)
     emit(res, args.out)
 
 

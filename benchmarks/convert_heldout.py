@@ -36,6 +36,7 @@ def main() -> None:
     ap.add_argument("--layout", choices=("prompt_block", "absolute_grid"), required=True)
     ap.add_argument("--windows", type=int, help="held-out windows; default: the preset's eval_windows")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu | cuda")
     ap.add_argument("--out")
     args = ap.parse_args()
     from safetensors.torch import load_file
@@ -44,14 +45,14 @@ def main() -> None:
     cfg = replace(get_preset("convert", args.preset), layout=args.layout)
     cfg = replace(cfg, eval_windows=args.windows or cfg.eval_windows)
     if args.dlm == "untrained":
-        model, tok, _ = load_checkpoint(args.base)
+        model, tok, _ = load_checkpoint(args.base, device=args.device)
         model = to_diffusion(model)
     else:
-        model, tok, _ = load_checkpoint(args.dlm)
+        model, tok, _ = load_checkpoint(args.dlm, device=args.device)
     streams = {"code_heldout": load_file(Path(args.corpus) / "tokens.safetensors")["code_heldout"]}
     t = time.process_time()
     res = evaluate(model.eval(), streams, cfg, special_ids(tok, model.args.vocab_size), getattr(tok, "bos_id", None))
-    out = {"dlm": args.dlm, "preset": args.preset, "layout": args.layout, **res,
+    out = {"dlm": args.dlm, "preset": args.preset, "layout": args.layout, "device": args.device, **res,
            "cpu_s": round(time.process_time() - t, 1)}
     text = json.dumps(out)
     print(text)

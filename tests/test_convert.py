@@ -179,6 +179,22 @@ def test_recipe_runs_from_the_cli_and_resumes_exactly(base, tmp_path, monkeypatc
     assert 1 <= len(gen.token_ids) <= 4
 
 
+def test_time_limit_saves_stops_and_a_rerun_finishes_the_same_run(base, tmp_path):
+    """A lease of fixed length: past time_limit_s the run saves the step it finished and stops; the same
+    command without the limit (it is resume-free) continues to the weights of an uninterrupted run."""
+    cfg = smoke_cfg(base)
+    whole = cv.convert(cfg, tmp_path / "whole", log=lambda *_: None)
+    said = []
+    cv.convert(replace(cfg, time_limit_s=1e-9), tmp_path / "cut", log=said.append)
+    assert load_checkpoint(tmp_path / "cut")[2]["recipe"]["step"] == 1  # saved off its save_every cadence
+    assert any(f"done: steps 1-1 of {cfg.steps}" in s and "time limit" in s for s in said), said
+    resumed = cv.convert(cfg, tmp_path / "cut", log=lambda *_: None)
+    for (n, a), b in zip(whole.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a, b), n
+    with pytest.raises(ValueError, match="time_limit_s"):
+        replace(cfg, time_limit_s=-1.0)
+
+
 def test_bad_settings_are_named(base):
     with pytest.raises(ValueError, match="multiple of block_len"):
         replace(smoke_cfg(base), window=25)

@@ -16,7 +16,8 @@ PRESETS: dict[str, dict[str, Callable]] = {
     "rcd": {"rcd": orl.rcd, "smoke": orl.rcd_smoke, "gemma_rcd": gemma_orl.gemma_rcd,
             "gemma_smoke": gemma_orl.gemma_rcd_smoke},
     "convert": {"gemma_convert": convert.gemma_convert, "gemma_convert16": convert.gemma_convert16,
-                "gemma_convert_short": convert.gemma_convert_short, "qwen3_convert": convert.qwen3_convert,
+                "gemma_convert_short": convert.gemma_convert_short,
+                "gemma_convert_gpu": convert.gemma_convert_gpu, "qwen3_convert": convert.qwen3_convert,
                 "smoke": convert.smoke},
 }
 

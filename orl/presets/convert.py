@@ -36,6 +36,17 @@ def gemma_convert_short() -> ConvertConfig:
                    freeze_embeddings=True, eval_every=12, eval_windows=8, save_every=6)
 
 
+def gemma_convert_gpu() -> ConvertConfig:
+    """gemma_convert on one lent GPU for one device call (benchmarks/gpu_convert.sh): 64 rows a step
+    (56 code, 8 task text; no distill rows: the CPU-built corpus holds 6k distilled tokens, which 8 rows
+    a step would repeat hundreds of times), bf16 autocast, no recomputation, frozen embeddings as in the
+    grid runs, 600 steps (6.1M window tokens, 1.2x gemma_convert's); `time_limit_s` stops it at the lease."""
+    from dataclasses import replace
+
+    return replace(gemma_convert(), mix=(56, 8, 0), steps=600, warmup=30, lr=5e-5, bf16=True, checkpointing=False,
+                   freeze_embeddings=True, eval_every=100, eval_windows=32, save_every=1000)
+
+
 def smoke() -> ConvertConfig:
     """Seconds-long run for tests: a tiny base, a few hundred files' worth of tokens, a few steps."""
     corpus = CorpusConfig(train_tokens=20_000, heldout_tokens=4_000, heldout_frac=0.2, tasks=("constr",),

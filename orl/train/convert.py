@@ -77,12 +77,15 @@ class ConvertConfig:
     threads: int = 0
     mask_token: str = ""                # when the base's tokenizer has none (orl.train.convert_base)
     parallel: str = "ddp"               # under torchrun: ddp | fsdp (sharded weights and optimizer: orl.train.fsdp)
-    RESUME_FREE: ClassVar[frozenset[str]] = frozenset({"data_dir", "eval_windows"})
+    # wall-clock budget of one invocation (0: none): past it the run saves and stops; rerunning continues.
+    # The schedule stays the one over `steps` (a lease of fixed length: size `steps` to fit it)
+    time_limit_s: float = 0.0
+    RESUME_FREE: ClassVar[frozenset[str]] = frozenset({"data_dir", "eval_windows", "time_limit_s"})
 
     def __post_init__(self):
         problems = check_fields(self, positive=("block_len", "window", "context", "noisy_copies", "steps", "lr",
                                                 "grad_clip", "ce_chunk", "eval_every", "eval_windows", "save_every"),
-                                non_negative=("warmup", "weight_decay", "threads"))
+                                non_negative=("warmup", "weight_decay", "threads", "time_limit_s"))
         if self.context >= self.window or (self.window - self.context) % self.block_len:
             problems.append(f"window - context ({self.window} - {self.context}) must be a positive multiple of "
                             f"block_len ({self.block_len})")
@@ -240,7 +243,7 @@ def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_conf
     opt = make_optimizer(model, cfg.lr, cfg.weight_decay)  # on the parameters as they train (maybe sharded)
     if loop.state:
         loop.load_optimizer(model, opt)
-    t_last, tokens_since = time.perf_counter(), 0
+    t_last, tokens_since, done = time.perf_counter(), 0, loop.start
     for step in loop.steps():
         batches = make_batches(cfg, streams, ids, step, bos)
         loss, norm = train_step(ddp, opt, batches, cfg, lr_at(cfg, step), dist)
@@ -258,7 +261,8 @@ def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_conf
                 rec["heldout"] = heldout
                 log(f"step {done} held-out {json.dumps(heldout)}")
         loop.write(rec)
-        if loop.due(done, cfg.save_every):
+        stop = loop.out_of_time(cfg.time_limit_s)
+        if loop.due(done, cfg.save_every) or stop:
             model.eval()
             # the base's EOS / end-of-turn ids stay (the converted model ends a turn as its base does)
             manifest = {**{k: base_manifest[k] for k in CARRIED if k in base_manifest},
@@ -268,6 +272,8 @@ def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_conf
                                    "tokens_seen": rec["tokens_seen"], "heldout": rec.get("heldout"), **extra}}
             loop.save(model, tok, manifest, opt, done)
             model.train()
-    loop.finish()
+        if stop:
+            break
+    loop.finish(done)
     model.eval()
     return model

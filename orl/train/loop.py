@@ -175,6 +175,14 @@ class TrainLoop:
     def due(self, done: int, every: int) -> bool:
         return done % every == 0 or done == self.total
 
+    def out_of_time(self, limit_s: float) -> bool:
+        """Whether the run has used its wall-clock budget (0: none). Under torchrun every rank gets rank
+        0's answer (one collective), so no rank leaves the loop alone and the others hang."""
+        if limit_s <= 0:
+            return False
+        over = self.dist.main and time.perf_counter() - self.t0 > limit_s
+        return bool(self.dist.all_sum(torch.tensor([float(over)])) > 0)  # rank 0's answer on every rank
+
     def write(self, rec: dict) -> None:
         if "eval" in rec:
             self.last_eval = rec["eval"]
@@ -183,15 +191,18 @@ class TrainLoop:
         with open(self.log_path, "a") as f:
             f.write(json.dumps(rec) + "\n")
 
-    def finish(self) -> None:
-        """The end-of-run summary: what ran, how long, the last held-out result, where things are."""
+    def finish(self, done: int | None = None) -> None:
+        """The end-of-run summary: what ran, how long, the last held-out result, where things are.
+        done: the last step trained when the run stopped early (its time limit), else the end."""
         self.dist.barrier()  # every rank returns once the last checkpoint is on disk
         minutes = (time.perf_counter() - self.t0) / 60
         if self.start >= self.total:
             self.log(f"nothing to do: {self.out} already holds all {self.total} {self.key}s")
             return
-        self.log(f"done: {self.key}s {self.start + 1}-{self.total} in {minutes:.1f} min; checkpoint {self.out}; "
-                 f"log {self.log_path}")
+        last = self.total if done is None else done
+        span = f"{self.start + 1}-{last}" + ("" if last == self.total else f" of {self.total}")
+        early = "" if last == self.total else " (its time limit: rerun the same command to go on)"
+        self.log(f"done: {self.key}s {span} in {minutes:.1f} min{early}; checkpoint {self.out}; log {self.log_path}")
         if self.last_eval:
             accs = [v["acc"] for v in self.last_eval.values() if isinstance(v, dict) and "acc" in v]
             per = ", ".join(f"{k} {100 * v['acc']:.1f}%" for k, v in self.last_eval.items()

@@ -1,0 +1,77 @@
+"""benchmarks/gpu_convert.sh end to end on the CPU: a tiny Gemma 3 GGUF and its corpus staged in pieces,
+joined, imported, converted under torchrun (one process) until its time limit, then evaluated - the
+plumbing of the one device call that a lent GPU would run on the real 270M model."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+pytest.importorskip("gguf")
+
+import device_stage  # noqa: E402
+from gguf_tiny import write_tiny_gguf  # noqa: E402
+
+from orl.gguf_import import import_gguf  # noqa: E402
+from orl.train.corpus import CorpusConfig, build_corpus  # noqa: E402
+
+
+@pytest.mark.slow
+def test_staged_tiny_gguf_converts_under_torchrun_and_is_evaluated(tmp_path):
+    gguf = write_tiny_gguf(tmp_path / "tiny.gguf")
+    _, tok, _ = _imported(gguf, tmp_path / "probe")
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(60):  # held-out windows of 68 tokens need a few thousand held-out tokens
+        (src / f"m{i}.py").write_text("".join(f"def fib_{i}_{j}(n):\n    return n + {i * j}\n\n" for j in range(30)))
+    corpus = tmp_path / "corpus"
+    build_corpus(tok, CorpusConfig(roots=(str(src),), train_tokens=30_000, heldout_tokens=8_000, heldout_frac=0.2),
+                 corpus, log=lambda *_: None)
+    stage = tmp_path / "stage"
+    device_stage.split([gguf, corpus / "corpus.json", corpus / "tokens.safetensors"], stage, 40_000)
+    for piece in sorted(stage.iterdir()):
+        device_stage.put(piece, tmp_path / "store")
+    out, work = tmp_path / "out", tmp_path / "work"
+    env = {**os.environ, "OUT": str(out), "STORE": str(tmp_path / "store"), "WORK": str(work), "TRAIN_S": "0.001",
+           "PRESET": "smoke", "GGUF": "tiny.gguf", "PYTHON": sys.executable, "DEVICE": "cpu",
+           "EXTRA_SET": "--set mix=2,0,0 --set steps=3", "OMP_NUM_THREADS": "1"}
+    r = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_convert.sh")], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    # the time limit stopped the run after its first step, saved there, and said so
+    log = [json.loads(x) for x in (out / "train.log.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in log if "step" in x] == [1]
+    assert "done: steps 1-1 of 3" in (out / "train.out").read_text()
+    for t in ("09", "05", "03"):
+        res = json.loads((out / f"eval_t{t}.json").read_text())
+        assert res["dlm_recipe_step"] == 1 and res["device"] == "cpu" and res["next_block"]["n"] == 32
+        assert res["threshold"] == int(t) / 10
+    held = json.loads((out / "heldout32.json").read_text())
+    assert held["windows"] == 32 and held["heldout_loss"] > 0
+    assert "=== done" in (out / "log.txt").read_text()
+
+
+def test_a_missing_piece_stops_the_call_before_anything_runs(tmp_path):
+    gguf = write_tiny_gguf(tmp_path / "tiny.gguf")
+    device_stage.split([gguf], tmp_path / "stage", 20_000)
+    device_stage.put(tmp_path / "stage" / "p00", tmp_path / "store")
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "STORE": str(tmp_path / "store"), "WORK": str(tmp_path / "w"),
+           "PYTHON": sys.executable, "DEVICE": "cpu"}
+    r = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_convert.sh")], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 3 and "lacks" in r.stdout + r.stderr
+    assert not (tmp_path / "w" / "base").exists()
+
+
+def _imported(gguf: Path, out: Path):
+    from orl.checkpoint import load_checkpoint
+
+    import_gguf(gguf, out, dtype=torch.float32)
+    return load_checkpoint(out)
