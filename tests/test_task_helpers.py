@@ -72,3 +72,22 @@ def test_rollouts_and_heldout_means_skip_helpers():
     manifest = {"recipe": {"config": {"tasks": list(tiny_base7h().tasks)}}}
     assert trained_tasks(manifest) == ("split7", "keysort7", "prog7", "constr7", "long7")
     assert not HELPER_NAMES & set(trained_tasks(manifest))
+
+
+@pytest.mark.parametrize("step", [0, 3500])  # the AR stage, and stage 2's noise too
+def test_the_control_trains_on_exactly_the_family_rows_of_the_helper_run(step):
+    import torch
+
+    from orl.presets.pretrain import tiny_base7h, tiny_base7h_control
+    from orl.tokenizer import CharTokenizer
+    from orl.train.pretrain import make_batches, stage_of
+
+    helped, control = tiny_base7h(), tiny_base7h_control()
+    assert control.tasks == helped.tasks[:5] and control.samples_per_task == helped.samples_per_task[:5]
+    assert stage_of(control, step) == stage_of(helped, step) == ("ar" if step == 0 else "diffusion")
+    tok = CharTokenizer()
+    a, b = make_batches(helped, tok, step), make_batches(control, tok, step)
+    assert len(a) == 10 and len(b) == 5
+    for x, y in zip(a[:5], b):
+        for f in ("tokens", "targets", "weight", "mask", "pos"):
+            assert torch.equal(getattr(x, f), getattr(y, f)), f

@@ -4,10 +4,12 @@ from __future__ import annotations
 from typing import Callable
 
 from orl.presets import convert, gemma_orl, orl
-from orl.presets.pretrain import smoke_base, tiny_ar, tiny_base, tiny_base5, tiny_base7, tiny_base7h
+from orl.presets.pretrain import (smoke_base, tiny_ar, tiny_base, tiny_base5, tiny_base7, tiny_base7h,
+                                  tiny_base7h_control)
 
 PRESETS: dict[str, dict[str, Callable]] = {
-    "pretrain": {"tiny_base": tiny_base, "tiny_base5": tiny_base5, "tiny_base7": tiny_base7, "tiny_base7h": tiny_base7h, "tiny_ar": tiny_ar, "smoke": smoke_base},
+    "pretrain": {"tiny_base": tiny_base, "tiny_base5": tiny_base5, "tiny_base7": tiny_base7, "tiny_base7h": tiny_base7h,
+                 "tiny_base7h_control": tiny_base7h_control, "tiny_ar": tiny_ar, "smoke": smoke_base},
     "orl": {"tiny_orl": orl.tiny_orl, "tiny_orl7": orl.tiny_orl7, "no_aec": orl.no_aec, "no_residual": orl.no_residual, "stale": orl.stale,
             "fastest": orl.fastest, "smoke": orl.smoke,
             "gemma_orl": gemma_orl.gemma_orl, "gemma_orl_no_aec": gemma_orl.gemma_orl_no_aec,

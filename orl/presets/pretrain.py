@@ -74,6 +74,14 @@ def tiny_base7h() -> PretrainConfig:
                    eval_max_new_tokens=112)  # long7h's answers run to 95 characters
 
 
+def tiny_base7h_control() -> PretrainConfig:
+    """tiny_base7h without its helpers: the control that a beyond-range gain must beat before it can be
+    credited to them. The families come first in tiny_base7h's task list and each step draws its rows
+    task by task from one seeded stream, so this run trains on exactly the family rows (and, in stage
+    2, the noise) of tiny_base7h at every step; only the helper rows are missing."""
+    return replace(tiny_base7h(), tasks=SUITE_V7, mix=MIX7H[:len(SUITE_V7)])
+
+
 def tiny_ar() -> PretrainConfig:
     """The shipped checkpoints/orl-tiny-ar: the AR peer of orl-tiny-base. Same layers and widths, same
     samples, steps and lr schedule; stage 2 stays autoregressive, and without the learned position table
