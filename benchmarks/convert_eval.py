@@ -105,6 +105,14 @@ def free_running(ar: ARDecoder, dlm: Engine, prefixes: list[list[int]], n: int, 
 def evaluate(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows: int, context: int, block: int | None,
              threshold: float, free_tokens: int, free_prompts: int, layout: str | None = None,
              device: str = "cpu") -> dict:
+    return evaluate_thresholds(ar_dir, dlm_dir, stream, windows, context, block, (threshold,), free_tokens,
+                               free_prompts, layout, device)[0]
+
+
+def evaluate_thresholds(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows: int, context: int,
+                        block: int | None, thresholds: tuple[float, ...], free_tokens: int, free_prompts: int,
+                        layout: str | None = None, device: str = "cpu") -> list[dict]:
+    """One result per threshold, the two checkpoints loaded once (a GPU lease spends seconds per load)."""
     from orl.checkpoint import load_checkpoint
 
     ar_model, tok, _ = load_checkpoint(ar_dir, device=device)
@@ -120,12 +128,15 @@ def evaluate(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows: int, cont
     max_len = context + max(block, free_tokens) + 2 * block
     ar, dlm = ARDecoder(ar_model, tok, max_len=max_len), Engine(dlm_model, dtok, max_len=max_len)
     rows = held_out_rows(stream, windows, context + block, getattr(tok, "bos_id", None))
-    out = {"ar": ar_dir, "dlm": dlm_dir, "dlm_recipe_step": (manifest.get("recipe") or {}).get("step"),
-           "threshold": threshold, "layout": layout, "threads": torch.get_num_threads(), "device": device,
-           "next_block": next_block(ar, dlm, rows, context, block, threshold, tok.eos_id, layout=layout)}
-    out["free_running"] = free_running(ar, dlm, [r[:context] for r in rows[:free_prompts]], free_tokens, block,
-                                       threshold, tok.eos_id, layout)
-    return out
+    results = []
+    for threshold in thresholds:
+        out = {"ar": ar_dir, "dlm": dlm_dir, "dlm_recipe_step": (manifest.get("recipe") or {}).get("step"),
+               "threshold": threshold, "layout": layout, "threads": torch.get_num_threads(), "device": device,
+               "next_block": next_block(ar, dlm, rows, context, block, threshold, tok.eos_id, layout=layout)}
+        out["free_running"] = free_running(ar, dlm, [r[:context] for r in rows[:free_prompts]], free_tokens, block,
+                                           threshold, tok.eos_id, layout)
+        results.append(out)
+    return results
 
 
 def emit(res: dict, out: str | None) -> None:
@@ -146,6 +157,7 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=64)
     ap.add_argument("--block", type=int, help="default: the converted model's block_len")
     ap.add_argument("--threshold", type=float, default=0.9)
+    ap.add_argument("--thresholds", help="comma-separated thresholds, one load: --out then holds a list of results")
     ap.add_argument("--layout", choices=("prompt_block", "absolute_grid"),
                     help="the engine's block layout; default: the checkpoint's orl.json, else prompt_block")
     ap.add_argument("--free-tokens", type=int, default=32)
@@ -158,8 +170,10 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     stream = load_file(Path(args.corpus) / "tokens.safetensors")["code_heldout"]
-    res = evaluate(args.ar, args.dlm, stream, args.windows, args.context, args.block, args.threshold,
-                   args.free_tokens, args.free_prompts, args.layout, args.device)
+    taus = tuple(float(t) for t in args.thresholds.split(",")) if args.thresholds else (args.threshold,)
+    res = evaluate_thresholds(args.ar, args.dlm, stream, args.windows, args.context, args.block, taus,
+                              args.free_tokens, args.free_prompts, args.layout, args.device)
+    res = res if args.thresholds else res[0]
     emit(res, args.out)
 
 

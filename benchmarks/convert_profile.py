@@ -46,6 +46,7 @@ def main() -> None:
     ap.add_argument("--preset", default="gemma_convert")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu | cuda (on cuda the *_cpu_s columns are host time only)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config overrides")
     args = ap.parse_args()
     from orl.overrides import apply_overrides
@@ -53,7 +54,11 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     cfg = apply_overrides(replace(get_preset("convert", args.preset), base=args.base), args.set)
     t = time.perf_counter()
-    teacher, tok, _, _ = cv.load_base(cfg, "cpu")
+    from orl.device import resolve_device
+    from orl.train.dist import Dist
+
+    dist = Dist(device=resolve_device(args.device))
+    teacher, tok, _, _ = cv.load_base(cfg, dist.device)
     load_s = time.perf_counter() - t
     # code rows only (the corpus build and its distillation are timed by the run itself)
     stream = torch.tensor(sum((tok.encode(p.read_text()) for p in sorted(Path(torch.__file__).parent.glob("*.py"))[:40]), []),
@@ -88,7 +93,7 @@ def main() -> None:
         batch = cv.diffusion_batch(cv.row_pairs(w, cfg.context), cfg.block_len, ids, gen, cfg.noisy_copies, eos=False)
         timers.update(head=0.0, opt=0.0)
         t0, c0 = time.perf_counter(), cpu_s()
-        loss, norm = cv.train_step(model, opt, [batch], cfg, cfg.lr)
+        loss, norm = cv.train_step(model, opt, [batch], cfg, cfg.lr, dist)  # returns floats: synced
         total, cpu = time.perf_counter() - t0, cpu_s() - c0
         rec = {"step": step, "loss": round(loss, 4), "total_s": round(total, 2), "cpu_s": round(cpu, 2), "head_cpu_s": round(timers["head"], 2),
                "opt_cpu_s": round(timers["opt"], 2), "body_cpu_s": round(cpu - timers["head"] - timers["opt"], 2),
@@ -103,7 +108,8 @@ def main() -> None:
         "cpu_s_per_step": round(sum(r["cpu_s"] for r in steady) / len(steady), 2),
         "window_tok_per_cpu_s": round(sum(r["window_tokens"] for r in steady) / sum(r["cpu_s"] for r in steady), 1),
         "window_tok_s": round(sum(r["window_tokens"] for r in steady) / tot, 1),
-        "masked_pos_s": round(sum(r["masked"] for r in steady) / tot, 1),
+        "masked_pos_s": round(sum(r["masked"] for r in steady) / tot, 1), "device": str(dist.device),
+        "max_gpu_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if dist.device.type == "cuda" else None,
         **{f"{k}_cpu_frac": round(sum(r[f"{k}_cpu_s"] for r in steady) / sum(r["cpu_s"] for r in steady), 3)
            for k in ("head", "opt", "body")}, "max_rss_gib": round(rss_gib(), 2)}}))
 

@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # The gemma-3-270m conversion on a lent GPU, in the one device call that follows the staging calls
 # (docs/RESULTS-gemma.md, "The GPU route"): join the staged GGUF and corpus (benchmarks/device_stage.py),
-# import the GGUF (fp32, as `orl fetch` does here), convert with `--preset gemma_convert_gpu` under
-# torchrun (one process: the CUDA device) for at most TRAIN_S seconds, then the same measurements as
-# the CPU runs: convert_eval at thresholds 0.9 / 0.5 / 0.3 and the held-out CE of convert_heldout
-# (gemma_convert_short's windows), everything into $OUT.
+# import the GGUF (fp32, as `orl fetch` does here), time a few steps of the preset (convert_profile.py)
+# and size the run's schedule to TRAIN_S from them, convert with `--preset gemma_convert_gpu` in one
+# process on the GPU (`--device cuda`: no process group, no NCCL) with TRAIN_S as its time limit,
+# then the CPU runs' measurements: convert_heldout's held-out CE (gemma_convert_short's 32 windows)
+# first, then convert_eval at thresholds 0.9 / 0.5 / 0.3 (one load). $OUT gets six files (a device
+# call brings back eight at most): log.txt, probe.jsonl, train.out, train.log.jsonl, heldout32.json,
+# evals.json.
 #
-#   STORE=/root/stage bash benchmarks/gpu_convert.sh        (on the device; OUT is set there)
+#   bash benchmarks/gpu_convert.sh        (on the device, after the pieces are in STORE; OUT is set there)
 #
-# Env: STORE (pieces, default /root/stage), WORK (imported model, corpus, run; default /root/gpu_convert),
-# TRAIN_S (training budget, default 240), PRESET (default gemma_convert_gpu), GGUF (file name in the
-# split, default gemma-3-270m-q4_k_m.gguf), EXTRA_SET (more `--set k=v` words for the run),
-# PYTHON (default python3), DEVICE (eval device; default cuda when torch sees one, else cpu: the CPU
-# test of this script, tests/test_gpu_convert.py, runs it on a tiny GGUF).
+# Env: STORE (pieces, and pylib/ with the gguf package the device lacks; default /root/stage), WORK
+# (imported model, corpus, run; default /root/gpu_convert), TRAIN_S (training budget in seconds, default
+# 240), STEPS (the schedule's length; default: from the probe, 85% of TRAIN_S at its speed), PRESET
+# (default gemma_convert_gpu), GGUF (file name in the split, default gemma-3-270m-q4_k_m.gguf),
+# EXTRA_SET (more `--set k=v` words for the probe and the run), PYTHON (default python3), DEVICE
+# (default cuda when torch sees one, else cpu: tests/test_gpu_convert.py runs this on a tiny GGUF).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -22,45 +26,75 @@ WORK="${WORK:-/root/gpu_convert}"
 TRAIN_S="${TRAIN_S:-240}"
 PRESET="${PRESET:-gemma_convert_gpu}"
 GGUF="${GGUF:-gemma-3-270m-q4_k_m.gguf}"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 mkdir -p "$OUT" "$WORK"
+exec > >(tee -a "$OUT/log.txt") 2>&1
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+[ -d "$STORE/pylib" ] && export PYTHONPATH="$PYTHONPATH:$STORE/pylib"
 START=$(date +%s)
 stamp() { echo "=== $* (t=$(( $(date +%s) - START ))s)"; }
 
-stamp "environment" | tee -a "$OUT/log.txt"
-"$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(),
-          torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')" 2>&1 | tee -a "$OUT/log.txt"
-DEVICE="${DEVICE:-$("$PY" -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")')}"
+stamp "environment"
+DEVICE="${DEVICE:-$("$PY" -c '
+import torch, gguf  # gguf: the GGUF reader of the import (carried in STORE/pylib where the machine lacks it)
+print("cuda" if torch.cuda.is_available() else "cpu")')}" || { echo "torch or gguf is not importable"; exit 2; }
+"$PY" -c "import torch, gguf; print('torch', torch.__version__, '| gguf', gguf.__file__, '|',
+          torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no cuda')" || exit 2
+echo "device $DEVICE"
 
-stamp "join the staged files" | tee -a "$OUT/log.txt"
-"$PY" benchmarks/device_stage.py join --store "$STORE" --to "$WORK/files" 2>&1 | tee -a "$OUT/log.txt" || exit 3
+stamp "join the staged files"
+"$PY" benchmarks/device_stage.py join --store "$STORE" --to "$WORK/files" || exit 3
 mkdir -p "$WORK/corpus"
 for f in corpus.json tokens.safetensors; do
-  [ -f "$WORK/corpus/$f" ] || cp "$WORK/files/$f" "$WORK/corpus/$f" || exit 3
+  if [ -f "$WORK/corpus/$f" ]; then
+    cmp -s "$WORK/files/$f" "$WORK/corpus/$f" || { echo "$WORK/corpus/$f differs from the staged one"; exit 3; }
+  else
+    cp "$WORK/files/$f" "$WORK/corpus/$f" || exit 3
+  fi
 done
 
-stamp "import $GGUF" | tee -a "$OUT/log.txt"
-[ -f "$WORK/base/orl.json" ] || "$PY" -m orl.cli import-gguf "$WORK/files/$GGUF" --out "$WORK/base" --dtype float32 \
-  2>&1 | tee -a "$OUT/log.txt" || exit 4
+stamp "import $GGUF"
+[ -f "$WORK/base/orl.json" ] || "$PY" -m orl.cli import-gguf "$WORK/files/$GGUF" --out "$WORK/base" --dtype float32 || exit 4
 
-stamp "convert ($PRESET, at most ${TRAIN_S}s of steps)" | tee -a "$OUT/log.txt"
 # shellcheck disable=SC2086
-"$PY" -m torch.distributed.run --standalone --nproc-per-node 1 -m orl.cli train --recipe convert --preset "$PRESET" \
-  --base "$WORK/base" --out "$WORK/run" --set data_dir="$WORK/corpus" --set time_limit_s="$TRAIN_S" ${EXTRA_SET:-} \
-  > "$OUT/train.out" 2>&1
-rc=$?
-tail -c 3000 "$OUT/train.out"
-cp "$WORK/run/train.log.jsonl" "$OUT/" 2>/dev/null
-[ $rc -eq 0 ] || { echo "training failed (rc $rc)"; exit 5; }
+if [ -z "${STEPS:-}" ]; then
+  stamp "probe: 6 steps of $PRESET"
+  "$PY" benchmarks/convert_profile.py --base "$WORK/base" --preset "$PRESET" --steps 6 --device "$DEVICE" \
+    ${EXTRA_SET:-} > "$OUT/probe.jsonl" || { tail -5 "$OUT/probe.jsonl"; exit 5; }
+  STEPS=$("$PY" -c "import json, sys; s = json.loads(open(sys.argv[1]).read().splitlines()[-1])['summary']
+print(max(3, int(0.85 * float(sys.argv[2]) / s['s_per_step'])))" "$OUT/probe.jsonl" "$TRAIN_S") || exit 5
+  tail -1 "$OUT/probe.jsonl"
+fi
 
-for t in 0.9 0.5 0.3; do
-  stamp "convert_eval threshold $t" | tee -a "$OUT/log.txt"
-  "$PY" benchmarks/convert_eval.py --ar "$WORK/base" --dlm "$WORK/run" --corpus "$WORK/corpus" --windows 32 \
-    --context 64 --block 4 --threshold "$t" --free-tokens 32 --free-prompts 8 --device "$DEVICE" \
-    --out "$OUT/eval_t${t/./}.json" > "$OUT/eval_t${t/./}.out" 2>&1 || { tail -5 "$OUT/eval_t${t/./}.out"; exit 6; }
-done
-stamp "held-out CE (gemma_convert_short windows)" | tee -a "$OUT/log.txt"
+stamp "convert: $PRESET, $STEPS steps, time limit ${TRAIN_S}s"
+# shellcheck disable=SC2086
+"$PY" -m orl.cli train --recipe convert --preset "$PRESET" --base "$WORK/base" --out "$WORK/run" --device "$DEVICE" \
+  --set data_dir="$WORK/corpus" ${EXTRA_SET:-} --set steps="$STEPS" --set time_limit_s="$TRAIN_S" > "$OUT/train.out" 2>&1
+rc=$?
+tail -c 2000 "$OUT/train.out" | tr '\r' '\n' | tail -8
+cp "$WORK/run/train.log.jsonl" "$OUT/" 2>/dev/null
+if [ $rc -ne 0 ]; then
+  echo "training failed (rc $rc)"
+  [ -f "$WORK/run/orl.json" ] || exit 6
+  echo "evaluating its last checkpoint"
+fi
+
+stamp "held-out CE (gemma_convert_short windows)"
 "$PY" benchmarks/convert_heldout.py --base "$WORK/base" --dlm "$WORK/run" --corpus "$WORK/corpus" \
-  --layout absolute_grid --windows 32 --device "$DEVICE" --out "$OUT/heldout32.json" > "$OUT/heldout.out" 2>&1 \
-  || { tail -5 "$OUT/heldout.out"; exit 7; }
-stamp "done" | tee -a "$OUT/log.txt"
+  --layout absolute_grid --windows 32 --device "$DEVICE" --out "$OUT/heldout32.json" || echo "held-out CE failed"
+stamp "convert_eval at 0.9, 0.5, 0.3"
+"$PY" benchmarks/convert_eval.py --ar "$WORK/base" --dlm "$WORK/run" --corpus "$WORK/corpus" --windows 32 \
+  --context 64 --block 4 --thresholds 0.9,0.5,0.3 --free-tokens 32 --free-prompts 8 --device "$DEVICE" \
+  --out "$OUT/evals.json" > /dev/null || echo "convert_eval failed"
+"$PY" - "$OUT" <<'EOF'
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+if (out / "evals.json").exists():
+    for r in json.loads((out / "evals.json").read_text()):
+        nb, fr = r["next_block"], r["free_running"]
+        print(f"step {r['dlm_recipe_step']} tau {r['threshold']}: next-block exact dlm {nb['dlm']['block_exact']:.3f} "
+              f"ar {nb['ar']['block_exact']:.3f}, TPF {nb['dlm_tpf']:.2f}; free run agreement "
+              f"{fr['position_agreement']:.3f}, TPF {fr['dlm_tpf']:.2f}")
+EOF
+[ -f "$OUT/evals.json" ] && [ -f "$OUT/heldout32.json" ] || exit 7
+stamp "done"

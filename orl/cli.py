@@ -40,7 +40,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 0
     if not args.out:
         raise ValueError("--out is required (the run's checkpoint directory)")
-    run = dict(resume=not args.fresh, allow_config_change=args.allow_config_change)
+    run = dict(resume=not args.fresh, allow_config_change=args.allow_config_change, device=args.device)
     if args.recipe == "pretrain":
         from orl.train.pretrain import pretrain
 
@@ -169,6 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--fresh", action="store_true", help="ignore an existing run in --out")
     s.add_argument("--allow-config-change", action="store_true",
                    help="resume a run in --out although its config differs (the change is logged)")
+    s.add_argument("--device", default=None,
+                   help="cpu | cuda | cuda:N for one process (default: cuda when available); under torchrun each "
+                        "process uses the GPU of its LOCAL_RANK (cpu: gloo on the CPU)")
     add_task_flags(s)
     s.set_defaults(func=cmd_train)
 

@@ -101,7 +101,14 @@ def test_shard_rows_takes_every_world_th_row_and_pads_an_empty_share():
 
 def test_setup_reads_torchrun_environment(monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    assert setup() == Dist()  # not launched: one process, as before
+    if not torch.cuda.is_available():
+        assert setup() == Dist()  # not launched: one process, on the CPU here
+    assert setup("cpu") == Dist() and not setup("cpu").launched  # one process: no process group, no NCCL
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="cuda"):  # named before any model is loaded
+            setup("cuda")
+    with pytest.raises(ValueError, match="unknown device 'gpu0'"):
+        setup("gpu0")
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "two")
     with pytest.raises(ValueError, match="RANK='two' is not an integer"):
@@ -109,6 +116,9 @@ def test_setup_reads_torchrun_environment(monkeypatch):
     monkeypatch.setenv("RANK", "2")
     with pytest.raises(ValueError, match="RANK=2 is outside WORLD_SIZE=2"):
         setup()
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(ValueError, match="mps"):  # absent here; on a Mac: not a torchrun device
+        setup("mps")
 
 
 def test_more_processes_than_prompts_is_refused(base, tmp_path, monkeypatch):

@@ -206,11 +206,11 @@ def evaluate(model: Transformer, streams: dict, cfg: ConvertConfig, ids, bos: in
 
 
 def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_config_change: bool = False,
-            log=tqdm.write) -> Transformer:
+            log=tqdm.write, device: str | None = None) -> Transformer:
     from orl.checkpoint import load_checkpoint
     from orl.fetch import cache_dir
 
-    dist = setup()
+    dist = setup(device)
     loop = TrainLoop(cfg, out, cfg.steps, "step", resume=resume, allow_config_change=allow_config_change, log=log,
                      inputs={"--base": cfg.base}, dist=dist)
     if cfg.threads:

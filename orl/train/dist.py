@@ -149,15 +149,23 @@ def _env_int(name: str) -> int:
         raise ValueError(f"{name}={value!r} is not an integer (set by torchrun; unset it to run one process)") from None
 
 
-def setup() -> Dist:
-    """The run's place in a torchrun job, joining the process group once; SINGLE when not launched."""
+def setup(device: str | None = None) -> Dist:
+    """The run's place in a torchrun job, joining the process group once; one process when not launched.
+    device (`orl train --device`): a single process's device, None for CUDA when available (no process
+    group: a one-GPU run needs no NCCL); under torchrun each process takes the CUDA device of its
+    LOCAL_RANK when CUDA is available, unless device is "cpu" (gloo)."""
+    from orl.device import resolve_device
+
     if "WORLD_SIZE" not in os.environ:
-        return SINGLE
+        return Dist(device=resolve_device(device))
     rank, world, local = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK")
     if not 0 <= rank < world:
         raise ValueError(f"RANK={rank} is outside WORLD_SIZE={world}")
+    want = None if device is None else resolve_device(device).type
+    if want not in (None, "cpu", "cuda"):
+        raise ValueError(f"--device {device}: under torchrun the processes run on cpu (gloo) or cuda (nccl)")
     device = torch.device("cpu")
-    if torch.cuda.is_available():
+    if torch.cuda.is_available() and want != "cpu":
         if local >= torch.cuda.device_count():
             raise ValueError(f"LOCAL_RANK={local} but only {torch.cuda.device_count()} CUDA devices are visible; "
                              "start at most that many processes per node")

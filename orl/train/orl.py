@@ -119,10 +119,10 @@ def clip(model: Transformer, cfg: ORLConfig) -> torch.Tensor:
 
 
 def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config_change: bool = False,
-              log=tqdm.write) -> Transformer:
+              log=tqdm.write, device: str | None = None) -> Transformer:
     from orl.checkpoint import load_checkpoint, require_objective
 
-    cfg, dist, loop = start_run(cfg, out, resume, allow_config_change, log, "rolls out")
+    cfg, dist, loop = start_run(cfg, out, resume, allow_config_change, log, "rolls out", device)
     state = loop.state
 
     def read_model():

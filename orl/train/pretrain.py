@@ -170,7 +170,7 @@ def train_step(model: Transformer, opt: torch.optim.Optimizer, batches: list[Bat
 
 
 def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_config_change: bool = False,
-             log=tqdm.write) -> Transformer:
+             log=tqdm.write, device: str | None = None) -> Transformer:
     from orl.checkpoint import load_checkpoint
     from orl.tokenizer import CharTokenizer
 
@@ -179,7 +179,7 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_co
         raise ValueError(f"model vocab_size {cfg.model.vocab_size} < tokenizer vocab {tok.vocab_size}")
     out = Path(out).resolve()
     stage1 = out / RUN_FILES[1]  # the end of the AR stage, kept inside the run
-    dist = setup()
+    dist = setup(device)
     loop = TrainLoop(cfg, out, cfg.total_steps, "step", resume=resume, allow_config_change=allow_config_change,
                      extra_outputs=(stage1,), log=log, dist=dist)
     if cfg.threads:

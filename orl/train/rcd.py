@@ -68,10 +68,10 @@ class RCDConfig:
 
 
 def train_rcd(cfg: RCDConfig, out: str | Path, resume: bool = True, allow_config_change: bool = False,
-              log=tqdm.write) -> None:
+              log=tqdm.write, device: str | None = None) -> None:
     from orl.checkpoint import load_checkpoint, require_objective
 
-    cfg, dist, loop = start_run(cfg, out, resume, allow_config_change, log, "decodes")
+    cfg, dist, loop = start_run(cfg, out, resume, allow_config_change, log, "decodes", device)
     state = loop.state
 
     def read_models():

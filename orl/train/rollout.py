@@ -116,7 +116,7 @@ def rollout_stats(rollouts: list[Rollout], dist: Dist = SINGLE) -> dict:
             "steps_per_block": sums[3] / max(sums[4], 1), "tokens": int(sums[5])}
 
 
-def start_run(cfg, out, resume: bool, allow_config_change: bool, log, what: str):
+def start_run(cfg, out, resume: bool, allow_config_change: bool, log, what: str, device: str | None = None):
     """The start every rollout-based recipe (ORL, RCD) shares: the tasks the base was trained on unless
     the config names some, the torchrun process group, the output checks and resume (TrainLoop).
     Returns (cfg with its tasks, dist, loop)."""
@@ -130,7 +130,7 @@ def start_run(cfg, out, resume: bool, allow_config_change: bool, log, what: str)
     if not cfg.base:  # the gemma_* presets name no base: the converted model is the user's
         raise ValueError(f"this preset needs a block-diffusion base checkpoint: --base DIR (e.g. the output of "
                          f"`orl train --recipe convert`); got base={cfg.base!r}")
-    dist = setup()
+    dist = setup(device)
     if cfg.prompts_per_update < dist.world:
         raise ValueError(f"prompts_per_update={cfg.prompts_per_update} is less than the {dist.world} processes: "
                          f"every process {what} at least one prompt")
