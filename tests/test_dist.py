@@ -124,7 +124,7 @@ def test_setup_reads_torchrun_environment(monkeypatch):
 def test_more_processes_than_prompts_is_refused(base, tmp_path, monkeypatch):
     import orl.train.rollout as rollout
 
-    monkeypatch.setattr(rollout, "setup", lambda: Dist(rank=0, world=4))  # ORL and RCD start in rollout.start_run
+    monkeypatch.setattr(rollout, "setup", lambda device=None: Dist(rank=0, world=4))  # ORL and RCD start in rollout.start_run
     with pytest.raises(ValueError, match="prompts_per_update=3 is less than the 4 processes"):
         trainer.train_orl(orl_cfg(base), tmp_path / "run", log=lambda *_: None)
     assert not (tmp_path / "run").exists()
