@@ -53,7 +53,7 @@ def main() -> None:
     t = time.process_time()
     res = evaluate(model.eval(), streams, cfg, special_ids(tok, model.args.vocab_size), getattr(tok, "bos_id", None))
     out = {"dlm": args.dlm, "preset": args.preset, "layout": args.layout, "device": args.device, **res,
-           "cpu_s": round(time.process_time() - t, 1)}
+           "cpu_s": round(time.process_time() - t, 1) if args.device == "cpu" else None}
     text = json.dumps(out)
     print(text)
     if args.out:

@@ -46,7 +46,9 @@ def main() -> None:
     ap.add_argument("--preset", default="gemma_convert")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--device", default="cpu", help="cpu | cuda (on cuda the *_cpu_s columns are host time only)")
+    ap.add_argument("--device", default="cpu", help="cpu | cuda (CPU-second columns only on cpu)")
+    ap.add_argument("--corpus", help="a corpus directory: time the run's own steps (its micro-batches, batch "
+                                     "building included); default: rows of torch's sources, one micro-batch")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config overrides")
     args = ap.parse_args()
     from orl.overrides import apply_overrides
@@ -60,9 +62,6 @@ def main() -> None:
     dist = Dist(device=resolve_device(args.device))
     teacher, tok, _, _ = cv.load_base(cfg, dist.device)
     load_s = time.perf_counter() - t
-    # code rows only (the corpus build and its distillation are timed by the run itself)
-    stream = torch.tensor(sum((tok.encode(p.read_text()) for p in sorted(Path(torch.__file__).parent.glob("*.py"))[:40]), []),
-                          dtype=torch.int32)
     model = cv.to_diffusion(teacher).train()
     if cfg.freeze_embeddings:
         model.model.embed_tokens.weight.requires_grad_(False)
@@ -70,6 +69,22 @@ def main() -> None:
         cv.checkpoint_blocks(model)
     opt = make_optimizer(model, cfg.lr, cfg.weight_decay)
     ids = special_ids(tok, model.args.vocab_size)
+    if args.corpus:  # the run's own steps: its micro-batches per stream, batch building included
+        from orl.train.corpus import read_corpus
+
+        streams, bos = read_corpus(Path(args.corpus)), getattr(tok, "bos_id", None)
+
+        def batches_at(step: int) -> list:
+            return cv.make_batches(cfg, streams, ids, step, bos)
+    else:  # code rows from torch's own sources, one micro-batch (no corpus needed)
+        stream = torch.tensor(sum((tok.encode(p.read_text()) for p in
+                                   sorted(Path(torch.__file__).parent.glob("*.py"))[:40]), []), dtype=torch.int32)
+
+        def batches_at(step: int) -> list:
+            gen = torch.Generator().manual_seed(step)
+            w = windows(stream, cfg.rows_per_step, cfg.window, gen)
+            return [cv.diffusion_batch(cv.row_pairs(w, cfg.context), cfg.block_len, ids, gen, cfg.noisy_copies,
+                                       eos=False)]
     timers = {"head": 0.0, "opt": 0.0}
 
     def timed(name, fn):
@@ -82,36 +97,42 @@ def main() -> None:
 
     cv.chunked_ce_sum = timed("head", cv.chunked_ce_sum)
     opt.step = timed("opt", opt.step)
-    rows = cfg.rows_per_step
+    rows, on_cpu = cfg.rows_per_step, dist.device.type == "cpu"
     print(json.dumps({"load_s": round(load_s, 1), "threads": args.threads, "rows": rows, "window": cfg.window,
                       "block_len": cfg.block_len, "checkpointing": cfg.checkpointing, "bf16": cfg.bf16,
-                      "freeze_embeddings": cfg.freeze_embeddings, "ce_chunk": cfg.ce_chunk}), flush=True)
-    summary = []
+                      "freeze_embeddings": cfg.freeze_embeddings, "ce_chunk": cfg.ce_chunk,
+                      "batches": "the run's (--corpus)" if args.corpus else "one of torch's sources"}), flush=True)
+    steps = []
     for step in range(args.steps):
-        gen = torch.Generator().manual_seed(step)
-        w = windows(stream, rows, cfg.window, gen)
-        batch = cv.diffusion_batch(cv.row_pairs(w, cfg.context), cfg.block_len, ids, gen, cfg.noisy_copies, eos=False)
         timers.update(head=0.0, opt=0.0)
         t0, c0 = time.perf_counter(), cpu_s()
-        loss, norm = cv.train_step(model, opt, [batch], cfg, cfg.lr, dist)  # returns floats: synced
+        batches = batches_at(step)
+        loss, norm = cv.train_step(model, opt, batches, cfg, cfg.lr, dist)  # returns floats: synced
         total, cpu = time.perf_counter() - t0, cpu_s() - c0
-        rec = {"step": step, "loss": round(loss, 4), "total_s": round(total, 2), "cpu_s": round(cpu, 2), "head_cpu_s": round(timers["head"], 2),
-               "opt_cpu_s": round(timers["opt"], 2), "body_cpu_s": round(cpu - timers["head"] - timers["opt"], 2),
-               "row_tokens": batch.tokens.numel(), "window_tokens": rows * cfg.window,
-               "masked": int((batch.weight > 0).sum()), "max_rss_gib": round(rss_gib(), 2)}
-        summary.append(rec)
+        raw = {"total_s": total, "cpu_s": cpu, "head": timers["head"], "opt": timers["opt"],
+               "window_tokens": rows * cfg.window, "masked": sum(int((b.weight > 0).sum()) for b in batches)}
+        steps.append(raw)
+        rec = {"step": step, "loss": round(loss, 4), "total_s": round(total, 3), "row_tokens":
+               sum(b.tokens.numel() for b in batches), "window_tokens": raw["window_tokens"], "masked": raw["masked"],
+               "max_rss_gib": round(rss_gib(), 2)}
+        if on_cpu:  # on a GPU these are host seconds, not the step's cost
+            rec.update(cpu_s=round(cpu, 2), head_cpu_s=round(timers["head"], 2), opt_cpu_s=round(timers["opt"], 2),
+                       body_cpu_s=round(cpu - timers["head"] - timers["opt"], 2))
         print(json.dumps(rec), flush=True)
-    steady = summary[1:] or summary
-    tot = sum(r["total_s"] for r in steady)
-    print(json.dumps({"summary": {
-        "steps": len(steady), "s_per_step": round(tot / len(steady), 2),
-        "cpu_s_per_step": round(sum(r["cpu_s"] for r in steady) / len(steady), 2),
-        "window_tok_per_cpu_s": round(sum(r["window_tokens"] for r in steady) / sum(r["cpu_s"] for r in steady), 1),
-        "window_tok_s": round(sum(r["window_tokens"] for r in steady) / tot, 1),
-        "masked_pos_s": round(sum(r["masked"] for r in steady) / tot, 1), "device": str(dist.device),
-        "max_gpu_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if dist.device.type == "cuda" else None,
-        **{f"{k}_cpu_frac": round(sum(r[f"{k}_cpu_s"] for r in steady) / sum(r["cpu_s"] for r in steady), 3)
-           for k in ("head", "opt", "body")}, "max_rss_gib": round(rss_gib(), 2)}}))
+    steady = steps[1:] or steps  # the first step pays for allocation and autotuning
+    tot, cpu = sum(r["total_s"] for r in steady), sum(r["cpu_s"] for r in steady)
+    summary = {"steps": len(steady), "s_per_step": tot / len(steady),
+               "window_tok_s": round(sum(r["window_tokens"] for r in steady) / tot, 1),
+               "masked_pos_s": round(sum(r["masked"] for r in steady) / tot, 1), "device": str(dist.device),
+               "max_rss_gib": round(rss_gib(), 2)}
+    if on_cpu:
+        summary.update(cpu_s_per_step=round(cpu / len(steady), 2),
+                       window_tok_per_cpu_s=round(sum(r["window_tokens"] for r in steady) / max(cpu, 1e-9), 1),
+                       **{f"{k}_cpu_frac": round(sum(r[k] for r in steady) / max(cpu, 1e-9), 3) for k in ("head", "opt")},
+                       body_cpu_frac=round(1 - sum(r["head"] + r["opt"] for r in steady) / max(cpu, 1e-9), 3))
+    else:
+        summary["max_gpu_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+    print(json.dumps({"summary": summary}))
 
 
 if __name__ == "__main__":

@@ -1,37 +1,60 @@
 #!/usr/bin/env bash
 # The gemma-3-270m conversion on a lent GPU, in the one device call that follows the staging calls
 # (docs/RESULTS-gemma.md, "The GPU route"): join the staged GGUF and corpus (benchmarks/device_stage.py),
-# import the GGUF (fp32, as `orl fetch` does here), time a few steps of the preset (convert_profile.py)
-# and size the run's schedule to TRAIN_S from them, convert with `--preset gemma_convert_gpu` in one
-# process on the GPU (`--device cuda`: no process group, no NCCL) with TRAIN_S as its time limit,
-# then the CPU runs' measurements: convert_heldout's held-out CE (gemma_convert_short's 32 windows)
-# first, then convert_eval at thresholds 0.9 / 0.5 / 0.3 (one load). $OUT gets six files (a device
-# call brings back eight at most): log.txt, probe.jsonl, train.out, train.log.jsonl, heldout32.json,
-# evals.json.
+# import the GGUF (fp32, as `orl fetch` does here), time 6 of the run's own steps (convert_profile.py
+# --corpus: its micro-batches, batch building included) and size the schedule to the time left,
+# convert with `--preset gemma_convert_gpu` in one process on the GPU (`--device cuda`: no process
+# group, no NCCL) with that time as its limit, then the CPU runs' measurements: convert_heldout's
+# held-out CE (gemma_convert_short's 32 windows) first, then convert_eval at thresholds 0.9 / 0.5 / 0.3
+# (one load). $OUT gets six files (a device call brings back eight at most): log.txt, probe.jsonl,
+# train.out, train.log.jsonl, heldout32.json, evals.json. Exit 0 only when training finished (its
+# schedule or its time limit) and both results exist.
 #
-#   bash benchmarks/gpu_convert.sh        (on the device, after the pieces are in STORE; OUT is set there)
+#   DEADLINE_S=540 DEVICE=cuda bash benchmarks/gpu_convert.sh    (on the device; OUT is set there)
 #
-# Env: STORE (pieces, and pylib/ with the gguf package the device lacks; default /root/stage), WORK
-# (imported model, corpus, run; default /root/gpu_convert), TRAIN_S (training budget in seconds, default
-# 240), STEPS (the schedule's length; default: from the probe, 85% of TRAIN_S at its speed), PRESET
-# (default gemma_convert_gpu), GGUF (file name in the split, default gemma-3-270m-q4_k_m.gguf),
-# EXTRA_SET (more `--set k=v` words for the probe and the run), PYTHON (default python3), DEVICE
-# (default cuda when torch sees one, else cpu: tests/test_gpu_convert.py runs this on a tiny GGUF).
+# Env: DEADLINE_S (seconds from the script's start by which everything must be written: the call's
+# timeout less a margin; default 0, no deadline: then TRAIN_S alone bounds training), TRAIN_S (the most
+# training may take, default 300), EVAL_RESERVE (seconds kept for the evaluations, default 150),
+# STEPS (the schedule's length; default: from the probe, 80% of the training time at its speed),
+# STORE (pieces, and pylib/ with the gguf package the device lacks; default /root/stage), WORK
+# (imported model, corpus, run; default /root/gpu_convert), PRESET (default gemma_convert_gpu), GGUF
+# (file name in the split, default gemma-3-270m-q4_k_m.gguf), EXTRA_SET (more `--set k=v` words for
+# the probe and the run), PYTHON (default python3), DEVICE (default cuda when torch sees one, else
+# cpu; pass it on the device, so that a machine without CUDA stops at once instead of training on
+# its CPU; tests/test_gpu_convert.py runs this script on a tiny GGUF, on the CPU here).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
 OUT="${OUT:-/tmp/gpu_convert_out}"
 STORE="${STORE:-/root/stage}"
 WORK="${WORK:-/root/gpu_convert}"
-TRAIN_S="${TRAIN_S:-240}"
+DEADLINE_S="${DEADLINE_S:-0}"
+TRAIN_S="${TRAIN_S:-300}"
+EVAL_RESERVE="${EVAL_RESERVE:-150}"
 PRESET="${PRESET:-gemma_convert_gpu}"
 GGUF="${GGUF:-gemma-3-270m-q4_k_m.gguf}"
 mkdir -p "$OUT" "$WORK"
 exec > >(tee -a "$OUT/log.txt") 2>&1
+TEE=$!
+finish() {  # the training log comes back whatever happened after it started; log.txt complete
+  cp "$WORK/run/train.log.jsonl" "$OUT/" 2>/dev/null
+  exec >&- 2>&-
+  wait "$TEE" 2>/dev/null
+}
+trap finish EXIT
+trap 'echo "stopped by a signal"; exit 9' TERM INT
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 [ -d "$STORE/pylib" ] && export PYTHONPATH="$PYTHONPATH:$STORE/pylib"
 START=$(date +%s)
 stamp() { echo "=== $* (t=$(( $(date +%s) - START ))s)"; }
+left() {  # whole seconds to the deadline, at least 1 (`timeout 0` would mean none); 100000 without one
+  if [ "$DEADLINE_S" -gt 0 ]; then
+    local l=$(( DEADLINE_S - ($(date +%s) - START) )); [ "$l" -lt 1 ] && l=1; echo "$l"
+  else echo 100000; fi
+}
+train_limit() {  # the time left less the evaluations' reserve, at most TRAIN_S (seconds, may be fractional)
+  awk -v l="$(left)" -v r="$EVAL_RESERVE" -v t="$TRAIN_S" 'BEGIN { x = l - r; if (x > t) x = t; print x }'
+}
 
 stamp "environment"
 DEVICE="${DEVICE:-$("$PY" -c '
@@ -55,20 +78,26 @@ done
 stamp "import $GGUF"
 [ -f "$WORK/base/orl.json" ] || "$PY" -m orl.cli import-gguf "$WORK/files/$GGUF" --out "$WORK/base" --dtype float32 || exit 4
 
+LIMIT=$(train_limit)
 # shellcheck disable=SC2086
 if [ -z "${STEPS:-}" ]; then
   stamp "probe: 6 steps of $PRESET"
-  "$PY" benchmarks/convert_profile.py --base "$WORK/base" --preset "$PRESET" --steps 6 --device "$DEVICE" \
-    ${EXTRA_SET:-} > "$OUT/probe.jsonl" || { tail -5 "$OUT/probe.jsonl"; exit 5; }
-  STEPS=$("$PY" -c "import json, sys; s = json.loads(open(sys.argv[1]).read().splitlines()[-1])['summary']
-print(max(3, int(0.85 * float(sys.argv[2]) / s['s_per_step'])))" "$OUT/probe.jsonl" "$TRAIN_S") || exit 5
+  timeout "$(left)" "$PY" benchmarks/convert_profile.py --base "$WORK/base" --preset "$PRESET" --corpus "$WORK/corpus" \
+    --steps 6 --device "$DEVICE" ${EXTRA_SET:-} > "$OUT/probe.jsonl" || { tail -5 "$OUT/probe.jsonl"; exit 5; }
   tail -1 "$OUT/probe.jsonl"
+  LIMIT=$(train_limit)
+  # 80% of the time left after ~30 s of loading: evals every 100 steps and saves fall inside the limit
+  STEPS=$("$PY" -c "import json, sys; s = json.loads(open(sys.argv[1]).read().splitlines()[-1])['summary']
+print(max(3, int(0.8 * (float(sys.argv[2]) - 30) / s['s_per_step'])))" "$OUT/probe.jsonl" "$LIMIT") || exit 5
 fi
+awk -v x="$LIMIT" 'BEGIN { exit !(x > 0) }' || { echo "no time left to train (limit ${LIMIT}s)"; exit 5; }
 
-stamp "convert: $PRESET, $STEPS steps, time limit ${TRAIN_S}s"
+stamp "convert: $PRESET, $STEPS steps, time limit ${LIMIT}s"
+# --fresh: $WORK/run is this script's own; a warm rerun must not resume a run of another length
 # shellcheck disable=SC2086
 "$PY" -m orl.cli train --recipe convert --preset "$PRESET" --base "$WORK/base" --out "$WORK/run" --device "$DEVICE" \
-  --set data_dir="$WORK/corpus" ${EXTRA_SET:-} --set steps="$STEPS" --set time_limit_s="$TRAIN_S" > "$OUT/train.out" 2>&1
+  --fresh --set data_dir="$WORK/corpus" ${EXTRA_SET:-} --set steps="$STEPS" --set time_limit_s="$LIMIT" \
+  > "$OUT/train.out" 2>&1
 rc=$?
 tail -c 2000 "$OUT/train.out" | tr '\r' '\n' | tail -8
 cp "$WORK/run/train.log.jsonl" "$OUT/" 2>/dev/null
@@ -79,10 +108,10 @@ if [ $rc -ne 0 ]; then
 fi
 
 stamp "held-out CE (gemma_convert_short windows)"
-"$PY" benchmarks/convert_heldout.py --base "$WORK/base" --dlm "$WORK/run" --corpus "$WORK/corpus" \
+timeout "$(left)" "$PY" benchmarks/convert_heldout.py --base "$WORK/base" --dlm "$WORK/run" --corpus "$WORK/corpus" \
   --layout absolute_grid --windows 32 --device "$DEVICE" --out "$OUT/heldout32.json" || echo "held-out CE failed"
 stamp "convert_eval at 0.9, 0.5, 0.3"
-"$PY" benchmarks/convert_eval.py --ar "$WORK/base" --dlm "$WORK/run" --corpus "$WORK/corpus" --windows 32 \
+timeout "$(left)" "$PY" benchmarks/convert_eval.py --ar "$WORK/base" --dlm "$WORK/run" --corpus "$WORK/corpus" --windows 32 \
   --context 64 --block 4 --thresholds 0.9,0.5,0.3 --free-tokens 32 --free-prompts 8 --device "$DEVICE" \
   --out "$OUT/evals.json" > /dev/null || echo "convert_eval failed"
 "$PY" - "$OUT" <<'EOF'
@@ -97,4 +126,5 @@ if (out / "evals.json").exists():
               f"{fr['position_agreement']:.3f}, TPF {fr['dlm_tpf']:.2f}")
 EOF
 [ -f "$OUT/evals.json" ] && [ -f "$OUT/heldout32.json" ] || exit 7
+[ $rc -eq 0 ] || exit 6
 stamp "done"

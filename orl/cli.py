@@ -170,8 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--allow-config-change", action="store_true",
                    help="resume a run in --out although its config differs (the change is logged)")
     s.add_argument("--device", default=None,
-                   help="cpu | cuda | cuda:N for one process (default: cuda when available); under torchrun each "
-                        "process uses the GPU of its LOCAL_RANK (cpu: gloo on the CPU)")
+                   help="cpu | cuda | cuda:N for one process (default cpu); under torchrun each process uses the "
+                        "GPU of its LOCAL_RANK when CUDA is available (--device cpu: gloo on the CPU)")
     add_task_flags(s)
     s.set_defaults(func=cmd_train)
 

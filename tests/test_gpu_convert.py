@@ -37,8 +37,8 @@ def test_staged_tiny_gguf_converts_and_is_evaluated(tmp_path, device):
     for i in range(60):  # held-out windows of 68 tokens need a few thousand held-out tokens
         (src / f"m{i}.py").write_text("".join(f"def fib_{i}_{j}(n):\n    return n + {i * j}\n\n" for j in range(30)))
     corpus = tmp_path / "corpus"
-    build_corpus(tok, CorpusConfig(roots=(str(src),), train_tokens=30_000, heldout_tokens=8_000, heldout_frac=0.2),
-                 corpus, log=lambda *_: None)
+    build_corpus(tok, CorpusConfig(roots=(str(src),), train_tokens=30_000, heldout_tokens=8_000, heldout_frac=0.2,
+                                   tasks=("constr",), task_samples=20), corpus, log=lambda *_: None)
     stage = tmp_path / "stage"
     device_stage.split([gguf, corpus / "corpus.json", corpus / "tokens.safetensors"], stage, 40_000)
     for piece in sorted(stage.iterdir()):
@@ -46,8 +46,11 @@ def test_staged_tiny_gguf_converts_and_is_evaluated(tmp_path, device):
     out, work = tmp_path / "out", tmp_path / "work"
     env = {**os.environ, "OUT": str(out), "STORE": str(tmp_path / "store"), "WORK": str(work), "TRAIN_S": "0.001",
            "PRESET": "smoke", "GGUF": "tiny.gguf", "PYTHON": sys.executable, "DEVICE": device,
-           "EXTRA_SET": "--set mix=2,0,0", "OMP_NUM_THREADS": "1"}
-    env.pop("STEPS", None)
+           # gemma_convert_gpu's settings on the smoke shapes: two micro-batches (code, task text), bf16
+           # autocast, frozen tied embeddings (the head's no-weight-gradient path), no recomputation
+           "EXTRA_SET": "--set mix=2,1,0 --set bf16=true --set freeze_embeddings=true --set checkpointing=false",
+           "OMP_NUM_THREADS": "1"}
+    env.pop("STEPS", None), env.pop("DEADLINE_S", None)
     r = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_convert.sh")], env=env, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -57,6 +60,7 @@ def test_staged_tiny_gguf_converts_and_is_evaluated(tmp_path, device):
     assert all(re.fullmatch(r"[A-Za-z0-9._-]+", n) for n in names)
     # the probe timed the preset's steps and sized the schedule (at least 3 steps) ...
     probe = [json.loads(x) for x in (out / "probe.jsonl").read_text().splitlines()]
+    assert probe[0]["bf16"] and probe[0]["freeze_embeddings"] and probe[0]["batches"] == "the run's (--corpus)"
     assert probe[-1]["summary"]["s_per_step"] > 0 and probe[-1]["summary"]["device"].startswith(device)
     # ... and the time limit stopped the run after its first step, saved there, and said so
     log = [json.loads(x) for x in (out / "train.log.jsonl").read_text().splitlines()]
@@ -89,3 +93,18 @@ def _imported(gguf: Path, out: Path):
 
     import_gguf(gguf, out, dtype=torch.float32)
     return load_checkpoint(out)
+
+
+def test_no_training_starts_without_time_for_the_evaluations(tmp_path):
+    gguf = write_tiny_gguf(tmp_path / "tiny.gguf")
+    (tmp_path / "corpus.json").write_text("{}")  # copied, never read: STEPS given, so no probe runs
+    (tmp_path / "tokens.safetensors").write_bytes(b"x")
+    device_stage.split([gguf, tmp_path / "corpus.json", tmp_path / "tokens.safetensors"], tmp_path / "stage", 2_000_000)
+    device_stage.put(tmp_path / "stage" / "p00", tmp_path / "store")
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "STORE": str(tmp_path / "store"), "WORK": str(tmp_path / "w"),
+           "PYTHON": sys.executable, "DEVICE": "cpu", "GGUF": "tiny.gguf", "STEPS": "3", "DEADLINE_S": "100",
+           "EVAL_RESERVE": "1000"}
+    r = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_convert.sh")], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 5 and "no time left to train" in r.stdout, r.stdout[-2000:]
+    assert not (tmp_path / "w" / "run").exists()

@@ -40,12 +40,12 @@ def gemma_convert_gpu() -> ConvertConfig:
     """gemma_convert on one lent GPU in one device call (benchmarks/gpu_convert.sh, which sizes `steps` to
     the lease from a probe of the step time): 64 rows a step (56 code, 8 task text; no distill rows: the
     CPU-built corpus holds 6k distilled tokens, which 8 rows a step would repeat hundreds of times), bf16
-    autocast, no recomputation, frozen embeddings as in the grid runs, a checkpoint every 200 steps (a
+    autocast, no recomputation, frozen embeddings as in the grid runs, a checkpoint every 250 steps (a
     crash late in the lease still leaves one to evaluate); `time_limit_s` stops it at the lease."""
     from dataclasses import replace
 
     return replace(gemma_convert(), mix=(56, 8, 0), steps=600, warmup=30, lr=5e-5, bf16=True, checkpointing=False,
-                   freeze_embeddings=True, eval_every=100, eval_windows=32, save_every=200)
+                   freeze_embeddings=True, eval_every=100, eval_windows=32, save_every=250)
 
 
 def smoke() -> ConvertConfig:

@@ -78,7 +78,8 @@ def tiny_base7h_control() -> PretrainConfig:
     """tiny_base7h without its helpers: the control that a beyond-range gain must beat before it can be
     credited to them. The families come first in tiny_base7h's task list and each step draws its rows
     task by task from one seeded stream, so this run trains on exactly the family rows (and, in stage
-    2, the noise) of tiny_base7h at every step; only the helper rows are missing."""
+    2, the noise) of tiny_base7h at every step; only the helper rows are missing (so the family rows'
+    share of each step's loss is larger here: the helpers take none of it)."""
     return replace(tiny_base7h(), tasks=SUITE_V7, mix=MIX7H[:len(SUITE_V7)])
 
 

@@ -151,13 +151,17 @@ def _env_int(name: str) -> int:
 
 def setup(device: str | None = None) -> Dist:
     """The run's place in a torchrun job, joining the process group once; one process when not launched.
-    device (`orl train --device`): a single process's device, None for CUDA when available (no process
-    group: a one-GPU run needs no NCCL); under torchrun each process takes the CUDA device of its
-    LOCAL_RANK when CUDA is available, unless device is "cpu" (gloo)."""
+    device (`orl train --device`): a single process's device, None for the CPU (a run resumed on a GPU
+    host stays where it started unless asked; one process on a GPU needs no process group, no NCCL);
+    under torchrun each process takes the CUDA device of its LOCAL_RANK when CUDA is available, unless
+    device is "cpu" (gloo)."""
     from orl.device import resolve_device
 
     if "WORLD_SIZE" not in os.environ:
-        return Dist(device=resolve_device(device))
+        dev = resolve_device(device or "cpu")
+        if dev.type == "cuda" and dev.index is not None:
+            torch.cuda.set_device(dev)  # graphs, allocator and memory stats on the GPU asked for, not GPU 0
+        return Dist(device=dev)
     rank, world, local = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK")
     if not 0 <= rank < world:
         raise ValueError(f"RANK={rank} is outside WORLD_SIZE={world}")
