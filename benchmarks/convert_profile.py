@@ -23,10 +23,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from orl.device import resolve_device  # noqa: E402
 from orl.model.vocab import special_ids  # noqa: E402
 from orl.presets import get_preset  # noqa: E402
 from orl.train import convert as cv  # noqa: E402
-from orl.train.corpus import windows  # noqa: E402
+from orl.train.corpus import read_corpus, windows  # noqa: E402
+from orl.train.dist import Dist  # noqa: E402
 from orl.train.loop import make_optimizer  # noqa: E402
 
 
@@ -55,11 +57,8 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     cfg = apply_overrides(replace(get_preset("convert", args.preset), base=args.base), args.set)
-    t = time.perf_counter()
-    from orl.device import resolve_device
-    from orl.train.dist import Dist
-
     dist = Dist(device=resolve_device(args.device))
+    t = time.perf_counter()
     teacher, tok, _, _ = cv.load_base(cfg, dist.device)
     load_s = time.perf_counter() - t
     model = cv.to_diffusion(teacher).train()
@@ -70,8 +69,6 @@ def main() -> None:
     opt = make_optimizer(model, cfg.lr, cfg.weight_decay)
     ids = special_ids(tok, model.args.vocab_size)
     if args.corpus:  # the run's own steps: its micro-batches per stream, batch building included
-        from orl.train.corpus import read_corpus
-
         streams, bos = read_corpus(Path(args.corpus)), getattr(tok, "bos_id", None)
 
         def batches_at(step: int) -> list:

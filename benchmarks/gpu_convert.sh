@@ -57,11 +57,14 @@ train_limit() {  # the time left less the evaluations' reserve, at most TRAIN_S 
 }
 
 stamp "environment"
-DEVICE="${DEVICE:-$("$PY" -c '
-import torch, gguf  # gguf: the GGUF reader of the import (carried in STORE/pylib where the machine lacks it)
-print("cuda" if torch.cuda.is_available() else "cpu")')}" || { echo "torch or gguf is not importable"; exit 2; }
-"$PY" -c "import torch, gguf; print('torch', torch.__version__, '| gguf', gguf.__file__, '|',
-          torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no cuda')" || exit 2
+# one torch import (seconds each on the device): the versions on stderr, the device torch sees on stdout;
+# gguf is the GGUF reader of the import (carried in STORE/pylib where the machine lacks it)
+SEEN=$("$PY" -c "import sys, torch, gguf
+cuda = torch.cuda.is_available()
+print('torch', torch.__version__, '| gguf', gguf.__file__, '|', torch.cuda.get_device_name(0) if cuda else 'no cuda',
+      file=sys.stderr)
+print('cuda' if cuda else 'cpu')") || { echo "torch or gguf is not importable"; exit 2; }
+DEVICE="${DEVICE:-$SEEN}"
 echo "device $DEVICE"
 
 stamp "join the staged files"
@@ -78,18 +81,17 @@ done
 stamp "import $GGUF"
 [ -f "$WORK/base/orl.json" ] || "$PY" -m orl.cli import-gguf "$WORK/files/$GGUF" --out "$WORK/base" --dtype float32 || exit 4
 
-LIMIT=$(train_limit)
 # shellcheck disable=SC2086
 if [ -z "${STEPS:-}" ]; then
   stamp "probe: 6 steps of $PRESET"
   timeout "$(left)" "$PY" benchmarks/convert_profile.py --base "$WORK/base" --preset "$PRESET" --corpus "$WORK/corpus" \
     --steps 6 --device "$DEVICE" ${EXTRA_SET:-} > "$OUT/probe.jsonl" || { tail -5 "$OUT/probe.jsonl"; exit 5; }
   tail -1 "$OUT/probe.jsonl"
-  LIMIT=$(train_limit)
   # 80% of the time left after ~30 s of loading: evals every 100 steps and saves fall inside the limit
   STEPS=$("$PY" -c "import json, sys; s = json.loads(open(sys.argv[1]).read().splitlines()[-1])['summary']
-print(max(3, int(0.8 * (float(sys.argv[2]) - 30) / s['s_per_step'])))" "$OUT/probe.jsonl" "$LIMIT") || exit 5
+print(max(3, int(0.8 * (float(sys.argv[2]) - 30) / s['s_per_step'])))" "$OUT/probe.jsonl" "$(train_limit)") || exit 5
 fi
+LIMIT=$(train_limit)
 awk -v x="$LIMIT" 'BEGIN { exit !(x > 0) }' || { echo "no time left to train (limit ${LIMIT}s)"; exit 5; }
 
 stamp "convert: $PRESET, $STEPS steps, time limit ${LIMIT}s"
@@ -100,7 +102,7 @@ stamp "convert: $PRESET, $STEPS steps, time limit ${LIMIT}s"
   > "$OUT/train.out" 2>&1
 rc=$?
 tail -c 2000 "$OUT/train.out" | tr '\r' '\n' | tail -8
-cp "$WORK/run/train.log.jsonl" "$OUT/" 2>/dev/null
+cp "$WORK/run/train.log.jsonl" "$OUT/" 2>/dev/null  # now as well as on exit: a kill at the call's limit runs no trap
 if [ $rc -ne 0 ]; then
   echo "training failed (rc $rc)"
   [ -f "$WORK/run/orl.json" ] || exit 6

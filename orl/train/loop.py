@@ -200,9 +200,12 @@ class TrainLoop:
             self.log(f"nothing to do: {self.out} already holds all {self.total} {self.key}s")
             return
         last = self.total if done is None else done
-        span = f"{self.start + 1}-{last}" + ("" if last == self.total else f" of {self.total}")
-        early = "" if last == self.total else " (its time limit: rerun the same command to go on)"
-        self.log(f"done: {self.key}s {span} in {minutes:.1f} min{early}; checkpoint {self.out}; log {self.log_path}")
+        span = f"{self.start + 1}-{last}"
+        if last < self.total:
+            span += f" of {self.total} in {minutes:.1f} min (its time limit: rerun the same command to go on)"
+        else:
+            span += f" in {minutes:.1f} min"
+        self.log(f"done: {self.key}s {span}; checkpoint {self.out}; log {self.log_path}")
         if self.last_eval:
             accs = [v["acc"] for v in self.last_eval.values() if isinstance(v, dict) and "acc" in v]
             per = ", ".join(f"{k} {100 * v['acc']:.1f}%" for k, v in self.last_eval.items()
