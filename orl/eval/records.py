@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import subprocess
+from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -155,7 +156,33 @@ def read_records(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list
                 raise ValueError(f"{p}:{lineno}: not an orl eval record: field(s) {', '.join(bad)} missing or of the "
                                  f"wrong type (expected {want})")
             out.append(rec)
-    return out
+    return distinct_model_names(out)
+
+
+def distinct_model_names(records: list[dict]) -> list[dict]:
+    """Tables and plots group by model name, the checkpoint directory's name, so two different models
+    with one name (`runs/a/stage1` and `runs/b/stage1`) would be merged into one row. Each such name
+    becomes the shortest path suffix that tells the models apart ("a/stage1"), or name@id when one
+    directory held both (weights rewritten between two evals). Unique names are left as they are."""
+    ids_of: dict[str, dict[str, str]] = defaultdict(dict)  # name -> {model id: path}
+    for r in records:
+        ids_of[r["model"]["name"]].setdefault(r["model"]["id"], r["model"].get("path") or r["model"]["name"])
+    label: dict[str, str] = {}
+    for name, paths in ids_of.items():
+        if len(paths) < 2:
+            continue
+        parts = {i: Path(p).parts[-8:] for i, p in paths.items()}
+        cut = {i: name for i in parts}
+        for k in range(2, max(map(len, parts.values())) + 1):
+            cut = {i: "/".join(ps[-k:]).lstrip("/") for i, ps in parts.items()}
+            if len(set(cut.values())) == len(cut):
+                break
+        shared = [c for c in cut.values() if list(cut.values()).count(c) > 1]
+        label.update({i: f"{name}@{i[:8]}" if c in shared else c for i, c in cut.items()})
+    if not label:
+        return records
+    return [{**r, "model": {**r["model"], "name": label[r["model"]["id"]]}} if r["model"]["id"] in label else r
+            for r in records]
 
 
 class RecordWriter:
