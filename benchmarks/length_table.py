@@ -7,10 +7,14 @@ Evaluate each checkpoint on both splits (the answers beyond long7's range need 1
     orl eval --model M --tasks split7,keysort7,prog7,constr7,long7 --split beyond  --max-new-tokens 112 --out R.jsonl
     python benchmarks/length_table.py R.jsonl [more.jsonl ...] [--by-size]
 
-One row per (model, decoder, threshold, split, family) plus an "all" row per split: n, accuracy, TPF
+One row per (model, decoder, threshold, split, family) plus an "all" row per split (the helper tasks
+of tasks/helpers.py, training-only, are rows of their own and not in "all"): n, accuracy, TPF
 as a ratio of sums (all generated tokens up to and including EOS / all forwards), the same without
 the EOS token, and the per-sample mean TPF (labelled; not the primary number). --by-size adds one row
 per size (digits, records, assignments, letters: orl/eval/tasks/__init__.py).
+
+--paired A B: the two models' accuracy on the prompts both answered, per split and family, with the
+exact McNemar p-value (A = a model name as the table prints it, e.g. two runs' `tiny7h/stage1`).
 """
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from collections import defaultdict
 
 from orl.eval import metrics
 from orl.eval.records import decoder_label, read_records
-from orl.eval.tasks import get_task
+from orl.eval.tasks import HELPER_NAMES, get_task
 
 
 def row(recs: list[dict]) -> dict:
@@ -37,7 +41,8 @@ def table(records: list[dict], by_size: bool) -> list[tuple[tuple, dict]]:
     for r in latest.values():
         model = r["model"].get("name") or r["model"]["id"]
         head = (model, decoder_label(r["decode"]), r["decode"].get("threshold", "-"), r["split"])
-        groups[head + ("all",)].append(r)
+        if r["task"] not in HELPER_NAMES:  # training-only helpers are reported per task, never in the mean
+            groups[head + ("all",)].append(r)
         groups[head + (r["task"],)].append(r)
         task = get_task(r["task"])
         if by_size and hasattr(task, "size"):
@@ -45,11 +50,41 @@ def table(records: list[dict], by_size: bool) -> list[tuple[tuple, dict]]:
     return [(k, row(v)) for k, v in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0])))]
 
 
+def paired(records: list[dict], a: str, b: str) -> list[tuple[str, str, int, int, int, int, int, float]]:
+    """(split, family, n, right in A, right in B, only A, only B, McNemar p) over the prompts both models
+    answered under their decoders (one decoder per model expected; the last record of a prompt counts)."""
+    by: dict[str, dict[tuple, bool]] = {a: {}, b: {}}
+    for r in records:
+        if r["model"]["name"] in by:
+            by[r["model"]["name"]][(r["split"], r["task"], r["prompt_id"], r["sample"])] = bool(r["verdict"])
+    missing = [m for m in (a, b) if not by[m]]
+    if missing:
+        names = sorted({r["model"]["name"] for r in records})
+        raise SystemExit(f"--paired: no records of {', '.join(missing)}; the models here are {', '.join(names)}")
+    keys = by[a].keys() & by[b].keys()
+    out = []
+    for split in sorted({k[0] for k in keys}):
+        for fam in sorted({k[1] for k in keys if k[0] == split}) + ["all"]:
+            ks = [k for k in keys if k[0] == split and (fam == k[1] or fam == "all" and k[1] not in HELPER_NAMES)]
+            n, only_a, only_b = metrics.paired_counts({k: by[a][k] for k in ks}, {k: by[b][k] for k in ks})
+            out.append((split, fam, n, sum(by[a][k] for k in ks), sum(by[b][k] for k in ks), only_a, only_b,
+                        metrics.mcnemar_exact(only_a, only_b)))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("records", nargs="+")
     ap.add_argument("--by-size", action="store_true", help="one row per prompt size as well")
+    ap.add_argument("--paired", nargs=2, metavar=("A", "B"), help="McNemar of model A against model B instead")
     args = ap.parse_args()
+    if args.paired:
+        a, b = args.paired
+        print(f"{'split':<8} {'family':<14} {'n':>5} {'A right':>8} {'B right':>8} {'only A':>7} {'only B':>7} {'p':>8}")
+        for split, fam, n, ra, rb, oa, ob, p in paired(read_records(args.records), a, b):
+            print(f"{split:<8} {fam:<14} {n:>5} {ra:>8} {rb:>8} {oa:>7} {ob:>7} {p:>8.2g}")
+        print(f"A = {a}, B = {b}; p = exact two-sided McNemar over the prompts only one of them gets right")
+        return
     print(f"{'model':<22} {'decoder':<14} {'tau':>5} {'split':<8} {'family':<14} {'n':>5} {'acc':>6} "
           f"{'TPF':>6} {'noEOS':>6} {'mean*':>6}")
     for (model, dec, tau, split, fam), v in table(read_records(args.records), args.by_size):

@@ -78,3 +78,28 @@ def test_eval_runs_the_beyond_split(tmp_path):
     (key,) = [k for k in rows if k[-1] == "long7"]
     fwd = sum(r["forwards"]["step"] + r["forwards"]["commit"] for r in recs)
     assert rows[key]["tpf"] == pytest.approx(sum(r["n_tokens"] for r in recs) / fwd)
+
+
+def test_paired_table_counts_and_leaves_helpers_out_of_all():
+    """length_table --paired: per split and family, the prompts both models answered, right in each,
+    right in only one, and the exact McNemar p (hand-computed); a helper task is its own row, not in "all"."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("length_table", root / "benchmarks" / "length_table.py")
+    lt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lt)
+
+    def rec(model, task, split, i, ok):
+        return {"model": {"name": model, "id": model}, "task": task, "split": split, "prompt_id": f"{task}/{split}/{i}",
+                "sample": 0, "verdict": ok}
+    recs = [rec("A", "long7", "beyond", i, i < 3) for i in range(5)] + [rec("B", "long7", "beyond", i, False) for i in range(5)]
+    recs += [rec("A", "long7h", "beyond", 0, True), rec("B", "long7h", "beyond", 0, False)]
+    recs += [rec("A", "split7", "beyond", 9, False)]  # only A answered it: not paired
+    rows = {(s, f): rest for s, f, *rest in lt.paired(recs, "A", "B")}
+    assert rows[("beyond", "long7")] == [5, 3, 0, 3, 0, 0.25]     # 2 * (1/2)^3
+    assert rows[("beyond", "long7h")] == [1, 1, 0, 1, 0, 1.0]
+    assert rows[("beyond", "all")] == [5, 3, 0, 3, 0, 0.25]       # the helper is not in the mean
+    with pytest.raises(SystemExit, match="no records of C"):
+        lt.paired(recs, "A", "C")
