@@ -51,17 +51,29 @@ def table(records: list[dict], by_size: bool) -> list[tuple[tuple, dict]]:
 
 
 def paired(records: list[dict], a: str, b: str) -> list[tuple[str, str, int, int, int, int, int, float]]:
-    """(split, family, n, right in A, right in B, only A, only B, McNemar p) over the prompts both models
-    answered under their decoders (one decoder per model expected; the last record of a prompt counts)."""
+    """(split, family, n, right in A, right in B, only A, only B, McNemar p) over the samples both models
+    answered: same prompt, prompt seed and sample. Each model must have one decoder and threshold here
+    (a sweep would pair whichever came last); a prompt evaluated twice counts with its last record."""
+    if a == b:
+        raise SystemExit("--paired: A and B are the same model")
     by: dict[str, dict[tuple, bool]] = {a: {}, b: {}}
+    decoders: dict[str, set] = {a: set(), b: set()}
     for r in records:
-        if r["model"]["name"] in by:
-            by[r["model"]["name"]][(r["split"], r["task"], r["prompt_id"], r["sample"])] = bool(r["verdict"])
+        m = r["model"]["name"]
+        if m in by:
+            by[m][(r["split"], r["task"], r["prompt_id"], r["decode"].get("seed", 0), r["sample"])] = bool(r["verdict"])
+            decoders[m].add((decoder_label(r["decode"]), r["decode"].get("threshold")))
+    names = ", ".join(sorted({r["model"]["name"] for r in records}))
     missing = [m for m in (a, b) if not by[m]]
     if missing:
-        names = sorted({r["model"]["name"] for r in records})
-        raise SystemExit(f"--paired: no records of {', '.join(missing)}; the models here are {', '.join(names)}")
+        raise SystemExit(f"--paired: no records of {', '.join(missing)}; the models here are {names}")
+    for m in (a, b):
+        if len(decoders[m]) > 1:
+            raise SystemExit(f"--paired: {m} has records of {len(decoders[m])} decoders or thresholds "
+                             f"({sorted(map(str, decoders[m]))}); give files with one each")
     keys = by[a].keys() & by[b].keys()
+    if not keys:
+        raise SystemExit(f"--paired: {a} and {b} share no prompt (same prompt, seed and sample)")
     out = []
     for split in sorted({k[0] for k in keys}):
         for fam in sorted({k[1] for k in keys if k[0] == split}) + ["all"]:
@@ -78,6 +90,8 @@ def main() -> None:
     ap.add_argument("--by-size", action="store_true", help="one row per prompt size as well")
     ap.add_argument("--paired", nargs=2, metavar=("A", "B"), help="McNemar of model A against model B instead")
     args = ap.parse_args()
+    if args.paired and args.by_size:
+        ap.error("--paired and --by-size: one table at a time")
     if args.paired:
         a, b = args.paired
         print(f"{'split':<8} {'family':<14} {'n':>5} {'A right':>8} {'B right':>8} {'only A':>7} {'only B':>7} {'p':>8}")

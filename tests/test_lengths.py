@@ -91,9 +91,9 @@ def test_paired_table_counts_and_leaves_helpers_out_of_all():
     lt = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(lt)
 
-    def rec(model, task, split, i, ok):
+    def rec(model, task, split, i, ok, seed=0, threshold=None):
         return {"model": {"name": model, "id": model}, "task": task, "split": split, "prompt_id": f"{task}/{split}/{i}",
-                "sample": 0, "verdict": ok}
+                "sample": 0, "verdict": ok, "decode": {"rule": "ar", "residual": "off", "seed": seed, "threshold": threshold}}
     recs = [rec("A", "long7", "beyond", i, i < 3) for i in range(5)] + [rec("B", "long7", "beyond", i, False) for i in range(5)]
     recs += [rec("A", "long7h", "beyond", 0, True), rec("B", "long7h", "beyond", 0, False)]
     recs += [rec("A", "split7", "beyond", 9, False)]  # only A answered it: not paired
@@ -103,3 +103,14 @@ def test_paired_table_counts_and_leaves_helpers_out_of_all():
     assert rows[("beyond", "all")] == [5, 3, 0, 3, 0, 0.25]       # the helper is not in the mean
     with pytest.raises(SystemExit, match="no records of C"):
         lt.paired(recs, "A", "C")
+    with pytest.raises(SystemExit, match="same model"):
+        lt.paired(recs, "A", "A")
+    # another prompt seed of A is not paired with B's seed-0 prompt of the same index
+    seeds = {(s, f): rest for s, f, *rest in lt.paired(recs + [rec("A", "long7", "beyond", 0, False, seed=1)], "A", "B")}
+    assert seeds[("beyond", "long7")] == [5, 3, 0, 3, 0, 0.25]
+    with pytest.raises(SystemExit, match="share no prompt"):
+        lt.paired([rec("A", "long7", "beyond", 0, True, seed=1), rec("B", "long7", "beyond", 0, True)], "A", "B")
+    # a threshold sweep would pair whichever record came last: refused
+    sweep = [rec("A", "long7", "beyond", 0, True, threshold=0.5), rec("A", "long7", "beyond", 0, False, threshold=0.9)]
+    with pytest.raises(SystemExit, match="2 decoders or thresholds"):
+        lt.paired(sweep + [rec("B", "long7", "beyond", 0, True)], "A", "B")

@@ -45,6 +45,19 @@ def test_the_shortest_telling_path_suffix_then_the_id():
     assert recs[0]["model"]["name"] == "s"  # the caller's records are not modified
 
 
+def test_a_copy_under_another_name_and_a_cast_stay_apart():
+    # `cp -a` keeps the id: the copy named "best" must not take the name of the stage1 it was copied from
+    recs = [rec("stage1", "a" * 16, "/runs/x/stage1"), rec("best", "a" * 16, "/ckpt/best"),
+            rec("stage1", "b" * 16, "/runs/y/stage1")]
+    assert [r["model"]["name"] for r in distinct_model_names(recs)] == ["x/stage1", "best", "y/stage1"]
+    # --dtype bfloat16 evaluates the same directory as id "<id>-bfloat16": the suffix is what differs
+    recs = [rec("stage1", "c" * 16, "/runs/x/stage1"), rec("stage1", "c" * 16 + "-bfloat16", "/runs/x/stage1")]
+    assert [r["model"]["name"] for r in distinct_model_names(recs)] == ["stage1@cccccccc", "stage1@cccccccc-bfloat16"]
+    # two models in one directory and a third elsewhere: short suffixes, @id only where needed
+    recs = [rec("s", "1" * 16, "/home/u/runs/x/s"), rec("s", "2" * 16, "/home/u/runs/x/s"), rec("s", "3" * 16, "/home/u/runs/y/s")]
+    assert [r["model"]["name"] for r in distinct_model_names(recs)] == ["x/s@11111111", "x/s@22222222", "y/s"]
+
+
 def test_report_compares_two_runs_stage1(tmp_path, capsys):
     out = tmp_path / "r.jsonl"
     for run, seed in (("run-a", 0), ("run-b", 1)):

@@ -162,27 +162,35 @@ def read_records(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list
 def distinct_model_names(records: list[dict]) -> list[dict]:
     """Tables and plots group by model name, the checkpoint directory's name, so two different models
     with one name (`runs/a/stage1` and `runs/b/stage1`) would be merged into one row. Each such name
-    becomes the shortest path suffix that tells the models apart ("a/stage1"), or name@id when one
-    directory held both (weights rewritten between two evals). Unique names are left as they are."""
-    ids_of: dict[str, dict[str, str]] = defaultdict(dict)  # name -> {model id: path}
+    becomes the shortest path suffix that tells its directories apart ("a/stage1"), with @id added where
+    one directory held several models (weights rewritten, or a --dtype cast, between evals). Unique
+    names are left as they are. A label depends on the records read together: `orl report a.jsonl`
+    may say `stage1` where `orl report a.jsonl b.jsonl` says `a/stage1`."""
+    paths_of: dict[str, dict[str, str]] = defaultdict(dict)  # name -> {model id: path}
     for r in records:
-        ids_of[r["model"]["name"]].setdefault(r["model"]["id"], r["model"].get("path") or r["model"]["name"])
-    label: dict[str, str] = {}
-    for name, paths in ids_of.items():
+        m = r["model"]
+        paths_of[m["name"]].setdefault(m["id"], m.get("path") or m["name"])
+    label: dict[tuple[str, str], str] = {}  # (name, id): a copy elsewhere keeps its id under another name
+    for name, paths in paths_of.items():
         if len(paths) < 2:
             continue
-        parts = {i: Path(p).parts[-8:] for i, p in paths.items()}
-        cut = {i: name for i in parts}
-        for k in range(2, max(map(len, parts.values())) + 1):
-            cut = {i: "/".join(ps[-k:]).lstrip("/") for i, ps in parts.items()}
-            if len(set(cut.values())) == len(cut):
+        dirs = sorted(set(paths.values()))
+        suffix = {d: name for d in dirs}
+        for k in range(2, 9):
+            if len(set(suffix.values())) == len(dirs):
                 break
-        shared = [c for c in cut.values() if list(cut.values()).count(c) > 1]
-        label.update({i: f"{name}@{i[:8]}" if c in shared else c for i, c in cut.items()})
+            suffix = {d: "/".join(Path(d).parts[-k:]).lstrip("/") or name for d in dirs}
+        crowded = {d for d in dirs if list(paths.values()).count(d) > 1}
+        for i, d in paths.items():
+            # the id's own suffix (a cast model's "-bfloat16") is kept: it is what tells the two apart
+            label[name, i] = f"{suffix[d]}@{i[:8]}{i[16:]}" if d in crowded else suffix[d]
     if not label:
         return records
-    return [{**r, "model": {**r["model"], "name": label[r["model"]["id"]]}} if r["model"]["id"] in label else r
-            for r in records]
+    out = []
+    for r in records:
+        new = label.get((r["model"]["name"], r["model"]["id"]))
+        out.append({**r, "model": {**r["model"], "name": new}} if new else r)
+    return out
 
 
 class RecordWriter:
