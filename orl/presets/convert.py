@@ -8,7 +8,7 @@ from orl.train.corpus import CorpusConfig
 
 def gemma_convert() -> ConvertConfig:
     """gemma-3-270m (`orl fetch gemma-3-270m`) at block 4 on one CPU: rows of 160 tokens (32 of context,
-    32 blocks), 8 rows per step (6 code, 1 task text, 1 self-distilled), bf16, checkpointed blocks.
+    32 blocks), 8 rows per step (6 code, 1 task text, 1 self-distilled), checkpointed blocks, fp32 (bf16 off on this CPU: see below).
     The run is sized to be resumed across sessions: rerun the same command to continue."""
     corpus = CorpusConfig(tasks=SUITE, task_samples=2000, distill_prompts=64, distill_prompt_tokens=48,
                           distill_new_tokens=64)
@@ -60,7 +60,7 @@ def qwen3_convert() -> ConvertConfig:
     """A Qwen3 Hugging Face checkpoint (Qwen3-0.6B / 1.7B / 4B, base or instruct: config.json +
     safetensors + tokenizer) on GPUs, e.g. `torchrun --nproc-per-node 8`: the QwenDLM route.
 
-    Block 16: the published QwenDLM-4B + ORL reaches TPF 11.1 on HumanEval (docs/REFERENCES.md), and a
+    Block 16: the published QwenDLM-4B + ORL reaches TPF 11.1 on HumanEval (as published), and a
     forward commits at most one block, so TPF <= block length: blocks of 4 or 8 could not give that
     number; 16 is the smallest power of two that can, the engine's default, and Fast-dLLM v2's
     sub-block limit of 8 divides it. Qwen3 has no mask token: `<|MASK|>` is added at id 151669

@@ -44,7 +44,7 @@ def tiny_base5() -> PretrainConfig:
     return replace(tiny_base(), tasks=SUITE_V5, mix=MIX_V5)
 
 
-# Tasks v7: tiny_base's MIX halved (32 samples per step), long7 given as many as split7: its sizes
+# Tasks v7: tiny_base's MIX halved, long7 given as many as split7 (34 samples per step): its sizes
 # now vary from 4 to 20 digits.
 MIX7 = (6, 7, 8, 7, 6)
 
@@ -53,7 +53,7 @@ def tiny_base7() -> PretrainConfig:
     """Tasks v7 (SUITE_V7): every family at a range of sizes, for held-out lengths beyond the range.
     Half the rows start at a random position (pos_offset) so that every row of the learned position
     table is trained, not only those the training lengths reach (docs/TRAINING.md). A fraction of
-    tiny_base's budget (2,400 steps of 32 samples instead of 7,500 of 64), sized for about 80 minutes
+    tiny_base's budget (2,400 steps of 34 samples instead of 7,500 of 64), sized for about 80 minutes
     of one CPU thread."""
     return replace(tiny_base(), model=tiny_model7(), tasks=SUITE_V7, mix=MIX7, ar_steps=1200, diffusion_steps=1200,
                    pos_offset=0.5, eval_every=500, eval_samples=20, eval_max_new_tokens=80, save_every=100)
