@@ -22,6 +22,7 @@ import argparse
 from collections import defaultdict
 
 from orl.eval import metrics
+from orl.eval.headline import pair_key
 from orl.eval.records import decoder_label, read_records
 from orl.eval.tasks import HELPER_NAMES, get_task
 
@@ -61,7 +62,7 @@ def paired(records: list[dict], a: str, b: str) -> list[tuple[str, str, int, int
     for r in records:
         m = r["model"]["name"]
         if m in by:
-            by[m][(r["split"], r["task"], r["prompt_id"], r["decode"].get("seed", 0), r["sample"])] = bool(r["verdict"])
+            by[m][(r["split"], r["task"], *pair_key(r))] = bool(r["verdict"])  # headline's pairing
             decoders[m].add((decoder_label(r["decode"]), r["decode"].get("threshold")))
     names = ", ".join(sorted({r["model"]["name"] for r in records}))
     missing = [m for m in (a, b) if not by[m]]

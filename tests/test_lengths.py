@@ -1,5 +1,8 @@
 """Length-varied pretraining (tasks v7): random start positions for the learned position table, and
 the tiny_base7 preset's budget and fit."""
+import importlib.util
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -8,6 +11,8 @@ from orl.presets import get_preset
 from orl.tokenizer import CharTokenizer
 from orl.train.batches import ar_batch, shift_positions
 from orl.train.pretrain import PretrainConfig, make_batches
+
+ROOT = Path(__file__).resolve().parent.parent
 
 TOK = CharTokenizer()
 
@@ -58,22 +63,24 @@ def test_tiny_orl7_rollouts_fit_long7():
     assert longest + 1 <= cfg.rollout.max_new_tokens  # in-range answers + EOS fit the rollout budget
 
 
+def length_table():
+    """benchmarks/length_table.py as a module (benchmarks/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("length_table", ROOT / "benchmarks" / "length_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_eval_runs_the_beyond_split(tmp_path):
     """`orl eval --split beyond` end to end (the shipped base on two long7 prompts past 20 digits), and
     benchmarks/length_table.py reads its records: ratio-of-sums TPF, not the per-sample mean."""
-    import importlib.util
-    from pathlib import Path
-
     from orl.eval.runner import EvalSpec, run_eval
 
-    root = Path(__file__).resolve().parent.parent
-    recs = run_eval(EvalSpec(model=str(root / "checkpoints" / "orl-tiny-base"), out=str(tmp_path / "r.jsonl"),
+    recs = run_eval(EvalSpec(model=str(ROOT / "checkpoints" / "orl-tiny-base"), out=str(tmp_path / "r.jsonl"),
                              tasks=["long7"], split="beyond", limit=2, decode={"max_new_tokens": 112}, progress=False))
     assert [r["split"] for r in recs] == ["beyond"] * 2
     assert all(len(r["prompt"]) - len("cumsum:=") > 20 for r in recs)
-    spec = importlib.util.spec_from_file_location("length_table", root / "benchmarks" / "length_table.py")
-    lt = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(lt)
+    lt = length_table()
     rows = dict(lt.table(recs, by_size=False))
     (key,) = [k for k in rows if k[-1] == "long7"]
     fwd = sum(r["forwards"]["step"] + r["forwards"]["commit"] for r in recs)
@@ -83,13 +90,7 @@ def test_eval_runs_the_beyond_split(tmp_path):
 def test_paired_table_counts_and_leaves_helpers_out_of_all():
     """length_table --paired: per split and family, the prompts both models answered, right in each,
     right in only one, and the exact McNemar p (hand-computed); a helper task is its own row, not in "all"."""
-    import importlib.util
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parent.parent
-    spec = importlib.util.spec_from_file_location("length_table", root / "benchmarks" / "length_table.py")
-    lt = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(lt)
+    lt = length_table()
 
     def rec(model, task, split, i, ok, seed=0, threshold=None):
         return {"model": {"name": model, "id": model}, "task": task, "split": split, "prompt_id": f"{task}/{split}/{i}",

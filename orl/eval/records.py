@@ -17,7 +17,7 @@ import hashlib
 import json
 import os
 import subprocess
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -180,7 +180,7 @@ def distinct_model_names(records: list[dict]) -> list[dict]:
             if len(set(suffix.values())) == len(dirs):
                 break
             suffix = {d: "/".join(Path(d).parts[-k:]).lstrip("/") or name for d in dirs}
-        crowded = {d for d in dirs if list(paths.values()).count(d) > 1}
+        crowded = {d for d, n in Counter(paths.values()).items() if n > 1}
         for i, d in paths.items():
             # the id's own suffix (a cast model's "-bfloat16") is kept: it is what tells the two apart
             label[name, i] = f"{suffix[d]}@{i[:8]}{i[16:]}" if d in crowded else suffix[d]
