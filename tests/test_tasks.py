@@ -43,7 +43,8 @@ def change_char(text: str, i: int, rng: random.Random) -> str:
 
 def test_registry_names_and_unknown_task():
     assert task_names() == NAMES  # what "all" means: the suite the shipped base was trained on
-    assert sorted(TASKS) == sorted(ALL + list(SUITE_V7) + [h.name for h in HELPERS]) and set(SUITE_V5) <= set(TASKS)
+    assert sorted(TASKS) == sorted(ALL + list(SUITE_V7) + ["long7x", "prog7x"] + [h.name for h in HELPERS])
+    assert set(SUITE_V5) <= set(TASKS)
     assert all(TASKS[n].name == n and get_task(n) is TASKS[n] for n in ALL)
     with pytest.raises(ValueError) as e:
         get_task("nope")
@@ -364,10 +365,17 @@ def test_add_operands_are_zero_padded_and_prog_default_has_no_products():
 
 # ---- tasks v7: length-varied families and the `beyond` split ----
 
+V7X = ("long7x", "prog7x")  # the index-hinted long7 and prog7 (tasks/hinted.py)
+
+
 def size(name: str, prompt: str) -> int:
     """What "size" counts per v7 family (orl/eval/tasks/__init__.py), read back from the prompt."""
     if name == "long7":
         return len(re.fullmatch(r"cumsum:([1-9]+)=", prompt)[1])
+    if name == "long7x":
+        return len(re.fullmatch(r"cumsum:((?:[a-zA-Z][1-9])+)=", prompt)[1]) // 2
+    if name == "prog7x":
+        return prompt.count("=")
     if name == "keysort7":
         return prompt.count(",") + 1
     if name == "prog7":
@@ -387,7 +395,7 @@ def test_shipped_suite_prompts_unchanged():
     assert got["constr"].prompt == "6 of bde, b to e, no equal neighbours:"
 
 
-@pytest.mark.parametrize("name", SUITE_V7)
+@pytest.mark.parametrize("name", SUITE_V7 + V7X)
 def test_v7_sizes_cover_the_range_and_beyond_is_disjoint(name):
     task = get_task(name)
     lo, hi = task.sizes
@@ -402,13 +410,13 @@ def test_v7_sizes_cover_the_range_and_beyond_is_disjoint(name):
     assert not {s.prompt for s in beyond} & {s.prompt for s in samples(name, "train")}
 
 
-@pytest.mark.parametrize("name", SUITE_V7)
+@pytest.mark.parametrize("name", SUITE_V7 + V7X)
 def test_v7_verifier_judges_every_size(name):
     task, rng = get_task(name), random.Random(1)
     for split in SPLITS + (BEYOND,):
         for s in samples(name, split, 300):
             assert task.verify(s.prompt, s.answer), s
-            if name in ("long7", "prog7"):  # one answer: any changed, dropped or extra character is wrong
+            if name in ("long7", "prog7", "long7x", "prog7x"):  # one answer: any changed, dropped or extra character is wrong
                 i = rng.randrange(len(s.answer))
                 for bad in (change_char(s.answer, i, rng), s.answer[:i] + s.answer[i + 1:], s.answer + ",1"):
                     assert not task.verify(s.prompt, bad), (s, bad)
@@ -417,7 +425,7 @@ def test_v7_verifier_judges_every_size(name):
     assert get_task("long7").verify("cumsum:1111111111111111111111=", ",".join(map(str, range(1, 23))))
 
 
-@pytest.mark.parametrize("name", SUITE_V7)
+@pytest.mark.parametrize("name", SUITE_V7 + V7X)
 def test_v7_determinism_and_hash_split(name):
     import copy
 
@@ -432,7 +440,7 @@ def test_v7_determinism_and_hash_split(name):
     assert not {task.canonical(s.prompt) for s in train} & {task.canonical(s.prompt) for s in held}
 
 
-@pytest.mark.parametrize("name", SUITE_V7)
+@pytest.mark.parametrize("name", SUITE_V7 + V7X)
 def test_v7_fits_the_context(name):
     """Prompt + the eval's 112-token answer budget fit tiny_model7's 192 positions; every answer + EOS
     fits that budget, and in-range answers fit the 80 tokens training rollouts use."""

@@ -37,6 +37,7 @@ from .base import BEYOND, SPLITS, Sample, Task
 from .constraints import Constr
 from .fewshot import SHOT_NAME, FewShot
 from .helpers import HELPER_NAMES, HELPERS
+from .hinted import LongHints, ProgFresh
 from .keysort import KeySort
 from .long import Long
 from .programs import Prog, run_program
@@ -56,7 +57,13 @@ V7 = (
     Sized("constr7", Constr(min_word=3, max_word=8), Constr(min_word=9, max_word=12), (3, 8), (9, 12), "letters"),
     Sized("long7", Long(4, 20), Long(21, 28), (4, 20), (21, 28), "digits"),
 )
-TASKS: dict[str, Task] = {t.name: t for t in (Add(), Sort(), Prog(), Constr(), Long(), Split(), KeySort(), *V7, *HELPERS)}
+# Index-hinted long7 and prog7 (tasks/hinted.py): the same ranges and beyond splits, another format.
+V7X = (
+    Sized("long7x", LongHints(4, 20), LongHints(21, 28), (4, 20), (21, 28), "digits"),
+    Sized("prog7x", ProgFresh(2, 7), ProgFresh(8, 10), (2, 7), (8, 10), "assignments"),
+)
+TASKS: dict[str, Task] = {t.name: t for t in (Add(), Sort(), Prog(), Constr(), Long(), Split(), KeySort(), *V7, *V7X,
+                                              *HELPERS)}
 SUITE = ("split", "keysort", "prog", "constr", "long")
 SUITE_V5 = ("add", "sort", "prog", "constr", "long")
 SUITE_V7 = tuple(t.name for t in V7)

@@ -1,0 +1,60 @@
+"""Index-hinted families (orl/eval/tasks/hinted.py): hand-computed answers, the v7 ranges and beyond
+splits, unique markers, and answers that fit tiny_model7's context."""
+import re
+
+import pytest
+
+from orl.eval.tasks import get_task
+from orl.tokenizer import CharTokenizer
+
+
+@pytest.mark.parametrize("name,prompt,answer,size", [
+    ("long7x", "cumsum:a3b1c4=", "a3b4c8", 3),
+    ("long7x", "cumsum:Y9Z9a1=", "Y9Z18a19", 3),
+    ("prog7x", "echo d=3;e=d+4;f=e-2:", "d=3,e=7,f=5", 3),
+    ("prog7x", "echo x=9;y=0+x:", "x=9,y=9", 2),
+])
+def test_hand_computed(name, prompt, answer, size):
+    task = get_task(name)
+    assert task.verify(prompt, answer)
+    assert not task.verify(prompt, answer[:-1]) and not task.verify(prompt, answer + "1")
+    assert task.size(prompt) == size
+
+
+def test_malformed_long_prompt_is_named():
+    with pytest.raises(ValueError, match="not a long_hints prompt"):
+        get_task("long7x").verify("cumsum:314=", "3,4,8")
+
+
+@pytest.mark.parametrize("split,lo,hi", [("train", 4, 20), ("heldout", 4, 20), ("beyond", 21, 28)])
+def test_long7x_sizes_and_markers(split, lo, hi):
+    task, tok = get_task("long7x"), CharTokenizer()
+    sizes = set()
+    for i in range(200):
+        s = task.sample(split, i)
+        marks = re.findall(r"[a-zA-Z]", s.prompt[len("cumsum:"):])
+        assert len(set(marks)) == len(marks) == task.size(s.prompt)  # unique, one per digit
+        assert re.findall(r"[a-zA-Z]", s.answer) == marks              # the answer repeats them in order
+        assert len(tok.encode(s.prompt)) + len(s.answer) + 1 <= 192 and len(s.answer) + 1 <= 112
+        sizes.add(task.size(s.prompt))
+    assert min(sizes) >= lo and max(sizes) <= hi and len(sizes) > (hi - lo) // 2
+
+
+@pytest.mark.parametrize("split,lo,hi", [("train", 2, 7), ("beyond", 8, 10)])
+def test_prog7x_fresh_chain(split, lo, hi):
+    task = get_task("prog7x")
+    for i in range(200):
+        s = task.sample(split, i)
+        statements = s.prompt[len("echo "):-1].split(";")
+        targets = [st[0] for st in statements]
+        assert lo <= len(statements) <= hi and len(set(targets)) == len(targets)
+        assert all(ord(b) == ord(a) + 1 for a, b in zip(targets, targets[1:]))  # a run of consecutive letters
+        for prev, st in zip(targets, statements[1:]):
+            assert set(re.findall(r"[a-z]", st[2:])) == {prev}                 # reads the previous variable
+        assert all(0 <= int(v.split("=")[1]) <= 99 for v in s.answer.split(","))
+
+
+def test_hinted_splits_are_disjoint_from_each_other():
+    task = get_task("long7x")
+    train = {task.sample("train", i).prompt for i in range(300)}
+    assert not train & {task.sample("heldout", i).prompt for i in range(100)}
