@@ -13,6 +13,8 @@ from orl.tokenizer import CharTokenizer
     ("long7x", "cumsum:Y9Z9a1=", "Y9Z18a19", 3),
     ("prog7x", "echo d=3;e=d+4;f=e-2:", "d=3,e=7,f=5", 3),
     ("prog7x", "echo x=9;y=0+x:", "x=9,y=9", 2),
+    ("long7xp", "cumsum:a3b1c4=a", "3b4c8", 3),   # prefilled: the prompt ends with the first marker
+    ("prog7xp", "echo d=3;e=d+4;f=e-2:d", "=3,e=7,f=5", 3),
 ])
 def test_hand_computed(name, prompt, answer, size):
     task = get_task(name)
@@ -21,9 +23,12 @@ def test_hand_computed(name, prompt, answer, size):
     assert task.size(prompt) == size
 
 
-def test_malformed_long_prompt_is_named():
-    with pytest.raises(ValueError, match="not a long_hints prompt"):
-        get_task("long7x").verify("cumsum:314=", "3,4,8")
+@pytest.mark.parametrize("name,prompt,match", [
+    ("long7x", "cumsum:314=", "not a long_hints prompt"), ("long7xp", "cumsum:a3b1=b", "not a long_hints prompt"),
+    ("long7xp", "cumsum:a3b1=", "not a long_hints prompt"), ("prog7xp", "echo d=3;e=d+4:e", "not a prog_fresh prompt")])
+def test_malformed_prompts_are_named(name, prompt, match):
+    with pytest.raises(ValueError, match=match):
+        get_task(name).verify(prompt, "3")
 
 
 @pytest.mark.parametrize("split,lo,hi", [("train", 4, 20), ("heldout", 4, 20), ("beyond", 21, 28)])
@@ -40,11 +45,15 @@ def test_long7x_sizes_and_markers(split, lo, hi):
     assert min(sizes) >= lo and max(sizes) <= hi and len(sizes) > (hi - lo) // 2
 
 
+@pytest.mark.parametrize("name", ["prog7x", "prog7xp"])
 @pytest.mark.parametrize("split,lo,hi", [("train", 2, 7), ("beyond", 8, 10)])
-def test_prog7x_fresh_chain(split, lo, hi):
-    task = get_task("prog7x")
+def test_prog7x_fresh_chain(name, split, lo, hi):
+    task = get_task(name)
     for i in range(200):
         s = task.sample(split, i)
+        if name == "prog7xp":  # the first variable closes the prompt and opens nothing else
+            assert s.prompt[-1] == s.prompt[len("echo ")] and s.answer[0] == "="
+            s = type(s)(s.task, s.split, s.index, s.prompt[:-1], s.prompt[-1] + s.answer)
         statements = s.prompt[len("echo "):-1].split(";")
         targets = [st[0] for st in statements]
         assert lo <= len(statements) <= hi and len(set(targets)) == len(targets)

@@ -43,7 +43,7 @@ def change_char(text: str, i: int, rng: random.Random) -> str:
 
 def test_registry_names_and_unknown_task():
     assert task_names() == NAMES  # what "all" means: the suite the shipped base was trained on
-    assert sorted(TASKS) == sorted(ALL + list(SUITE_V7) + ["long7x", "prog7x"] + [h.name for h in HELPERS])
+    assert sorted(TASKS) == sorted(ALL + list(SUITE_V7) + list(V7X) + [h.name for h in HELPERS])
     assert set(SUITE_V5) <= set(TASKS)
     assert all(TASKS[n].name == n and get_task(n) is TASKS[n] for n in ALL)
     with pytest.raises(ValueError) as e:
@@ -365,16 +365,16 @@ def test_add_operands_are_zero_padded_and_prog_default_has_no_products():
 
 # ---- tasks v7: length-varied families and the `beyond` split ----
 
-V7X = ("long7x", "prog7x")  # the index-hinted long7 and prog7 (tasks/hinted.py)
+V7X = ("long7x", "prog7x", "long7xp", "prog7xp")  # the index-hinted long7 and prog7 (tasks/hinted.py)
 
 
 def size(name: str, prompt: str) -> int:
     """What "size" counts per v7 family (orl/eval/tasks/__init__.py), read back from the prompt."""
     if name == "long7":
         return len(re.fullmatch(r"cumsum:([1-9]+)=", prompt)[1])
-    if name == "long7x":
-        return len(re.fullmatch(r"cumsum:((?:[a-zA-Z][1-9])+)=", prompt)[1]) // 2
-    if name == "prog7x":
+    if name in ("long7x", "long7xp"):
+        return len(re.fullmatch(r"cumsum:((?:[a-zA-Z][1-9])+)=[a-zA-Z]?", prompt)[1]) // 2
+    if name in ("prog7x", "prog7xp"):
         return prompt.count("=")
     if name == "keysort7":
         return prompt.count(",") + 1
@@ -416,7 +416,7 @@ def test_v7_verifier_judges_every_size(name):
     for split in SPLITS + (BEYOND,):
         for s in samples(name, split, 300):
             assert task.verify(s.prompt, s.answer), s
-            if name in ("long7", "prog7", "long7x", "prog7x"):  # one answer: any changed, dropped or extra character is wrong
+            if name in ("long7", "prog7") + V7X:  # one answer: any changed, dropped or extra character is wrong
                 i = rng.randrange(len(s.answer))
                 for bad in (change_char(s.answer, i, rng), s.answer[:i] + s.answer[i + 1:], s.answer + ",1"):
                     assert not task.verify(s.prompt, bad), (s, bad)

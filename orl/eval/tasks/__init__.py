@@ -57,10 +57,13 @@ V7 = (
     Sized("constr7", Constr(min_word=3, max_word=8), Constr(min_word=9, max_word=12), (3, 8), (9, 12), "letters"),
     Sized("long7", Long(4, 20), Long(21, 28), (4, 20), (21, 28), "digits"),
 )
-# Index-hinted long7 and prog7 (tasks/hinted.py): the same ranges and beyond splits, another format.
+# Index-hinted long7 and prog7 (tasks/hinted.py): the same ranges and beyond splits, another format;
+# the `p` versions end the prompt with the answer's first marker.
 V7X = (
     Sized("long7x", LongHints(4, 20), LongHints(21, 28), (4, 20), (21, 28), "digits"),
     Sized("prog7x", ProgFresh(2, 7), ProgFresh(8, 10), (2, 7), (8, 10), "assignments"),
+    Sized("long7xp", LongHints(4, 20, True), LongHints(21, 28, True), (4, 20), (21, 28), "digits"),
+    Sized("prog7xp", ProgFresh(2, 7, True), ProgFresh(8, 10, True), (2, 7), (8, 10), "assignments"),
 )
 TASKS: dict[str, Task] = {t.name: t for t in (Add(), Sort(), Prog(), Constr(), Long(), Split(), KeySort(), *V7, *V7X,
                                               *HELPERS)}

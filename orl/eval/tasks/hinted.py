@@ -13,6 +13,13 @@ result on the hinted format, and is reported next to, never in place of, the v7 
                                                            start, so every marker and successor is trained
     prog7x  echo d=3;e=d+4;f=e-2:     -> d=3,e=7,f=5       prog7's chain, each statement assigning the next
                                                            letter of a random run of a-z (SSA form)
+
+`long7xp` and `prog7xp` ("prefilled") end the prompt with the answer's first marker (`cumsum:a3b1c4=a` ->
+`3b4c8`, `echo d=3;e=d+4;f=e-2:d` -> `=3,e=7,f=5`). Why: a model trained on prog7x (session-19 pilot,
+docs/TRAINING.md) follows the markers by content - its beyond-range answers end at the right statement -
+but finds the first one by its distance from the answer, a distance that beyond-range prompts exceed, and
+starts several statements late. With the first marker as the prompt's last character every step of the
+answer is a content lookup.
 """
 from __future__ import annotations
 
@@ -40,23 +47,24 @@ class LongHints(Task):
     description = "cumsum:a3b1c4= ; answer a3b4c8: each marker with its running sum"
     why_parallel_is_hard = "each sum depends on all earlier output; its width sets where the next marker sits"
 
-    def __init__(self, lo: int, hi: int):
+    def __init__(self, lo: int, hi: int, prefill: bool = False):
         if not 1 <= lo <= hi <= len(MARKERS):
             raise ValueError(f"long_hints: need 1 <= lo <= hi <= {len(MARKERS)} markers, got {lo}, {hi}")
-        self.lo, self.hi = lo, hi
+        self.lo, self.hi, self.prefill = lo, hi, prefill
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
         n, marks = _run(rng, MARKERS, self.lo, self.hi)
-        prompt = "cumsum:" + "".join(f"{m}{rng.randint(1, 9)}" for m in marks) + "="
+        prompt = "cumsum:" + "".join(f"{m}{rng.randint(1, 9)}" for m in marks) + "=" + marks[0] * self.prefill
         return prompt, self.answer(prompt)
 
     def answer(self, prompt: str) -> str:
-        m = _LONG.fullmatch(prompt)
-        if m is None:
+        body = prompt[:-1] if self.prefill else prompt
+        m = _LONG.fullmatch(body)
+        if m is None or (self.prefill and prompt[-1] != m[1][0]):
             raise ValueError(f"not a long_hints prompt: {prompt!r}")
         pairs = _PAIR.findall(m[1])
         sums = itertools.accumulate(int(d) for _, d in pairs)
-        return "".join(f"{mark}{s}" for (mark, _), s in zip(pairs, sums))
+        return "".join(f"{mark}{s}" for (mark, _), s in zip(pairs, sums))[self.prefill:]
 
     def check(self, prompt: str, output: str) -> bool:
         return output == self.answer(prompt)
@@ -67,10 +75,10 @@ class ProgFresh(Task):
     description = "echo d=3;e=d+4;f=e-2: ; every statement assigns a fresh variable (answer d=3,e=7,f=5)"
     why_parallel_is_hard = Prog.why_parallel_is_hard
 
-    def __init__(self, lo: int, hi: int):
+    def __init__(self, lo: int, hi: int, prefill: bool = False):
         if not 1 <= lo <= hi <= 26:
             raise ValueError(f"prog_fresh: need 1 <= lo <= hi <= 26 variables, got {lo}, {hi}")
-        self.lo, self.hi = lo, hi
+        self.lo, self.hi, self.prefill = lo, hi, prefill
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
         n, names = _run(rng, string.ascii_lowercase, self.lo, self.hi)
@@ -79,8 +87,15 @@ class ProgFresh(Task):
         while (program := Prog(n, n, variables="a")._program(rng)) is None:
             pass
         statements = [names[i] + s[1:].replace("a", names[i - 1]) for i, s in enumerate(program[0])]
-        prompt = f"echo {';'.join(statements)}:"
-        return prompt, program_output(prompt)
+        prompt = f"echo {';'.join(statements)}:" + names[0] * self.prefill
+        return prompt, self.answer(prompt)
+
+    def answer(self, prompt: str) -> str:
+        if not self.prefill:
+            return program_output(prompt)
+        if len(prompt) < 7 or prompt[-1] != prompt[5]:
+            raise ValueError(f"not a prog_fresh prompt (prefilled): {prompt!r}")
+        return program_output(prompt[:-1])[1:]
 
     def check(self, prompt: str, output: str) -> bool:
-        return output == program_output(prompt)
+        return output == self.answer(prompt)

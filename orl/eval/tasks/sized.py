@@ -19,7 +19,7 @@ _SIZE = {
     "prog": lambda p: p.count("="),
     "constr": lambda p: int(p.split()[0]) if p[0].isdigit() else len(p.split()[1].rstrip(",")),
     "split": lambda p: len(p.split("=", 1)[1]),
-    "long_hints": lambda p: (len(p) - len("cumsum:=")) // 2,
+    "long_hints": lambda p: len(re.fullmatch(r"cumsum:([^=]*)=.?", p)[1]) // 2,  # marker-digit pairs
     "prog_fresh": lambda p: p.count("="),
 }
 
