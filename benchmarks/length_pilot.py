@@ -15,21 +15,23 @@ answer ends where the prompt's markers end. long7 -> "cumsum:a3b1c4=" -> "a3b4c8
 window of a-zA-Z at a random start (every marker and successor pair is trained); prog7 -> fresh variables,
 each statement assigns the next letter of a random window of a-z ("echo d=3;e=d+4;f=e-2:" -> "d=3,e=7,f=5",
 SSA form): the tasks long7x and prog7x. hintsp: the same with the answer's first marker as the prompt's last
-character (long7xp, prog7xp)."""
+character (long7xp, prog7xp). hintsph: prog7xp next to its helper prog7xph (the same format with literal
+statements at 2-14 assignments), as in assoc."""
 import sys, time
 from dataclasses import replace
 import torch
 import orl.train.pretrain as P
 from orl.train.pretrain import PretrainConfig, pretrain
 from orl.presets.pretrain import tiny_model7
-from orl.eval.tasks import HELPERS, get_task
+from orl.eval.tasks import HELPERS, HINT_HELPERS, get_task
 from orl.engine.ar import ARConfig, ARDecoder
 from orl.tokenizer import CharTokenizer
 
 variant, family, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
-if variant in ("hints", "hintsp"):  # the library's hinted families (orl/eval/tasks/hinted.py) in place of the family
-    family += "xp" if variant == "hintsp" else "x"
-AUX = {h.family: h.name for h in HELPERS}  # the helper the assoc variant trains beside each family
+if variant in ("hints", "hintsp", "hintsph"):  # the library's hinted families (orl/eval/tasks/hinted.py)
+    family += "x" if variant == "hints" else "xp"
+AUX = {h.family: h.name for h in HELPERS + HINT_HELPERS}  # the helper the assoc variants train beside each family
+assoc = variant in ("assoc", "hintsph")
 torch.set_num_threads(1)
 model = replace(tiny_model7(), learned_pos=False, rotary_fraction={"half": 0.5, "min": 2 / 32}.get(variant, 1.0))
 if variant == "rstride":
@@ -39,7 +41,7 @@ if variant == "rstride":
         steps_[:, 0] = 0
         b.pos = torch.cumsum(steps_, dim=1)  # rows start at 0; pads get positions too (masked anyway)
     P.shift_positions = strided
-tasks, mix = ((family, AUX[family]), (16, 16)) if variant == "assoc" else ((family,), ())
+tasks, mix = ((family, AUX[family]), (16, 16)) if assoc else ((family,), ())
 cfg = PretrainConfig(model=model, tasks=tasks, mix=mix, batch_size=32, ar_steps=steps, diffusion_steps=0, lr=3e-3,
                      warmup=50, eval_every=10**6, eval_samples=5, save_every=10**6, bf16=False, threads=1,
                      pos_offset=1.0 if variant == "rstride" else 0.0)
@@ -48,7 +50,7 @@ t0 = time.time()
 m = pretrain(cfg, out, log=lambda *a: None)  # a finished run in `out` is loaded, not retrained
 print("train s", round(time.time() - t0), flush=True)
 tok = CharTokenizer(); dec = ARDecoder(m, tok)
-for name, split in [(family, "heldout"), (family, "beyond")] + ([(AUX[family], "heldout")] if variant == "assoc" else []):
+for name, split in [(family, "heldout"), (family, "beyond")] + ([(AUX[family], "heldout")] if assoc else []):
     task = get_task(name)
     ss = [task.sample(split, i) for i in range(80 if name == family else 160)]
     gens = dec.generate([s.prompt for s in ss], ARConfig(max_new_tokens=112))

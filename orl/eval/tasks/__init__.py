@@ -37,7 +37,7 @@ from .base import BEYOND, SPLITS, Sample, Task
 from .constraints import Constr
 from .fewshot import SHOT_NAME, FewShot
 from .helpers import HELPER_NAMES, HELPERS
-from .hinted import LongHints, ProgFresh
+from .hinted import LongHints, ProgFresh, ProgFreshCalc
 from .keysort import KeySort
 from .long import Long
 from .programs import Prog, run_program
@@ -45,7 +45,7 @@ from .sorting import Sort
 from .sized import Sized
 from .split import Split
 
-__all__ = ["BEYOND", "HELPER_NAMES", "HELPERS", "SPLITS", "SUITE", "SUITE_V5", "SUITE_V7", "TASKS", "Sample", "Task", "get_task", "make_samples", "run_program",
+__all__ = ["BEYOND", "HELPER_NAMES", "HELPERS", "HINT_HELPERS", "SPLITS", "SUITE", "SUITE_V5", "SUITE_V7", "TASKS", "Sample", "Task", "get_task", "make_samples", "run_program",
            "task_names"]
 
 KEYSORT7_LETTERS = "abcdefghijkl"  # 12 letters, so that `beyond` can have up to 12 records
@@ -65,8 +65,11 @@ V7X = (
     Sized("long7xp", LongHints(4, 20, True), LongHints(21, 28, True), (4, 20), (21, 28), "digits"),
     Sized("prog7xp", ProgFresh(2, 7, True), ProgFresh(8, 10, True), (2, 7), (8, 10), "assignments"),
 )
+HINT_HELPERS = (ProgFreshCalc(2, 14),)  # registered as prog7xph: training only, like HELPERS
 TASKS: dict[str, Task] = {t.name: t for t in (Add(), Sort(), Prog(), Constr(), Long(), Split(), KeySort(), *V7, *V7X,
                                               *HELPERS)}
+TASKS.update({h.name: h for h in HINT_HELPERS})
+HELPER_NAMES = HELPER_NAMES | {h.name for h in HINT_HELPERS}
 SUITE = ("split", "keysort", "prog", "constr", "long")
 SUITE_V5 = ("add", "sort", "prog", "constr", "long")
 SUITE_V7 = tuple(t.name for t in V7)

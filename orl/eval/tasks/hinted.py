@@ -34,6 +34,8 @@ from .programs import Prog, program_output
 MARKERS = string.ascii_lowercase + string.ascii_uppercase
 _LONG = re.compile(r"cumsum:((?:[a-zA-Z][1-9])+)=")
 _PAIR = re.compile(r"([a-zA-Z])([1-9])")
+_LITERAL = r"[a-z]=[0-9](?:[+-][0-9])?"
+_CALC = re.compile(rf"echo (?:{_LITERAL};)*{_LITERAL}:[a-z]")
 
 
 def _run(rng: random.Random, alphabet: str, lo: int, hi: int) -> tuple[int, str]:
@@ -99,3 +101,39 @@ class ProgFresh(Task):
 
     def check(self, prompt: str, output: str) -> bool:
         return output == self.answer(prompt)
+
+
+class ProgFreshCalc(Task):
+    """prog7xp's helper (training only): the same format - fresh variables, the first one closing the prompt -
+    with literal statements (a digit, d+d or d-d, never negative) that read no variable, drawn at sizes past
+    prog7xp's range. Why: a prog7xp model starts right but stops after about as many statements as it was
+    trained on (session-19 pilot); this teaches the format's end at longer sizes without the chain."""
+    name = "prog7xph"
+    description = "echo d=3;e=4+1;f=9-2:d ; answer =3,e=5,f=7 (helper, training only)"
+    why_parallel_is_hard = "where statement k's value is written depends on the widths of the earlier ones"
+    family = "prog7xp"
+
+    def __init__(self, lo: int, hi: int):
+        if not 1 <= lo <= hi <= 26:
+            raise ValueError(f"prog7xph: need 1 <= lo <= hi <= 26 variables, got {lo}, {hi}")
+        self.lo, self.hi = lo, hi
+
+    def generate(self, rng: random.Random) -> tuple[str, str]:
+        n, names = _run(rng, string.ascii_lowercase, self.lo, self.hi)
+        statements = []
+        for name in names:
+            x, y = rng.randint(0, 9), rng.randint(0, 9)
+            statements.append(f"{name}={rng.choice((str(x), f'{x}+{y}', f'{max(x, y)}-{min(x, y)}'))}")
+        prompt = f"echo {';'.join(statements)}:{names[0]}"
+        return prompt, self.answer(prompt)
+
+    def answer(self, prompt: str) -> str:
+        if not _CALC.fullmatch(prompt) or prompt[-1] != prompt[5]:
+            raise ValueError(f"not a prog7xph prompt: {prompt!r}")
+        return program_output(prompt[:-1])[1:]
+
+    def check(self, prompt: str, output: str) -> bool:
+        return output == self.answer(prompt)
+
+    def size(self, prompt: str) -> int:
+        return prompt.count("=")
