@@ -16,6 +16,7 @@ from orl.tokenizer import CharTokenizer
     ("long7xp", "cumsum:a3b1c4=a", "3b4c8", 3),   # prefilled: the prompt ends with the first marker
     ("prog7xp", "echo d=3;e=d+4;f=e-2:d", "=3,e=7,f=5", 3),
     ("prog7xph", "echo d=3;e=4+1;f=9-2:d", "=3,e=5,f=7", 3),
+    ("long7xph", "double:a3b1c9=a", "6b2c18", 3),
 ])
 def test_hand_computed(name, prompt, answer, size):
     task = get_task(name)
@@ -27,7 +28,7 @@ def test_hand_computed(name, prompt, answer, size):
 @pytest.mark.parametrize("name,prompt,match", [
     ("long7x", "cumsum:314=", "not a long_hints prompt"), ("long7xp", "cumsum:a3b1=b", "not a long_hints prompt"),
     ("long7xp", "cumsum:a3b1=", "not a long_hints prompt"), ("prog7xp", "echo d=3;e=d+4:e", "not a prog_fresh prompt"),
-    ("prog7xph", "echo d=3;e=d+4:d", "not a prog7xph prompt")])
+    ("prog7xph", "echo d=3;e=d+4:d", "not a prog7xph prompt"), ("long7xph", "double:a3b1=b", "not a long7xph prompt")])
 def test_malformed_prompts_are_named(name, prompt, match):
     with pytest.raises(ValueError, match=match):
         get_task(name).verify(prompt, "3")
@@ -71,14 +72,20 @@ def test_hinted_splits_are_disjoint_from_each_other():
     assert not train & {task.sample("heldout", i).prompt for i in range(100)}
 
 
-def test_prog7xph_is_a_training_only_helper_past_the_range():
+@pytest.mark.parametrize("name,family,sizes", [("prog7xph", "prog7xp", range(2, 15)), ("long7xph", "long7xp", range(4, 33))])
+def test_hint_helpers_are_training_only_past_the_range(name, family, sizes):
     from orl.eval.tasks import HELPER_NAMES
     from orl.train.rollout import trained_tasks
 
+    task, tok = get_task(name), CharTokenizer()
+    drawn = [task.sample("train", i) for i in range(600)]
+    assert {task.size(s.prompt) for s in drawn} == set(sizes)  # covers the family's range and its beyond split
+    assert all(len(tok.encode(s.prompt + s.answer)) + 1 <= 192 for s in drawn)  # a training row fits the context
+    assert name in HELPER_NAMES and trained_tasks({"recipe": {"config": {"tasks": [family, name]}}}) == (family,)
+
+
+def test_prog7xph_reads_no_variable():
     task = get_task("prog7xph")
-    sizes = {task.size(task.sample("train", i).prompt) for i in range(300)}
-    assert sizes == set(range(2, 15))  # covers prog7xp's range and its beyond split (8-10)
-    assert "prog7xph" in HELPER_NAMES and trained_tasks({"recipe": {"config": {"tasks": ["prog7xp", "prog7xph"]}}}) == ("prog7xp",)
     for i in range(100):  # literal statements only: no statement reads a variable
         s = task.sample("train", i)
         assert not re.search(r"=[^;:]*[a-z]", s.prompt[len("echo "):-2])

@@ -37,7 +37,7 @@ from .base import BEYOND, SPLITS, Sample, Task
 from .constraints import Constr
 from .fewshot import SHOT_NAME, FewShot
 from .helpers import HELPER_NAMES, HELPERS
-from .hinted import LongHints, ProgFresh, ProgFreshCalc
+from .hinted import LongHints, LongHintsDouble, ProgFresh, ProgFreshCalc
 from .keysort import KeySort
 from .long import Long
 from .programs import Prog, run_program
@@ -65,7 +65,7 @@ V7X = (
     Sized("long7xp", LongHints(4, 20, True), LongHints(21, 28, True), (4, 20), (21, 28), "digits"),
     Sized("prog7xp", ProgFresh(2, 7, True), ProgFresh(8, 10, True), (2, 7), (8, 10), "assignments"),
 )
-HINT_HELPERS = (ProgFreshCalc(2, 14),)  # registered as prog7xph: training only, like HELPERS
+HINT_HELPERS = (ProgFreshCalc(2, 14), LongHintsDouble(4, 32))  # prog7xph, long7xph: training only, like HELPERS
 TASKS: dict[str, Task] = {t.name: t for t in (Add(), Sort(), Prog(), Constr(), Long(), Split(), KeySort(), *V7, *V7X,
                                               *HELPERS)}
 TASKS.update({h.name: h for h in HINT_HELPERS})

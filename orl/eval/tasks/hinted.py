@@ -35,6 +35,7 @@ MARKERS = string.ascii_lowercase + string.ascii_uppercase
 _LONG = re.compile(r"cumsum:((?:[a-zA-Z][1-9])+)=")
 _PAIR = re.compile(r"([a-zA-Z])([1-9])")
 _LITERAL = r"[a-z]=[0-9](?:[+-][0-9])?"
+_DOUBLE = re.compile(r"double:((?:[a-zA-Z][1-9])+)=[a-zA-Z]")
 _CALC = re.compile(rf"echo (?:{_LITERAL};)*{_LITERAL}:[a-z]")
 
 
@@ -137,3 +138,34 @@ class ProgFreshCalc(Task):
 
     def size(self, prompt: str) -> int:
         return prompt.count("=")
+
+
+class LongHintsDouble(Task):
+    """long7xp's helper (training only): the same marker format, first marker closing the prompt, each digit
+    doubled instead of summed (no running total), drawn at sizes past long7xp's range."""
+    name = "long7xph"
+    description = "double:a3b1c4=a ; answer 6b2c8 (helper, training only)"
+    why_parallel_is_hard = "where element k starts depends on the widths of the elements before it"
+    family = "long7xp"
+
+    def __init__(self, lo: int, hi: int):
+        if not 1 <= lo <= hi <= len(MARKERS):
+            raise ValueError(f"long7xph: need 1 <= lo <= hi <= {len(MARKERS)} markers, got {lo}, {hi}")
+        self.lo, self.hi = lo, hi
+
+    def generate(self, rng: random.Random) -> tuple[str, str]:
+        n, marks = _run(rng, MARKERS, self.lo, self.hi)
+        prompt = "double:" + "".join(f"{m}{rng.randint(1, 9)}" for m in marks) + "=" + marks[0]
+        return prompt, self.answer(prompt)
+
+    def answer(self, prompt: str) -> str:
+        m = _DOUBLE.fullmatch(prompt)
+        if m is None or prompt[-1] != m[1][0]:
+            raise ValueError(f"not a long7xph prompt: {prompt!r}")
+        return "".join(f"{mark}{2 * int(d)}" for mark, d in _PAIR.findall(m[1]))[1:]
+
+    def check(self, prompt: str, output: str) -> bool:
+        return output == self.answer(prompt)
+
+    def size(self, prompt: str) -> int:
+        return len(_PAIR.findall(prompt))
