@@ -17,7 +17,7 @@ each statement assigns the next letter of a random window of a-z ("echo d=3;e=d+
 SSA form): the tasks long7x and prog7x. hintsp: the same with the answer's first marker as the prompt's last
 character (long7xp, prog7xp). hintsph: prog7xp next to its helper prog7xph (the same format with literal
 statements at 2-14 assignments), as in assoc."""
-import sys, time
+import re, sys, time
 from dataclasses import replace
 import torch
 import orl.train.pretrain as P
@@ -45,17 +45,38 @@ tasks, mix = ((family, AUX[family]), (16, 16)) if assoc else ((family,), ())
 cfg = PretrainConfig(model=model, tasks=tasks, mix=mix, batch_size=32, ar_steps=steps, diffusion_steps=0, lr=3e-3,
                      warmup=50, eval_every=10**6, eval_samples=5, save_every=10**6, bf16=False, threads=1,
                      pos_offset=1.0 if variant == "rstride" else 0.0)
-out = f"runs/pilot2/{family}-{variant}"
+out = f"runs/pilot2/{family}-{variant}" + (f"-{steps}" if steps != 1500 else "")
 t0 = time.time()
 m = pretrain(cfg, out, log=lambda *a: None)  # a finished run in `out` is loaded, not retrained
 print("train s", round(time.time() - t0), flush=True)
 tok = CharTokenizer(); dec = ARDecoder(m, tok)
+
+
+def items(name, prompt, text):
+    """(key, value) per answer element: the marker or variable and its value (long7: the index and the sum),
+    the first marker taken from the prompt where it closes it (the `xp` families and their helpers)."""
+    text = prompt[-1] + text if name.endswith(("xp", "xph")) else text
+    if name.startswith("long") and "x" in name:
+        return re.findall(r"([a-zA-Z])(\d+)", text)
+    if name.startswith("prog"):
+        return re.findall(r"([a-z])=(-?\d+)", text)
+    return list(enumerate(text.split(",")))
+
+
 for name, split in [(family, "heldout"), (family, "beyond")] + ([(AUX[family], "heldout")] if assoc else []):
     task = get_task(name)
     ss = [task.sample(split, i) for i in range(80 if name == family else 160)]
-    gens = dec.generate([s.prompt for s in ss], ARConfig(max_new_tokens=112))
+    budget = min(112, m.args.max_seq_len - max(len(tok.encode(s.prompt)) for s in ss))  # helpers' prompts are longer
+    gens = dec.generate([s.prompt for s in ss], ARConfig(max_new_tokens=budget))
     ok = [task.verify(s.prompt, g.text) for s, g in zip(ss, gens)]
     by = {}
     for s, o in zip(ss, ok):
         by.setdefault(task.size(s.prompt), []).append(o)
     print(variant, name, split, "acc", round(sum(ok) / len(ok), 3), {k: f"{sum(v)}/{len(v)}" for k, v in sorted(by.items())}, flush=True)
+    # shape: the answer's sequence of keys (markers, variables; long7: the count of sums) is the reference's, so
+    # alignment and length are right whatever the values; then the share of right values in those answers
+    shaped = [(items(name, s.prompt, s.answer), items(name, s.prompt, g.text)) for s, g in zip(ss, gens)]
+    shaped = [(r, o) for r, o in shaped if [k for k, _ in r] == [k for k, _ in o]]
+    right = sum(a == b for r, o in shaped for a, b in zip(r, o))
+    print(variant, name, split, "shape", f"{len(shaped)}/{len(ss)}", "values right in those",
+          f"{right}/{sum(len(r) for r, _ in shaped)}", flush=True)
