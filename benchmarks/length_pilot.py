@@ -15,8 +15,10 @@ answer ends where the prompt's markers end. long7 -> "cumsum:a3b1c4=" -> "a3b4c8
 window of a-zA-Z at a random start (every marker and successor pair is trained); prog7 -> fresh variables,
 each statement assigns the next letter of a random window of a-z ("echo d=3;e=d+4;f=e-2:" -> "d=3,e=7,f=5",
 SSA form): the tasks long7x and prog7x. hintsp: the same with the answer's first marker as the prompt's last
-character (long7xp, prog7xp). hintsph: prog7xp next to its helper prog7xph (the same format with literal
-statements at 2-14 assignments), as in assoc."""
+character (long7xp, prog7xp). hintsph: the xp family next to its helper (prog7xph, long7xph in
+orl/eval/tasks/helpers.py), as in assoc.
+For long and prog families the pilot also prints the shape: answers whose skeleton (numbers replaced by '#') is
+the reference's, i.e. keys, separators and length right whatever the values, and the values right in those."""
 import re, sys, time
 from dataclasses import replace
 import torch
@@ -52,15 +54,14 @@ print("train s", round(time.time() - t0), flush=True)
 tok = CharTokenizer(); dec = ARDecoder(m, tok)
 
 
-def items(name, prompt, text):
-    """(key, value) per answer element: the marker or variable and its value (long7: the index and the sum),
-    the first marker taken from the prompt where it closes it (the `xp` families and their helpers)."""
-    text = prompt[-1] + text if name.endswith(("xp", "xph")) else text
-    if name.startswith("long") and "x" in name:
-        return re.findall(r"([a-zA-Z])(\d+)", text)
-    if name.startswith("prog"):
-        return re.findall(r"([a-z])=(-?\d+)", text)
-    return list(enumerate(text.split(",")))
+def skeleton(name, prompt, text):
+    """The answer with every number replaced by '#' (the first marker taken from the prompt where it closes it):
+    equal skeletons mean the same keys, separators and count of elements, whatever the values."""
+    return re.sub(r"-?[0-9]+", "#", (prompt[-1] + text) if name.endswith(("xp", "xph")) else text)
+
+
+def values(text):
+    return re.findall(r"-?[0-9]+", text)
 
 
 for name, split in [(family, "heldout"), (family, "beyond")] + ([(AUX[family], "heldout")] if assoc else []):
@@ -73,10 +74,11 @@ for name, split in [(family, "heldout"), (family, "beyond")] + ([(AUX[family], "
     for s, o in zip(ss, ok):
         by.setdefault(task.size(s.prompt), []).append(o)
     print(variant, name, split, "acc", round(sum(ok) / len(ok), 3), {k: f"{sum(v)}/{len(v)}" for k, v in sorted(by.items())}, flush=True)
-    # shape: the answer's sequence of keys (markers, variables; long7: the count of sums) is the reference's, so
+    # shape (long and prog families, whose elements are numbers): the answer's skeleton is the reference's, so
     # alignment and length are right whatever the values; then the share of right values in those answers
-    shaped = [(items(name, s.prompt, s.answer), items(name, s.prompt, g.text)) for s, g in zip(ss, gens)]
-    shaped = [(r, o) for r, o in shaped if [k for k, _ in r] == [k for k, _ in o]]
-    right = sum(a == b for r, o in shaped for a, b in zip(r, o))
-    print(variant, name, split, "shape", f"{len(shaped)}/{len(ss)}", "values right in those",
-          f"{right}/{sum(len(r) for r, _ in shaped)}", flush=True)
+    if name.startswith(("long", "prog")):
+        shaped = [(s.answer, g.text) for s, g in zip(ss, gens)
+                  if skeleton(name, s.prompt, s.answer) == skeleton(name, s.prompt, g.text)]
+        right = sum(a == b for r, o in shaped for a, b in zip(values(r), values(o)))
+        print(variant, name, split, "shape", f"{len(shaped)}/{len(ss)}", "values right in those",
+              f"{right}/{sum(len(values(r)) for r, _ in shaped)}", flush=True)

@@ -28,7 +28,11 @@ def test_hand_computed(name, prompt, answer, size):
 @pytest.mark.parametrize("name,prompt,match", [
     ("long7x", "cumsum:314=", "not a long_hints prompt"), ("long7xp", "cumsum:a3b1=b", "not a long_hints prompt"),
     ("long7xp", "cumsum:a3b1=", "not a long_hints prompt"), ("prog7xp", "echo d=3;e=d+4:e", "not a prog_fresh prompt"),
-    ("prog7xph", "echo d=3;e=d+4:d", "not a prog7xph prompt"), ("long7xph", "double:a3b1=b", "not a long7xph prompt")])
+    ("prog7xph", "echo d=3;e=d+4:d", "not a prog7xph prompt"), ("long7xph", "double:a3b1=b", "not a long7xph prompt"),
+    # prog7x is strict: fresh consecutive variables, each statement reading the previous one, echo form only
+    ("prog7x", "echo a=3;a=a+1:", "not a prog_fresh prompt"), ("prog7x", "a=3;b=a+1;b?", "not a prog_fresh prompt"),
+    ("prog7x", "echo a=3;b=a*2:", "not a prog_fresh prompt"), ("prog7x", "echo a=3;c=a+1:", "not a prog_fresh prompt"),
+    ("prog7x", "echo a=3;b=4+1:", "not a prog_fresh prompt")])
 def test_malformed_prompts_are_named(name, prompt, match):
     with pytest.raises(ValueError, match=match):
         get_task(name).verify(prompt, "3")
@@ -64,6 +68,12 @@ def test_prog7x_fresh_chain(name, split, lo, hi):
         for prev, st in zip(targets, statements[1:]):
             assert set(re.findall(r"[a-z]", st[2:])) == {prev}                 # reads the previous variable
         assert all(0 <= int(v.split("=")[1]) <= 99 for v in s.answer.split(","))
+
+
+@pytest.mark.parametrize("name", ["long7x", "long7xp", "prog7xph", "long7xph"])
+def test_size_of_a_foreign_prompt_is_an_error(name):
+    with pytest.raises(ValueError, match="not a"):
+        get_task(name).size("hello")
 
 
 def test_hinted_splits_are_disjoint_from_each_other():

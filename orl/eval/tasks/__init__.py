@@ -27,6 +27,10 @@ The longest answers (long7 at 28 digits: up to 99 characters + EOS, 7 blocks of 
 
 `HELPERS` (long7h, split7h, keysort7h, prog7h, constr7h; tasks/helpers.py) are one training-only helper
 per v7 family, drawn at sizes past that family's range, for length generalisation by association.
+
+`V7X` (long7x, prog7x, long7xp, prog7xp; tasks/hinted.py) are long7 and prog7 with index hints: a unique
+marker per item that the answer repeats (the `xp` ones with the answer's first marker closing the prompt),
+the v7 ranges and beyond splits; `HINT_HELPERS` (long7xph, prog7xph) are the `xp` families' helpers.
 """
 from __future__ import annotations
 
@@ -36,8 +40,8 @@ from .arithmetic import Add
 from .base import BEYOND, SPLITS, Sample, Task
 from .constraints import Constr
 from .fewshot import SHOT_NAME, FewShot
-from .helpers import HELPER_NAMES, HELPERS
-from .hinted import LongHints, LongHintsDouble, ProgFresh, ProgFreshCalc
+from .helpers import HELPER_NAMES, HELPERS, HINT_HELPERS
+from .hinted import LongHints, ProgFresh
 from .keysort import KeySort
 from .long import Long
 from .programs import Prog, run_program
@@ -65,11 +69,8 @@ V7X = (
     Sized("long7xp", LongHints(4, 20, True), LongHints(21, 28, True), (4, 20), (21, 28), "digits"),
     Sized("prog7xp", ProgFresh(2, 7, True), ProgFresh(8, 10, True), (2, 7), (8, 10), "assignments"),
 )
-HINT_HELPERS = (ProgFreshCalc(2, 14), LongHintsDouble(4, 32))  # prog7xph, long7xph: training only, like HELPERS
 TASKS: dict[str, Task] = {t.name: t for t in (Add(), Sort(), Prog(), Constr(), Long(), Split(), KeySort(), *V7, *V7X,
-                                              *HELPERS)}
-TASKS.update({h.name: h for h in HINT_HELPERS})
-HELPER_NAMES = HELPER_NAMES | {h.name for h in HINT_HELPERS}
+                                              *HELPERS, *HINT_HELPERS)}
 SUITE = ("split", "keysort", "prog", "constr", "long")
 SUITE_V5 = ("add", "sort", "prog", "constr", "long")
 SUITE_V7 = tuple(t.name for t in V7)

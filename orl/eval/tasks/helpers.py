@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import random
 import re
+import string
 
 from .base import Task
 
@@ -135,8 +136,7 @@ class Calc(Helper):
         out = []
         for s in self.parse(prompt)[1].split(";"):
             var, expr = s.split("=")
-            sign = {"+": 1, "-": -1}.get(expr[1:2], 0)
-            out.append(f"{var}={int(expr[0]) + sign * int(expr[2:] or 0)}")
+            out.append(f"{var}={eval_literal(expr)}")
         return ",".join(out)
 
     def size(self, prompt: str) -> int:
@@ -163,5 +163,68 @@ class Cycle(Helper):
         return int(self.parse(prompt)[1])
 
 
-HELPERS = (Double(4, 32), Dup(2, 9), Pick(3, 12), Calc(2, 12), Cycle(3, 14))
-HELPER_NAMES = frozenset(h.name for h in HELPERS)
+_LITERAL = r"[a-z]=[0-9](?:[+-][0-9])?"
+
+
+class FreshCalc(Helper):
+    """prog7xp's helper (tasks/hinted.py): prog7xp's format - fresh consecutive variables, the first closing
+    the prompt - with literal statements that read no variable. A prog7xp model starts right but stops after
+    about as many statements as it was trained on (session-19 pilot); this trains the format's end at longer
+    sizes without the chain."""
+    name, family = "prog7xph", "prog7xp"
+    pattern = re.compile(rf"echo ((?:{_LITERAL};)*{_LITERAL}):([a-z])")
+    description = "echo d=3;e=4+1;f=9-2:d ; answer =3,e=5,f=7 (helper, training only)"
+
+    def generate(self, rng: random.Random) -> tuple[str, str]:
+        start = rng.randint(0, 26 - (n := rng.randint(self.lo, self.hi)))
+        statements = []
+        for name in "abcdefghijklmnopqrstuvwxyz"[start:start + n]:
+            x, y = rng.randint(0, 9), rng.randint(0, 9)
+            statements.append(f"{name}={rng.choice((str(x), f'{x}+{y}', f'{max(x, y)}-{min(x, y)}'))}")
+        prompt = f"echo {';'.join(statements)}:{statements[0][0]}"
+        return prompt, self.answer(prompt)
+
+    def answer(self, prompt: str) -> str:
+        m = self.parse(prompt)
+        targets = [st[0] for st in m[1].split(";")]
+        if m[2] != targets[0] or any(ord(b) != ord(a) + 1 for a, b in zip(targets, targets[1:])):
+            raise ValueError(f"not a {self.name} prompt (consecutive variables, the first closing it): {prompt!r}")
+        return ",".join(f"{t}={eval_literal(st[2:])}" for t, st in zip(targets, m[1].split(";")))[1:]
+
+    def size(self, prompt: str) -> int:
+        return self.parse(prompt)[1].count("=")
+
+
+def eval_literal(expr: str) -> int:
+    """d, d+d or d-d (the helpers' literal statements)."""
+    sign = {"+": 1, "-": -1}.get(expr[1:2], 0)
+    return int(expr[0]) + sign * int(expr[2:] or 0)
+
+
+class MarkedDouble(Helper):
+    """long7xp's helper (tasks/hinted.py): long7xp's marker format, the first marker closing the prompt, each
+    digit doubled instead of summed (no running total)."""
+    name, family = "long7xph", "long7xp"
+    pattern = re.compile(r"double:((?:[a-zA-Z][1-9])+)=([a-zA-Z])")
+    description = "double:a3b1c4=a ; answer 6b2c8 (helper, training only)"
+
+    def generate(self, rng: random.Random) -> tuple[str, str]:
+        markers = string.ascii_lowercase + string.ascii_uppercase
+        start = rng.randint(0, len(markers) - (n := rng.randint(self.lo, self.hi)))
+        marks = markers[start:start + n]
+        prompt = "double:" + "".join(f"{c}{rng.randint(1, 9)}" for c in marks) + "=" + marks[0]
+        return prompt, self.answer(prompt)
+
+    def answer(self, prompt: str) -> str:
+        m = self.parse(prompt)
+        if m[2] != m[1][0]:
+            raise ValueError(f"not a {self.name} prompt (the first marker closes it): {prompt!r}")
+        return "".join(f"{c}{2 * int(d)}" for c, d in re.findall(r"(.)(.)", m[1]))[1:]
+
+    def size(self, prompt: str) -> int:
+        return len(self.parse(prompt)[1]) // 2
+
+
+HELPERS = (Double(4, 32), Dup(2, 9), Pick(3, 12), Calc(2, 12), Cycle(3, 14))  # tiny_base7h's helpers
+HINT_HELPERS = (FreshCalc(2, 14), MarkedDouble(4, 32))  # for the index-hinted families (tasks/hinted.py)
+HELPER_NAMES = frozenset(h.name for h in HELPERS + HINT_HELPERS)

@@ -34,9 +34,8 @@ from .programs import Prog, program_output
 MARKERS = string.ascii_lowercase + string.ascii_uppercase
 _LONG = re.compile(r"cumsum:((?:[a-zA-Z][1-9])+)=")
 _PAIR = re.compile(r"([a-zA-Z])([1-9])")
-_LITERAL = r"[a-z]=[0-9](?:[+-][0-9])?"
-_DOUBLE = re.compile(r"double:((?:[a-zA-Z][1-9])+)=[a-zA-Z]")
-_CALC = re.compile(rf"echo (?:{_LITERAL};)*{_LITERAL}:[a-z]")
+# prog_fresh: a literal first statement, then each one assigns the next letter from the previous variable
+_FRESH = re.compile(r"echo ([a-z]=[0-9](?:;[a-z]=(?:[a-z][+-][0-9]|[0-9][+-][a-z]))*):")
 
 
 def _run(rng: random.Random, alphabet: str, lo: int, hi: int) -> tuple[int, str]:
@@ -57,7 +56,7 @@ class LongHints(Task):
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
         n, marks = _run(rng, MARKERS, self.lo, self.hi)
-        prompt = "cumsum:" + "".join(f"{m}{rng.randint(1, 9)}" for m in marks) + "=" + marks[0] * self.prefill
+        prompt = "cumsum:" + "".join(f"{m}{rng.randint(1, 9)}" for m in marks) + "=" + (marks[0] if self.prefill else "")
         return prompt, self.answer(prompt)
 
     def answer(self, prompt: str) -> str:
@@ -67,7 +66,8 @@ class LongHints(Task):
             raise ValueError(f"not a long_hints prompt: {prompt!r}")
         pairs = _PAIR.findall(m[1])
         sums = itertools.accumulate(int(d) for _, d in pairs)
-        return "".join(f"{mark}{s}" for (mark, _), s in zip(pairs, sums))[self.prefill:]
+        answer = "".join(f"{mark}{s}" for (mark, _), s in zip(pairs, sums))
+        return answer[1:] if self.prefill else answer
 
     def check(self, prompt: str, output: str) -> bool:
         return output == self.answer(prompt)
@@ -86,86 +86,25 @@ class ProgFresh(Task):
     def generate(self, rng: random.Random) -> tuple[str, str]:
         n, names = _run(rng, string.ascii_lowercase, self.lo, self.hi)
         # prog7's chain (each statement reads the previous one's variable, values in 0..99), drawn with one
-        # variable and renamed, so the values follow exactly prog7's distribution
+        # variable and renamed, so that at each size the values follow prog7's distribution
         while (program := Prog(n, n, variables="a")._program(rng)) is None:
             pass
         statements = [names[i] + s[1:].replace("a", names[i - 1]) for i, s in enumerate(program[0])]
-        prompt = f"echo {';'.join(statements)}:" + names[0] * self.prefill
+        prompt = f"echo {';'.join(statements)}:" + (names[0] if self.prefill else "")
         return prompt, self.answer(prompt)
 
     def answer(self, prompt: str) -> str:
-        if not self.prefill:
-            return program_output(prompt)
-        if len(prompt) < 7 or prompt[-1] != prompt[5]:
-            raise ValueError(f"not a prog_fresh prompt (prefilled): {prompt!r}")
-        return program_output(prompt[:-1])[1:]
+        body = prompt[:-1] if self.prefill else prompt
+        m = _FRESH.fullmatch(body)
+        statements = m[1].split(";") if m else []
+        targets = [st[0] for st in statements]
+        fresh = all(ord(b) == ord(a) + 1 and set(re.findall("[a-z]", st[2:])) == {a}
+                    for a, b, st in zip(targets, targets[1:], statements[1:]))
+        if m is None or not fresh or (self.prefill and prompt[-1] != targets[0]):
+            raise ValueError(f"not a prog_fresh prompt (fresh consecutive variables, each read by the next "
+                             f"statement{', the first closing the prompt' if self.prefill else ''}): {prompt!r}")
+        output = program_output(body)
+        return output[1:] if self.prefill else output
 
     def check(self, prompt: str, output: str) -> bool:
         return output == self.answer(prompt)
-
-
-class ProgFreshCalc(Task):
-    """prog7xp's helper (training only): the same format - fresh variables, the first one closing the prompt -
-    with literal statements (a digit, d+d or d-d, never negative) that read no variable, drawn at sizes past
-    prog7xp's range. Why: a prog7xp model starts right but stops after about as many statements as it was
-    trained on (session-19 pilot); this teaches the format's end at longer sizes without the chain."""
-    name = "prog7xph"
-    description = "echo d=3;e=4+1;f=9-2:d ; answer =3,e=5,f=7 (helper, training only)"
-    why_parallel_is_hard = "where statement k's value is written depends on the widths of the earlier ones"
-    family = "prog7xp"
-
-    def __init__(self, lo: int, hi: int):
-        if not 1 <= lo <= hi <= 26:
-            raise ValueError(f"prog7xph: need 1 <= lo <= hi <= 26 variables, got {lo}, {hi}")
-        self.lo, self.hi = lo, hi
-
-    def generate(self, rng: random.Random) -> tuple[str, str]:
-        n, names = _run(rng, string.ascii_lowercase, self.lo, self.hi)
-        statements = []
-        for name in names:
-            x, y = rng.randint(0, 9), rng.randint(0, 9)
-            statements.append(f"{name}={rng.choice((str(x), f'{x}+{y}', f'{max(x, y)}-{min(x, y)}'))}")
-        prompt = f"echo {';'.join(statements)}:{names[0]}"
-        return prompt, self.answer(prompt)
-
-    def answer(self, prompt: str) -> str:
-        if not _CALC.fullmatch(prompt) or prompt[-1] != prompt[5]:
-            raise ValueError(f"not a prog7xph prompt: {prompt!r}")
-        return program_output(prompt[:-1])[1:]
-
-    def check(self, prompt: str, output: str) -> bool:
-        return output == self.answer(prompt)
-
-    def size(self, prompt: str) -> int:
-        return prompt.count("=")
-
-
-class LongHintsDouble(Task):
-    """long7xp's helper (training only): the same marker format, first marker closing the prompt, each digit
-    doubled instead of summed (no running total), drawn at sizes past long7xp's range."""
-    name = "long7xph"
-    description = "double:a3b1c4=a ; answer 6b2c8 (helper, training only)"
-    why_parallel_is_hard = "where element k starts depends on the widths of the elements before it"
-    family = "long7xp"
-
-    def __init__(self, lo: int, hi: int):
-        if not 1 <= lo <= hi <= len(MARKERS):
-            raise ValueError(f"long7xph: need 1 <= lo <= hi <= {len(MARKERS)} markers, got {lo}, {hi}")
-        self.lo, self.hi = lo, hi
-
-    def generate(self, rng: random.Random) -> tuple[str, str]:
-        n, marks = _run(rng, MARKERS, self.lo, self.hi)
-        prompt = "double:" + "".join(f"{m}{rng.randint(1, 9)}" for m in marks) + "=" + marks[0]
-        return prompt, self.answer(prompt)
-
-    def answer(self, prompt: str) -> str:
-        m = _DOUBLE.fullmatch(prompt)
-        if m is None or prompt[-1] != m[1][0]:
-            raise ValueError(f"not a long7xph prompt: {prompt!r}")
-        return "".join(f"{mark}{2 * int(d)}" for mark, d in _PAIR.findall(m[1]))[1:]
-
-    def check(self, prompt: str, output: str) -> bool:
-        return output == self.answer(prompt)
-
-    def size(self, prompt: str) -> int:
-        return len(_PAIR.findall(prompt))

@@ -12,6 +12,12 @@ import re
 
 from .base import Task
 
+def _match(pattern: str, prompt: str) -> re.Match:
+    if (m := re.fullmatch(pattern, prompt)) is None:
+        raise ValueError(f"not a prompt of this family: {prompt!r}")
+    return m
+
+
 # What "size" counts, read back from a prompt, per family (the unit names in the registry).
 _SIZE = {
     "long": lambda p: len(re.fullmatch(r"cumsum:([0-9]+)=", p)[1]),
@@ -19,7 +25,7 @@ _SIZE = {
     "prog": lambda p: p.count("="),
     "constr": lambda p: int(p.split()[0]) if p[0].isdigit() else len(p.split()[1].rstrip(",")),
     "split": lambda p: len(p.split("=", 1)[1]),
-    "long_hints": lambda p: len(re.fullmatch(r"cumsum:([^=]*)=.?", p)[1]) // 2,  # marker-digit pairs
+    "long_hints": lambda p: len(_match(r"cumsum:((?:[a-zA-Z][1-9])+)=[a-zA-Z]?", p)[1]) // 2,  # marker-digit pairs
     "prog_fresh": lambda p: p.count("="),
 }
 
