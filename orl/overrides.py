@@ -12,26 +12,28 @@ from pathlib import Path
 
 
 def apply_overrides(cfg, items: list[str]):
-    """--set KEY=VALUE items, in order."""
+    """--set KEY=VALUE items, applied together (a later item wins), so that settings checked against each
+    other change in one go: `--set tasks=a,b --set mix=3,1` in either order."""
+    changes = {}
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ValueError(f"--set {item!r}: expected KEY=VALUE")
-        kind = field_type(cfg, key)
-        cfg = replace_path(cfg, key, parse(kind, raw, f"--set {key}={raw}"), f"--set {key}={raw}")
-    return cfg
+        changes[key] = (parse(field_type(cfg, key), raw, f"--set {key}={raw}"), f"--set {key}={raw}")
+    return replace_all(cfg, changes)
 
 
 def apply_file(cfg, path: str | Path):
-    """A TOML file of settings: top-level keys, [tables] for nested configs, or dotted keys."""
+    """A TOML file of settings: top-level keys, [tables] for nested configs, or dotted keys; applied together."""
     try:
         values = tomllib.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise ValueError(f"cannot read config file {path}: {e}") from None
+    changes = {}
     for key, value in _flatten(values).items():
         where = f"{path}: {key}"
-        cfg = replace_path(cfg, key, coerce(field_type(cfg, key), value, where), where)
-    return cfg
+        changes[key] = (coerce(field_type(cfg, key), value, where), where)
+    return replace_all(cfg, changes)
 
 
 def field_names(cfg) -> list[str]:
@@ -72,14 +74,23 @@ def field_type(cfg, key: str):
     return typing.get_type_hints(type(cfg))[name]
 
 
-def replace_path(cfg, key: str, value, where: str):
-    name, _, rest = key.partition(".")
-    if rest:
-        value = replace_path(getattr(cfg, name), rest, value, where)
+def replace_all(cfg, changes: dict[str, tuple]):
+    """{dotted key: (value, where)} -> cfg with every change, one dataclasses.replace per config level, so a
+    config's checks see all of its new values at once; a failed check names the settings of that level."""
+    here, nested = {}, {}
+    for key, (value, where) in changes.items():
+        name, _, rest = key.partition(".")
+        if rest:
+            nested.setdefault(name, {})[rest] = (value, where)
+        else:
+            here[name] = (value, where)
+    kwargs = {name: value for name, (value, _) in here.items()}
+    kwargs.update({name: replace_all(getattr(cfg, name), sub) for name, sub in nested.items()})
     try:
-        return dataclasses.replace(cfg, **{name: value})
+        return dataclasses.replace(cfg, **kwargs)
     except (ValueError, TypeError) as e:
-        raise ValueError(f"{where}: {e}") from None
+        named = [where for _, where in here.values()] or [w for sub in nested.values() for _, w in sub.values()]
+        raise ValueError(f"{', '.join(named)}: {e}") from None
 
 
 def parse(kind, raw: str, where: str):

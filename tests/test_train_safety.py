@@ -209,3 +209,14 @@ def test_a_field_added_since_the_run_started_does_not_block_resume():
     assert config_diff(saved, new, defaults={"model": {"topk_group": 1}}) == []
     assert config_diff(saved, {**new, "model": {"dim": 8, "topk_group": 2}}, defaults={"model": {"topk_group": 1}}) \
         == ["model.topk_group: '<absent>' -> 2"]
+
+
+def test_settings_checked_together_change_together():
+    """tasks and mix are checked against each other: both orders work, and a mismatch names both settings."""
+    base = get_preset("pretrain", "smoke")
+    for items in (["tasks=long,prog", "mix=3,1"], ["mix=3,1", "tasks=long,prog"]):
+        cfg = apply_overrides(base, items)
+        assert cfg.tasks == ("long", "prog") and cfg.mix == (3, 1)
+    assert apply_overrides(base, ["lr=1e-3", "lr=2e-3"]).lr == 2e-3  # a later item wins
+    with pytest.raises(ValueError, match=r"--set tasks=long,prog, --set mix=3,1,1: .*mix \(3, 1, 1\) must give"):
+        apply_overrides(base, ["tasks=long,prog", "mix=3,1,1"])
