@@ -19,12 +19,13 @@ character (long7xp, prog7xp). hintsph: the xp family next to its helper (prog7xp
 orl/eval/tasks/helpers.py), as in assoc.
 For long and prog families the pilot also prints the shape: answers whose skeleton (numbers replaced by '#') is
 the reference's, i.e. keys, separators and length right whatever the values, and the values right in those."""
-import re, sys, time
+import sys, time
 from dataclasses import replace
 import torch
 import orl.train.pretrain as P
 from orl.train.pretrain import PretrainConfig, pretrain
 from orl.presets.pretrain import tiny_model7
+from orl.eval.shape import has_shape, shape_counts
 from orl.eval.tasks import HELPERS, HINT_HELPERS, get_task
 from orl.engine.ar import ARConfig, ARDecoder
 from orl.tokenizer import CharTokenizer
@@ -54,16 +55,6 @@ print("train s", round(time.time() - t0), flush=True)
 tok = CharTokenizer(); dec = ARDecoder(m, tok)
 
 
-def skeleton(name, prompt, text):
-    """The answer with every number replaced by '#' (the first marker taken from the prompt where it closes it):
-    equal skeletons mean the same keys, separators and count of elements, whatever the values."""
-    return re.sub(r"-?[0-9]+", "#", (prompt[-1] + text) if name.endswith(("xp", "xph")) else text)
-
-
-def values(text):
-    return re.findall(r"-?[0-9]+", text)
-
-
 for name, split in [(family, "heldout"), (family, "beyond")] + ([(AUX[family], "heldout")] if assoc else []):
     task = get_task(name)
     ss = [task.sample(split, i) for i in range(80 if name == family else 160)]
@@ -74,11 +65,6 @@ for name, split in [(family, "heldout"), (family, "beyond")] + ([(AUX[family], "
     for s, o in zip(ss, ok):
         by.setdefault(task.size(s.prompt), []).append(o)
     print(variant, name, split, "acc", round(sum(ok) / len(ok), 3), {k: f"{sum(v)}/{len(v)}" for k, v in sorted(by.items())}, flush=True)
-    # shape (long and prog families, whose elements are numbers): the answer's skeleton is the reference's, so
-    # alignment and length are right whatever the values; then the share of right values in those answers
-    if name.startswith(("long", "prog")):
-        shaped = [(s.answer, g.text) for s, g in zip(ss, gens)
-                  if skeleton(name, s.prompt, s.answer) == skeleton(name, s.prompt, g.text)]
-        right = sum(a == b for r, o in shaped for a, b in zip(values(r), values(o)))
-        print(variant, name, split, "shape", f"{len(shaped)}/{len(ss)}", "values right in those",
-              f"{right}/{sum(len(values(r)) for r, _ in shaped)}", flush=True)
+    if has_shape(name):  # answers with the reference's skeleton, and the right values in those (orl/eval/shape.py)
+        shaped, right, total = shape_counts([(name, s.prompt, s.answer, g.text) for s, g in zip(ss, gens)])
+        print(variant, name, split, "shape", f"{shaped}/{len(ss)}", "values right in those", f"{right}/{total}", flush=True)

@@ -11,7 +11,8 @@ One row per (model, decoder, threshold, split, family) plus an "all" row per spl
 of tasks/helpers.py, training-only, are rows of their own and not in "all"): n, accuracy, TPF
 as a ratio of sums (all generated tokens up to and including EOS / all forwards), the same without
 the EOS token, and the per-sample mean TPF (labelled; not the primary number). --by-size adds one row
-per size (digits, records, assignments, letters: orl/eval/tasks/__init__.py).
+per size (digits, records, assignments, letters: orl/eval/tasks/__init__.py). For the long and prog families
+the table also gives the shape: answers with the reference's skeleton, and the right values in those.
 
 --paired A B: the two models' accuracy on the prompts both answered, per split and family, with the
 exact McNemar p-value (A = a model name as the table prints it, e.g. two runs' `tiny7h/stage1`).
@@ -24,13 +25,18 @@ from collections import defaultdict
 from orl.eval import metrics
 from orl.eval.headline import pair_key
 from orl.eval.records import decoder_label, read_records
+from orl.eval.shape import has_shape, shape_counts
 from orl.eval.tasks import HELPER_NAMES, get_task
 
 
 def row(recs: list[dict]) -> dict:
     t = metrics.pooled_tpf(recs)  # the one definition of DESIGN section 5
-    return {"n": len(recs), "acc": sum(bool(r["verdict"]) for r in recs) / len(recs),
-            "tpf": t["tpf"], "tpf_no_eos": t["tpf_no_eos"], "tpf_mean": t["tpf_sample_mean"]}
+    out = {"n": len(recs), "acc": sum(bool(r["verdict"]) for r in recs) / len(recs),
+           "tpf": t["tpf"], "tpf_no_eos": t["tpf_no_eos"], "tpf_mean": t["tpf_sample_mean"], "shape": "-", "values": "-"}
+    if all(has_shape(r["task"]) for r in recs):
+        shaped, right, total = shape_counts([(r["task"], r["prompt"], r["answer"], r["output_text"]) for r in recs])
+        out["shape"], out["values"] = f"{shaped}/{len(recs)}", f"{right}/{total}"
+    return out
 
 
 def table(records: list[dict], by_size: bool) -> list[tuple[tuple, dict]]:
@@ -101,11 +107,13 @@ def main() -> None:
         print(f"A = {a}, B = {b}; p = exact two-sided McNemar over the prompts only one of them gets right")
         return
     print(f"{'model':<22} {'decoder':<14} {'tau':>5} {'split':<8} {'family':<14} {'n':>5} {'acc':>6} "
-          f"{'TPF':>6} {'noEOS':>6} {'mean*':>6}")
+          f"{'TPF':>6} {'noEOS':>6} {'mean*':>6} {'shape':>8} {'values':>9}")
     for (model, dec, tau, split, fam), v in table(read_records(args.records), args.by_size):
         print(f"{model[-22:]:<22} {dec:<14} {str(tau):>5} {split:<8} {fam:<14} {v['n']:>5} {v['acc']:>6.3f} "
-              f"{v['tpf']:>6.2f} {v['tpf_no_eos']:>6.2f} {v['tpf_mean']:>6.2f}")
-    print("TPF = sum of tokens (incl. EOS) / sum of forwards; noEOS without the EOS token; mean* = per-sample mean")
+              f"{v['tpf']:>6.2f} {v['tpf_no_eos']:>6.2f} {v['tpf_mean']:>6.2f} {v['shape']:>8} {v['values']:>9}")
+    print("TPF = sum of tokens (incl. EOS) / sum of forwards; noEOS without the EOS token; mean* = per-sample mean;\n"
+          "shape = answers with the reference's skeleton (numbers as '#': elements and length right whatever the "
+          "values; long and prog families), values = right values in those (orl/eval/shape.py)")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,20 @@
+"""orl/eval/shape.py: the skeleton (numbers as '#') separates wrong lengths and alignment from wrong values."""
+from orl.eval.shape import has_shape, shape_counts, skeleton
+
+
+def test_skeleton_by_hand():
+    assert skeleton("long7", "cumsum:314=", "3,4,8") == "#,#,#"
+    assert skeleton("long7xp", "cumsum:a3b1c4=a", "3b4c8") == "a#b#c#"      # the prefilled marker is put back
+    assert skeleton("prog7xp", "echo d=3;e=d+4:d", "=3,e=-7") == "d=#,e=#"
+    assert has_shape("prog7x") and has_shape("long7h") and not has_shape("constr7") and not has_shape("keysort7")
+
+
+def test_shape_counts_by_hand():
+    p = "echo d=3;e=d+4;f=e-2:d"
+    samples = [("prog7xp", p, "=3,e=7,f=5", "=3,e=7,f=5"),   # right
+               ("prog7xp", p, "=3,e=7,f=5", "=3,e=8,f=6"),   # right shape, one value of three right
+               ("prog7xp", p, "=3,e=7,f=5", "=3,e=7"),       # stops early: wrong shape
+               ("prog7xp", p, "=3,e=7,f=5", "=3,e=7,f=5,g=1"),  # runs on
+               ("prog7xp", p, "=3,e=7,f=5", "=3;e=7;f=5"),   # wrong separators
+               ("prog7xp", p, "=3,e=7,f=5", "=3,f=7,e=5")]   # wrong order
+    assert shape_counts(samples) == (2, 4, 6)
