@@ -19,7 +19,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     import dataclasses
 
     from orl.cli_tasks import load_task_flags, use_custom_tasks
-    from orl.overrides import apply_file, apply_overrides, describe_config
+    from orl.overrides import apply_overrides, describe_config
     from orl.presets import get_preset
     from orl.train.fsdp import refuse_recipe
 
@@ -30,9 +30,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         if not hasattr(cfg, "base"):
             raise ValueError(f"--base: the {args.recipe} recipe starts from scratch and takes no base checkpoint")
         cfg = dataclasses.replace(cfg, base=args.base)
-    if args.config:
-        cfg = apply_file(cfg, args.config)
-    cfg = apply_overrides(cfg, args.set or [])
+    cfg = apply_overrides(cfg, args.set or [], args.config)  # one pass: the file and --set checked together
     cfg = use_custom_tasks(cfg, get_preset(args.recipe, args.preset), custom)
     if args.show_config:
         print(f"# orl train --recipe {args.recipe} --preset {args.preset}: {type(cfg).__name__}")

@@ -11,10 +11,11 @@ import typing
 from pathlib import Path
 
 
-def apply_overrides(cfg, items: list[str]):
-    """--set KEY=VALUE items, applied together (a later item wins), so that settings checked against each
-    other change in one go: `--set tasks=a,b --set mix=3,1` in either order."""
-    changes = {}
+def apply_overrides(cfg, items: list[str], path: str | Path | None = None):
+    """A TOML file's settings (if a path is given), then --set KEY=VALUE items, applied together (a later one
+    wins, so --set over the file), so that settings checked against each other change in one go:
+    `--set tasks=a,b --set mix=3,1` in either order, or mix in the file and tasks on the command line."""
+    changes = file_changes(cfg, path) if path is not None else {}
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key:
@@ -25,6 +26,10 @@ def apply_overrides(cfg, items: list[str]):
 
 def apply_file(cfg, path: str | Path):
     """A TOML file of settings: top-level keys, [tables] for nested configs, or dotted keys; applied together."""
+    return replace_all(cfg, file_changes(cfg, path))
+
+
+def file_changes(cfg, path: str | Path) -> dict[str, tuple]:
     try:
         values = tomllib.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
@@ -33,7 +38,7 @@ def apply_file(cfg, path: str | Path):
     for key, value in _flatten(values).items():
         where = f"{path}: {key}"
         changes[key] = (coerce(field_type(cfg, key), value, where), where)
-    return replace_all(cfg, changes)
+    return changes
 
 
 def field_names(cfg) -> list[str]:
@@ -89,8 +94,8 @@ def replace_all(cfg, changes: dict[str, tuple]):
     try:
         return dataclasses.replace(cfg, **kwargs)
     except (ValueError, TypeError) as e:
-        named = [where for _, where in here.values()] or [w for sub in nested.values() for _, w in sub.values()]
-        raise ValueError(f"{', '.join(named)}: {e}") from None
+        # a config's check may cover its nested configs too (ORLConfig checks rollout): name every setting here
+        raise ValueError(f"{'; '.join(where for _, where in changes.values())}: {e}") from None
 
 
 def parse(kind, raw: str, where: str):

@@ -218,5 +218,18 @@ def test_settings_checked_together_change_together():
         cfg = apply_overrides(base, items)
         assert cfg.tasks == ("long", "prog") and cfg.mix == (3, 1)
     assert apply_overrides(base, ["lr=1e-3", "lr=2e-3"]).lr == 2e-3  # a later item wins
-    with pytest.raises(ValueError, match=r"--set tasks=long,prog, --set mix=3,1,1: .*mix \(3, 1, 1\) must give"):
+    with pytest.raises(ValueError, match=r"--set tasks=long,prog; --set mix=3,1,1: .*mix \(3, 1, 1\) must give"):
         apply_overrides(base, ["tasks=long,prog", "mix=3,1,1"])
+
+
+def test_a_file_and_set_are_checked_together(tmp_path):
+    f = tmp_path / "mix.toml"
+    f.write_text("mix = [3, 1]\n")
+    cfg = apply_overrides(get_preset("pretrain", "smoke"), ["tasks=long,prog"], f)  # mix from the file
+    assert cfg.tasks == ("long", "prog") and cfg.mix == (3, 1)
+    assert apply_overrides(get_preset("pretrain", "smoke"), ["tasks=long,prog", "mix=1,1"], f).mix == (1, 1)  # --set wins
+
+
+def test_a_nested_failure_names_the_nested_setting():
+    with pytest.raises(ValueError, match=r"rollout.threshold=2.*threshold must be in"):
+        apply_overrides(get_preset("orl", "smoke"), ["eval_every=5", "rollout.threshold=2"])
