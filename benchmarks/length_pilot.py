@@ -53,8 +53,6 @@ t0 = time.time()
 m = pretrain(cfg, out, log=lambda *a: None)  # a finished run in `out` is loaded, not retrained
 print("train s", round(time.time() - t0), flush=True)
 tok = CharTokenizer(); dec = ARDecoder(m, tok)
-
-
 for name, split in [(family, "heldout"), (family, "beyond")] + ([(AUX[family], "heldout")] if assoc else []):
     task = get_task(name)
     ss = [task.sample(split, i) for i in range(80 if name == family else 160)]
@@ -66,5 +64,5 @@ for name, split in [(family, "heldout"), (family, "beyond")] + ([(AUX[family], "
         by.setdefault(task.size(s.prompt), []).append(o)
     print(variant, name, split, "acc", round(sum(ok) / len(ok), 3), {k: f"{sum(v)}/{len(v)}" for k, v in sorted(by.items())}, flush=True)
     if has_shape(name):  # answers with the reference's skeleton, and the right values in those (orl/eval/shape.py)
-        shaped, right, total = shape_counts([(name, s.prompt, s.answer, g.text) for s, g in zip(ss, gens)])
+        shaped, right, total = shape_counts([(s.answer, g.text) for s, g in zip(ss, gens)])
         print(variant, name, split, "shape", f"{shaped}/{len(ss)}", "values right in those", f"{right}/{total}", flush=True)

@@ -34,7 +34,7 @@ def row(recs: list[dict]) -> dict:
     out = {"n": len(recs), "acc": sum(bool(r["verdict"]) for r in recs) / len(recs),
            "tpf": t["tpf"], "tpf_no_eos": t["tpf_no_eos"], "tpf_mean": t["tpf_sample_mean"], "shape": "-", "values": "-"}
     if all(has_shape(r["task"]) and "output_text" in r for r in recs):  # an "all" row only if every family has one
-        shaped, right, total = shape_counts([(r["task"], r["prompt"], r["answer"], r["output_text"]) for r in recs])
+        shaped, right, total = shape_counts([(r["answer"], r["output_text"]) for r in recs])
         out["shape"], out["values"] = f"{shaped}/{len(recs)}", f"{right}/{total}"
     return out
 

@@ -10,11 +10,10 @@ def test_skeleton_by_hand():
 
 
 def test_shape_counts_by_hand():
-    p = "echo d=3;e=d+4;f=e-2:d"
-    samples = [("prog7xp", p, "=3,e=7,f=5", "=3,e=7,f=5"),   # right
-               ("prog7xp", p, "=3,e=7,f=5", "=3,e=8,f=6"),   # right shape, one value of three right
-               ("prog7xp", p, "=3,e=7,f=5", "=3,e=7"),       # stops early: wrong shape
-               ("prog7xp", p, "=3,e=7,f=5", "=3,e=7,f=5,g=1"),  # runs on
-               ("prog7xp", p, "=3,e=7,f=5", "=3;e=7;f=5"),   # wrong separators
-               ("prog7xp", p, "=3,e=7,f=5", "=3,f=7,e=5")]   # wrong order
+    samples = [("=3,e=7,f=5", "=3,e=7,f=5"),   # right
+               ("=3,e=7,f=5", "=3,e=8,f=6"),   # right shape, one value of three right
+               ("=3,e=7,f=5", "=3,e=7"),       # stops early: wrong shape
+               ("=3,e=7,f=5", "=3,e=7,f=5,g=1"),  # runs on
+               ("=3,e=7,f=5", "=3;e=7;f=5"),   # wrong separators
+               ("=3,e=7,f=5", "=3,f=7,e=5")]   # wrong order
     assert shape_counts(samples) == (2, 4, 6)

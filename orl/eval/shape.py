@@ -25,9 +25,9 @@ def skeleton(text: str) -> str:
     return _NUMBER.sub("#", text)
 
 
-def shape_counts(samples: list[tuple[str, str, str, str]]) -> tuple[int, int, int]:
-    """(task, prompt, reference, output) -> (answers with the reference's skeleton, right values in those
-    answers, values in those answers)."""
-    shaped = [(ref, out) for _, _, ref, out in samples if skeleton(ref) == skeleton(out)]
+def shape_counts(pairs: list[tuple[str, str]]) -> tuple[int, int, int]:
+    """(reference, output) pairs -> (answers with the reference's skeleton, right values in those answers,
+    values in those answers)."""
+    shaped = [(ref, out) for ref, out in pairs if skeleton(ref) == skeleton(out)]
     right = sum(a == b for ref, out in shaped for a, b in zip(_NUMBER.findall(ref), _NUMBER.findall(out)))
     return len(shaped), right, sum(len(_NUMBER.findall(ref)) for ref, _ in shaped)

@@ -28,6 +28,7 @@ import re
 import string
 
 from .base import Task
+from .hinted import MARKERS, marker_run
 
 _STATEMENT = r"[abc]=[0-9](?:[+-][0-9])?"
 
@@ -176,9 +177,8 @@ class FreshCalc(Helper):
     description = "echo d=3;e=4+1;f=9-2:d ; answer =3,e=5,f=7 (helper, training only)"
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
-        start = rng.randint(0, 26 - (n := rng.randint(self.lo, self.hi)))
         statements = []
-        for name in "abcdefghijklmnopqrstuvwxyz"[start:start + n]:
+        for name in marker_run(rng, string.ascii_lowercase, self.lo, self.hi)[1]:
             x, y = rng.randint(0, 9), rng.randint(0, 9)
             statements.append(f"{name}={rng.choice((str(x), f'{x}+{y}', f'{max(x, y)}-{min(x, y)}'))}")
         prompt = f"echo {';'.join(statements)}:{statements[0][0]}"
@@ -186,10 +186,11 @@ class FreshCalc(Helper):
 
     def answer(self, prompt: str) -> str:
         m = self.parse(prompt)
-        targets = [st[0] for st in m[1].split(";")]
+        statements = m[1].split(";")
+        targets = [st[0] for st in statements]
         if m[2] != targets[0] or any(ord(b) != ord(a) + 1 for a, b in zip(targets, targets[1:])):
             raise ValueError(f"not a {self.name} prompt (consecutive variables, the first closing it): {prompt!r}")
-        return ",".join(f"{t}={eval_literal(st[2:])}" for t, st in zip(targets, m[1].split(";")))[1:]
+        return ",".join(f"{st[0]}={eval_literal(st[2:])}" for st in statements)[1:]
 
     def size(self, prompt: str) -> int:
         return self.parse(prompt)[1].count("=")
@@ -209,9 +210,7 @@ class MarkedDouble(Helper):
     description = "double:a3b1c4=a ; answer 6b2c8 (helper, training only)"
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
-        markers = string.ascii_lowercase + string.ascii_uppercase
-        start = rng.randint(0, len(markers) - (n := rng.randint(self.lo, self.hi)))
-        marks = markers[start:start + n]
+        marks = marker_run(rng, MARKERS, self.lo, self.hi)[1]
         prompt = "double:" + "".join(f"{c}{rng.randint(1, 9)}" for c in marks) + "=" + marks[0]
         return prompt, self.answer(prompt)
 

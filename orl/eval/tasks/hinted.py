@@ -38,7 +38,8 @@ _PAIR = re.compile(r"([a-zA-Z])([1-9])")
 _FRESH = re.compile(r"echo ([a-z]=[0-9](?:;[a-z]=(?:[a-z][+-][0-9]|[0-9][+-][a-z]))*):")
 
 
-def _run(rng: random.Random, alphabet: str, lo: int, hi: int) -> tuple[int, str]:
+def marker_run(rng: random.Random, alphabet: str, lo: int, hi: int) -> tuple[int, str]:
+    """n drawn from [lo, hi], then n consecutive markers of `alphabet` at a random start."""
     n = rng.randint(lo, hi)
     start = rng.randint(0, len(alphabet) - n)
     return n, alphabet[start:start + n]
@@ -55,7 +56,7 @@ class LongHints(Task):
         self.lo, self.hi, self.prefill = lo, hi, prefill
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
-        n, marks = _run(rng, MARKERS, self.lo, self.hi)
+        n, marks = marker_run(rng, MARKERS, self.lo, self.hi)
         prompt = "cumsum:" + "".join(f"{m}{rng.randint(1, 9)}" for m in marks) + "=" + (marks[0] if self.prefill else "")
         return prompt, self.answer(prompt)
 
@@ -84,7 +85,7 @@ class ProgFresh(Task):
         self.lo, self.hi, self.prefill = lo, hi, prefill
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
-        n, names = _run(rng, string.ascii_lowercase, self.lo, self.hi)
+        n, names = marker_run(rng, string.ascii_lowercase, self.lo, self.hi)
         # prog7's chain (each statement reads the previous one's variable, values in 0..99), drawn with one
         # variable and renamed, so that at each size the values follow prog7's distribution
         while (program := Prog(n, n, variables="a")._program(rng)) is None:
