@@ -219,3 +219,35 @@ def test_ar_aux_adds_weighted_causal_rows_in_stage2():
     assert all(torch.equal(x.tokens, y.tokens) for x, y in zip(d[:2], plain))  # same diffusion rows
     ar = make_batches(small_cfg(tasks=("add", "sort"), mix=(3, 2), ar_steps=100), TOK, cfg.ar_steps)
     assert torch.equal(d[2].tokens, ar[0].tokens) and torch.equal(d[2].weight, 0.5 * ar[0].weight)
+
+
+def test_eval_that_cannot_fit_is_refused_before_the_run(tmp_path):
+    """The engine refuses an eval request longer than the context only when the eval runs (step 500 of a
+    real run once): pretrain checks every family's eval prompts first and writes nothing."""
+    import pytest
+
+    from orl.eval.tasks import get_task
+    from orl.train.heldout import check_eval_fits
+
+    P = max(len(TOK.encode(get_task("prog7xph").sample("heldout", i).prompt)) for i in range(2))
+    # AR eval: prompt + max_new_tokens; at the boundary it fits, one past it does not
+    check_eval_fits(("prog7xph",), TOK, 2, 100 - P, 100, ar=True)
+    with pytest.raises(ValueError, match=rf"prog7xph: its longest eval prompt \({P} tokens\) \+ {101 - P} tokens = 101 > 100"):
+        check_eval_fits(("prog7xph",), TOK, 2, 101 - P, 100, ar=True)
+    # block-diffusion eval: whole blocks, so 1 new token of blocks of 16 takes 16 slots
+    with pytest.raises(ValueError, match=rf"1 blocks of 16 = {P + 16} > {P + 15}"):
+        check_eval_fits(("prog7xph",), TOK, 2, 1, P + 15, ar=True, block_len=16)
+    check_eval_fits(("prog7xph",), TOK, 2, 1, P + 16, ar=False, block_len=16)
+
+    cfg = small_cfg(tasks=("prog7xph",), mix=(1,), eval_max_new_tokens=161 - P)
+    with pytest.raises(ValueError, match="lower eval_max_new_tokens"):
+        pretrain(cfg, tmp_path / "run", log=lambda *_: None)
+    assert not (tmp_path / "run").exists()
+
+
+def test_eval_budget_may_change_on_resume():
+    from orl.train.loop import config_diff
+
+    a, b = small_cfg().to_dict(), small_cfg(eval_max_new_tokens=32).to_dict()
+    assert config_diff(a, b) == []
+    assert config_diff(a, small_cfg(lr=1e-3).to_dict()) != []

@@ -29,3 +29,27 @@ def heldout_eval(engine: Engine, tasks: tuple[str, ...], cfg: DecodeConfig, n: i
 
 def mean_over_tasks(res: dict, key: str) -> float:
     return sum(v[key] for v in res.values()) / max(len(res), 1)
+
+
+def check_eval_fits(tasks: tuple[str, ...], tok, n: int, max_new_tokens: int, max_len: int, *,
+                    ar: bool, block_len: int | None = None, setting: str = "eval_max_new_tokens") -> None:
+    """Raise ValueError before training when a periodic eval's request would not fit the context: the
+    engine refuses it only when the eval runs, hundreds of steps into the run. `ar`: greedy AR eval
+    (prompt + max_new_tokens slots); `block_len`: block-diffusion eval (whole blocks, the engine's plan)."""
+    from orl.engine import layouts
+
+    problems = []
+    for name in tasks:
+        task = get_task(name)
+        ids = [tok.encode(task.sample("heldout", i).prompt) for i in range(n)]
+        P = max(len(p) for p in ids)
+        need = [(P + max_new_tokens, f"{max_new_tokens} tokens")] if ar else []
+        if block_len:
+            plan = layouts.plan(ids, "prompt_block", block_len, max_new_tokens)
+            need.append((P + plan.n_blocks * block_len, f"{plan.n_blocks} blocks of {block_len}"))
+        for total, answer in need:
+            if total > max_len:
+                problems.append(f"{name}: its longest eval prompt ({P} tokens) + {answer} = {total} > {max_len}")
+    if problems:
+        raise ValueError(f"the periodic eval would not fit the model's context ({max_len} tokens); lower "
+                         f"{setting} or shorten the prompts: " + "; ".join(problems))

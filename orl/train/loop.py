@@ -25,9 +25,9 @@ from orl.train.fsdp import full_state, load_optimizer
 from orl.train.runlog import open_log
 
 TRAIN_STATE = "trainer_state.pt"
-# fields a resumed run may change: they decide when to log, evaluate and save, or how the work is
+# fields a resumed run may change: they decide when and how far to log, evaluate and save, or how the work is
 # spread over processes (the checkpoint is the same under DDP and FSDP), not what is learned
-RESUME_FREE = frozenset({"threads", "eval_every", "eval_samples", "save_every", "parallel"})
+RESUME_FREE = frozenset({"threads", "eval_every", "eval_samples", "eval_max_new_tokens", "save_every", "parallel"})
 
 
 class ResumeError(ValueError):
