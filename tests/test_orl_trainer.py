@@ -162,3 +162,15 @@ def test_rcd_trains_on_base_outputs_and_resumes_exactly(base, tmp_path, accept_e
     assert manifest["residual_mode"] == "rcd" and manifest["recipe"]["name"] == "rcd"
     base_model = load_checkpoint(base)[0]
     assert any((a != b).any() for a, b in zip(model.parameters(), base_model.parameters()))
+
+
+def test_an_eval_that_cannot_fit_is_refused_before_any_update(base, tmp_path, accept_everything):
+    """160 context slots: 160 new tokens in blocks of 8 cannot follow any prompt; the run stops before its
+    first rollout, names the setting, and the same directory then runs with a budget that fits."""
+    fits = cfg_for(base)
+    too_long = dataclasses.replace(fits, rollout=dataclasses.replace(fits.rollout, max_new_tokens=160))
+    with pytest.raises(ValueError, match=r"lower rollout.max_new_tokens .*blocks of 8 = \d+ > 160"):
+        train_orl(too_long, tmp_path / "run", log=lambda *_: None)
+    assert not (tmp_path / "run" / "train.log.jsonl").exists() or not open(tmp_path / "run" / "train.log.jsonl").read()
+    train_orl(dataclasses.replace(fits, updates=2), tmp_path / "run", log=lambda *_: None)
+    assert sorted(records(tmp_path / "run" / "train.log.jsonl")) == [1, 2]

@@ -32,10 +32,12 @@ def mean_over_tasks(res: dict, key: str) -> float:
 
 
 def check_eval_fits(tasks: tuple[str, ...], tok, n: int, max_new_tokens: int, max_len: int, *,
-                    ar: bool, block_len: int | None = None, setting: str = "eval_max_new_tokens") -> None:
+                    ar: bool, block_len: int | None = None, layout: str = "prompt_block",
+                    setting: str = "eval_max_new_tokens") -> None:
     """Raise ValueError before training when a periodic eval's request would not fit the context: the
     engine refuses it only when the eval runs, hundreds of steps into the run. `ar`: greedy AR eval
-    (prompt + max_new_tokens slots); `block_len`: block-diffusion eval (whole blocks, the engine's plan)."""
+    (prompt + max_new_tokens slots); `block_len`: block-diffusion eval (whole blocks where `layout` puts them,
+    the engine's own plan; the full_sequence layout takes prompt + max_new_tokens slots)."""
     from orl.engine import layouts
 
     problems = []
@@ -43,13 +45,15 @@ def check_eval_fits(tasks: tuple[str, ...], tok, n: int, max_new_tokens: int, ma
         task = get_task(name)
         ids = [tok.encode(task.sample("heldout", i).prompt) for i in range(n)]
         P = max(len(p) for p in ids)
-        need = [(P + max_new_tokens, f"{max_new_tokens} tokens")] if ar else []
-        if block_len:
-            plan = layouts.plan(ids, "prompt_block", block_len, max_new_tokens)
-            need.append((P + plan.n_blocks * block_len, f"{plan.n_blocks} blocks of {block_len}"))
-        for total, answer in need:
-            if total > max_len:
-                problems.append(f"{name}: its longest eval prompt ({P} tokens) + {answer} = {total} > {max_len}")
+        need = [(P, max_new_tokens, f"{max_new_tokens} tokens")] if ar or layout == "full_sequence" else []
+        if block_len and layout != "full_sequence":  # the absolute grid prefills whole blocks only
+            plan = layouts.plan(ids, layout, block_len, max_new_tokens)
+            need.append((max(len(p) for p in plan.prefill), plan.n_blocks * block_len,
+                         f"{plan.n_blocks} blocks of {block_len}"))
+        for prefill, answer, what in need:
+            if prefill + answer > max_len:
+                problems.append(f"{name}: its longest eval prompt ({prefill} tokens) + {what} = "
+                                f"{prefill + answer} > {max_len}")
     if problems:
         raise ValueError(f"the periodic eval would not fit the model's context ({max_len} tokens); lower "
                          f"{setting} or shorten the prompts: " + "; ".join(problems))
