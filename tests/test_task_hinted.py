@@ -17,6 +17,8 @@ from orl.tokenizer import CharTokenizer
     ("prog7xp", "echo d=3;e=d+4;f=e-2:d", "=3,e=7,f=5", 3),
     ("prog7xph", "echo d=3;e=4+1;f=9-2:d", "=3,e=5,f=7", 3),
     ("long7xph", "double:a3b1c9=a", "6b2c18", 3),
+    ("long7xpo", "cumsum+137:a3b1c4=a", "140b141c145", 3),
+    ("long7xpo", "cumsum+0:Y9Z9=Y", "9Z18", 2),
 ])
 def test_hand_computed(name, prompt, answer, size):
     task = get_task(name)
@@ -29,6 +31,8 @@ def test_hand_computed(name, prompt, answer, size):
     ("long7x", "cumsum:314=", "not a long_hints prompt"), ("long7xp", "cumsum:a3b1=b", "not a long_hints prompt"),
     ("long7xp", "cumsum:a3b1=", "not a long_hints prompt"), ("prog7xp", "echo d=3;e=d+4:e", "not a prog_fresh prompt"),
     ("prog7xph", "echo d=3;e=d+4:d", "not a prog7xph prompt"), ("long7xph", "double:a3b1=b", "not a long7xph prompt"),
+    ("long7xpo", "cumsum+07:a3b1=a", "not a long7xpo prompt"), ("long7xpo", "cumsum+7:a3b1=b", "not a long7xpo prompt"),
+    ("long7xpo", "cumsum+1000:a3b1=a", "not a long7xpo prompt"), ("long7xpo", "cumsum:a3b1=a", "not a long7xpo prompt"),
     # prog7x is strict: fresh consecutive variables, each statement reading the previous one, echo form only
     ("prog7x", "echo a=3;a=a+1:", "not a prog_fresh prompt"), ("prog7x", "a=3;b=a+1;b?", "not a prog_fresh prompt"),
     ("prog7x", "echo a=3;b=a*2:", "not a prog_fresh prompt"), ("prog7x", "echo a=3;c=a+1:", "not a prog_fresh prompt"),
@@ -70,7 +74,7 @@ def test_prog7x_fresh_chain(name, split, lo, hi):
         assert all(0 <= int(v.split("=")[1]) <= 99 for v in s.answer.split(","))
 
 
-@pytest.mark.parametrize("name", ["long7x", "long7xp", "prog7xph", "long7xph"])
+@pytest.mark.parametrize("name", ["long7x", "long7xp", "prog7xph", "long7xph", "long7xpo"])
 def test_size_of_a_foreign_prompt_is_an_error(name):
     with pytest.raises(ValueError, match="not a"):
         get_task(name).size("hello")
@@ -82,8 +86,9 @@ def test_hinted_splits_are_disjoint_from_each_other():
     assert not train & {task.sample("heldout", i).prompt for i in range(100)}
 
 
-@pytest.mark.parametrize("name,family,sizes", [("prog7xph", "prog7xp", range(2, 15)), ("long7xph", "long7xp", range(4, 33))])
-def test_hint_helpers_are_training_only_past_the_range(name, family, sizes):
+@pytest.mark.parametrize("name,family,sizes", [("prog7xph", "prog7xp", range(2, 15)), ("long7xph", "long7xp", range(4, 33)),
+                                               ("long7xpo", "long7xp", range(2, 13))])
+def test_hint_helpers_are_training_only(name, family, sizes):
     from orl.eval.tasks import HELPER_NAMES
     from orl.train.rollout import trained_tasks
 
@@ -99,3 +104,18 @@ def test_prog7xph_reads_no_variable():
     for i in range(100):  # literal statements only: no statement reads a variable
         s = task.sample("train", i)
         assert not re.search(r"=[^;:]*[a-z]", s.prompt[len("echo "):-2])
+
+
+def test_long7xpo_trains_the_values_long7xp_needs_beyond_its_range():
+    """long7xp's beyond split needs running sums past 100 that its range rarely reaches; the offset helper
+    writes them at the range's lengths (12 digits at most, never a beyond-size prompt)."""
+    task, family = get_task("long7xpo"), get_task("long7xp")
+
+    def sums(s):
+        return [int(v) for v in re.findall(r"[0-9]+", s.prompt[-1] + s.answer)]
+
+    helper = [v for i in range(400) for v in sums(task.sample("train", i))]
+    beyond = [v for i in range(400) for v in sums(family.sample("beyond", i))]
+    in_range = [v for i in range(400) for v in sums(family.sample("train", i))]
+    assert max(beyond) > 150 and sum(v >= 100 for v in in_range) < 0.1 * len(in_range)
+    assert sum(100 <= v <= max(beyond) for v in helper) > 0.4 * len(helper)

@@ -20,9 +20,16 @@ width. Reports say when a model was trained with helpers; rollouts and held-out 
     keysort7h   keysort7  pick3:b1,a3,e3= -> ae (the letters keyed 3, in order)    3-12 records, a-l
     prog7h      prog7     calc a=9;c=3+4;b=8-2: -> a=9,c=7,b=6                     2-12 assignments
     constr7h    constr7   10 of bdg, cycle: -> bdgbdgbdgb                          3-14 letters
+
+The index-hinted families (tasks/hinted.py) have their own (`HINT_HELPERS`):
+
+    prog7xph    prog7xp   echo d=3;e=4+1:d -> =3,e=5                                2-14 assignments
+    long7xph    long7xp   double:a3b1=a -> 6b2                                     4-32 digits
+    long7xpo    long7xp   cumsum+137:a3b1=a -> 140b141 (values, not lengths)       2-12 digits, offset 0-199
 """
 from __future__ import annotations
 
+import itertools
 import random
 import re
 import string
@@ -224,6 +231,34 @@ class MarkedDouble(Helper):
         return len(self.parse(prompt)[1]) // 2
 
 
+class OffsetSum(Helper):
+    """long7xp's value helper (tasks/hinted.py): long7xp itself, short, with the running sum starting from a
+    given offset. long7xp's beyond split (21-28 digits) needs sums of 100-250, which its range (4-20 digits)
+    rarely reaches; this trains those values at the range's lengths, never a beyond-size prompt."""
+    name, family = "long7xpo", "long7xp"
+    pattern = re.compile(r"cumsum\+([0-9]{1,3}):((?:[a-zA-Z][1-9])+)=([a-zA-Z])")
+    description = "cumsum+137:a3b1c4=a ; answer 140b141c145 (helper, training only)"
+    OFFSETS = (0, 199)
+
+    def generate(self, rng: random.Random) -> tuple[str, str]:
+        marks = marker_run(rng, MARKERS, self.lo, self.hi)[1]
+        prompt = (f"cumsum+{rng.randint(*self.OFFSETS)}:" + "".join(f"{c}{rng.randint(1, 9)}" for c in marks)
+                  + "=" + marks[0])
+        return prompt, self.answer(prompt)
+
+    def answer(self, prompt: str) -> str:
+        m = self.parse(prompt)
+        if m[3] != m[2][0] or str(int(m[1])) != m[1]:
+            raise ValueError(f"not a {self.name} prompt (an offset without leading zeros, the first marker "
+                             f"closing it): {prompt!r}")
+        pairs = re.findall(r"(.)(.)", m[2])
+        sums = itertools.accumulate((int(d) for _, d in pairs), initial=int(m[1]))
+        return "".join(f"{c}{s}" for (c, _), s in zip(pairs, itertools.islice(sums, 1, None)))[1:]
+
+    def size(self, prompt: str) -> int:
+        return len(self.parse(prompt)[2]) // 2
+
+
 HELPERS = (Double(4, 32), Dup(2, 9), Pick(3, 12), Calc(2, 12), Cycle(3, 14))  # tiny_base7h's helpers
-HINT_HELPERS = (FreshCalc(2, 14), MarkedDouble(4, 32))  # for the index-hinted families (tasks/hinted.py)
+HINT_HELPERS = (FreshCalc(2, 14), MarkedDouble(4, 32), OffsetSum(2, 12))  # for the index-hinted families (tasks/hinted.py)
 HELPER_NAMES = frozenset(h.name for h in HELPERS + HINT_HELPERS)
