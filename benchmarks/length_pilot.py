@@ -33,7 +33,9 @@ from orl.tokenizer import CharTokenizer
 variant, family, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 if variant in ("hints", "hintsp", "hintsph"):  # the library's hinted families (orl/eval/tasks/hinted.py)
     family += "x" if variant == "hints" else "xp"
-AUX = {h.family: h.name for h in HELPERS + HINT_HELPERS}  # the helper the assoc variants train beside each family
+# the helper the assoc variants train beside each family; named for the hinted ones, since long7xp has two
+AUX = {**{h.family: h.name for h in HELPERS}, "prog7xp": "prog7xph", "long7xp": "long7xph"}
+assert set(AUX.values()) <= {h.name for h in HELPERS + HINT_HELPERS}
 assoc = variant in ("assoc", "hintsph")
 torch.set_num_threads(1)
 model = replace(tiny_model7(), learned_pos=False, rotary_fraction={"half": 0.5, "min": 2 / 32}.get(variant, 1.0))

@@ -169,7 +169,7 @@ def test_an_eval_that_cannot_fit_is_refused_before_any_update(base, tmp_path, ac
     first rollout, names the setting, and the same directory then runs with a budget that fits."""
     fits = cfg_for(base)
     too_long = dataclasses.replace(fits, rollout=dataclasses.replace(fits.rollout, max_new_tokens=160))
-    with pytest.raises(ValueError, match=r"lower rollout.max_new_tokens .*blocks of 8 = \d+ > 160"):
+    with pytest.raises(ValueError, match=r"lower rollout.max_new_tokens \(160\) or raise engine_max_len .*blocks of 8 exceeds the context of 160"):
         train_orl(too_long, tmp_path / "run", log=lambda *_: None)
     assert not (tmp_path / "run" / "train.log.jsonl").exists() or not open(tmp_path / "run" / "train.log.jsonl").read()
     train_orl(dataclasses.replace(fits, updates=2), tmp_path / "run", log=lambda *_: None)

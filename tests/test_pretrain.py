@@ -232,15 +232,23 @@ def test_eval_that_cannot_fit_is_refused_before_the_run(tmp_path):
     P = max(len(TOK.encode(get_task("prog7xph").sample("heldout", i).prompt)) for i in range(2))
     # AR eval: prompt + max_new_tokens; at the boundary it fits, one past it does not
     check_eval_fits(("prog7xph",), TOK, 2, 100 - P, 100, ar=True)
-    with pytest.raises(ValueError, match=rf"prog7xph: its longest eval prompt \({P} tokens\) \+ {101 - P} tokens = 101 > 100"):
+    with pytest.raises(ValueError, match=rf"prog7xph: prompt \({P} tokens\) \+ max_new_tokens \({101 - P}\) exceeds the context of 100"):
         check_eval_fits(("prog7xph",), TOK, 2, 101 - P, 100, ar=True)
     # block-diffusion eval: whole blocks, so 1 new token of blocks of 16 takes 16 slots
-    with pytest.raises(ValueError, match=rf"1 blocks of 16 = {P + 16} > {P + 15}"):
+    with pytest.raises(ValueError, match=rf"1 blocks of 16 exceeds the context of {P + 15}"):
         check_eval_fits(("prog7xph",), TOK, 2, 1, P + 15, ar=True, block_len=16)
     check_eval_fits(("prog7xph",), TOK, 2, 1, P + 16, ar=False, block_len=16)
+    # the absolute grid: the prompt's partial last block opens the first canvas, and the engine counts the
+    # whole prompt next to the canvases (engine.setup); so does the check. One new token after a tail of
+    # under 16 takes one canvas; counting only the whole-block prefill would pass P + 15
+    check_eval_fits(("prog7xph",), TOK, 2, 1, P + 16, ar=False, block_len=16, layout="absolute_grid")
+    with pytest.raises(ValueError, match="1 blocks of 16 exceeds"):
+        check_eval_fits(("prog7xph",), TOK, 2, 1, P + 15, ar=False, block_len=16, layout="absolute_grid")
+    with pytest.raises(ValueError, match="nothing to check"):
+        check_eval_fits(("prog7xph",), TOK, 2, 1, 1000, ar=False)
 
     cfg = small_cfg(tasks=("prog7xph",), mix=(1,), eval_max_new_tokens=161 - P)
-    with pytest.raises(ValueError, match="lower eval_max_new_tokens"):
+    with pytest.raises(ValueError, match=rf"lower eval_max_new_tokens \({161 - P}\) or raise model.max_seq_len"):
         pretrain(cfg, tmp_path / "run", log=lambda *_: None)
     assert not (tmp_path / "run").exists()
 

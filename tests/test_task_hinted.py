@@ -33,6 +33,8 @@ def test_hand_computed(name, prompt, answer, size):
     ("prog7xph", "echo d=3;e=d+4:d", "not a prog7xph prompt"), ("long7xph", "double:a3b1=b", "not a long7xph prompt"),
     ("long7xpo", "cumsum+07:a3b1=a", "not a long7xpo prompt"), ("long7xpo", "cumsum+7:a3b1=b", "not a long7xpo prompt"),
     ("long7xpo", "cumsum+1000:a3b1=a", "not a long7xpo prompt"), ("long7xpo", "cumsum:a3b1=a", "not a long7xpo prompt"),
+    ("long7xpo", "cumsum+200:a3b1=a", "not a long7xpo prompt"), ("long7xpo", "cumsum+5:a1a2=a", "not a long7xpo prompt"),
+    ("long7xpo", "cumsum+5:a1c2=a", "not a long7xpo prompt"),
     # prog7x is strict: fresh consecutive variables, each statement reading the previous one, echo form only
     ("prog7x", "echo a=3;a=a+1:", "not a prog_fresh prompt"), ("prog7x", "a=3;b=a+1;b?", "not a prog_fresh prompt"),
     ("prog7x", "echo a=3;b=a*2:", "not a prog_fresh prompt"), ("prog7x", "echo a=3;c=a+1:", "not a prog_fresh prompt"),
@@ -94,7 +96,7 @@ def test_hint_helpers_are_training_only(name, family, sizes):
 
     task, tok = get_task(name), CharTokenizer()
     drawn = [task.sample("train", i) for i in range(600)]
-    assert {task.size(s.prompt) for s in drawn} == set(sizes)  # covers the family's range and its beyond split
+    assert {task.size(s.prompt) for s in drawn} == set(sizes)  # the length helpers reach the family's beyond split
     assert all(len(tok.encode(s.prompt + s.answer)) + 1 <= 192 for s in drawn)  # a training row fits the context
     assert name in HELPER_NAMES and trained_tasks({"recipe": {"config": {"tasks": [family, name]}}}) == (family,)
 

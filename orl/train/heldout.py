@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from orl.engine import DecodeConfig, Engine
+from orl.engine import DecodeConfig, Engine, layouts
+from orl.engine.request import check_request
 from orl.engine.stops import with_stop
 from orl.eval.tasks import get_task
 
@@ -33,27 +34,33 @@ def mean_over_tasks(res: dict, key: str) -> float:
 
 def check_eval_fits(tasks: tuple[str, ...], tok, n: int, max_new_tokens: int, max_len: int, *,
                     ar: bool, block_len: int | None = None, layout: str = "prompt_block",
-                    setting: str = "eval_max_new_tokens") -> None:
+                    fix: str = "lower eval_max_new_tokens") -> None:
     """Raise ValueError before training when a periodic eval's request would not fit the context: the
-    engine refuses it only when the eval runs, hundreds of steps into the run. `ar`: greedy AR eval
-    (prompt + max_new_tokens slots); `block_len`: block-diffusion eval (whole blocks where `layout` puts them,
-    the engine's own plan; the full_sequence layout takes prompt + max_new_tokens slots)."""
-    from orl.engine import layouts
-
+    engine refuses it only when the eval runs, hundreds of steps into the run. The request is sized the way
+    the engine sizes it (the layout's own plan, then `check_request`): `ar`, greedy AR decoding;
+    `block_len`, block diffusion in `layout`. `fix` names what the user can change."""
+    if not ar and not block_len:
+        raise ValueError("check_eval_fits: nothing to check (neither an AR nor a block-diffusion eval)")
     problems = []
     for name in tasks:
         task = get_task(name)
         ids = [tok.encode(task.sample("heldout", i).prompt) for i in range(n)]
-        P = max(len(p) for p in ids)
-        need = [(P, max_new_tokens, f"{max_new_tokens} tokens")] if ar or layout == "full_sequence" else []
-        if block_len and layout != "full_sequence":  # the absolute grid prefills whole blocks only
-            plan = layouts.plan(ids, layout, block_len, max_new_tokens)
-            need.append((max(len(p) for p in plan.prefill), plan.n_blocks * block_len,
-                         f"{plan.n_blocks} blocks of {block_len}"))
-        for prefill, answer, what in need:
-            if prefill + answer > max_len:
-                problems.append(f"{name}: its longest eval prompt ({prefill} tokens) + {what} = "
-                                f"{prefill + answer} > {max_len}")
+        sizes = [(max_new_tokens, f"max_new_tokens ({max_new_tokens})")] if ar else []
+        if block_len and layout == "full_sequence":
+            sizes.append((max_new_tokens, f"{max_new_tokens} answer tokens"))
+        elif block_len:
+            k = layouts.plan(ids, layout, block_len, max_new_tokens).n_blocks
+            sizes.append((k * block_len, f"{k} blocks of {block_len}"))
+        for slots, what in sizes:
+            try:
+                check_request(ids, slots, what, max_len, None, 0)
+            except ValueError as e:
+                problems.append(f"{name}: " + str(e).split(";")[0])  # the engine's own words, without its advice
     if problems:
-        raise ValueError(f"the periodic eval would not fit the model's context ({max_len} tokens); lower "
-                         f"{setting} or shorten the prompts: " + "; ".join(problems))
+        raise ValueError(f"the periodic eval would not fit its context; {fix}: " + "; ".join(problems))
+
+
+def eval_fix(cfg, rollout: DecodeConfig, model) -> str:
+    """What an ORL or RCD run can change when its eval does not fit (check_eval_fits)."""
+    return (f"lower rollout.max_new_tokens ({rollout.max_new_tokens}) or raise engine_max_len ({cfg.engine_max_len}; "
+            f"the model's max_seq_len {model.args.max_seq_len} caps it)")

@@ -21,7 +21,7 @@ from orl.engine.layouts import LAYOUTS
 from orl.model.vocab import special_ids
 from orl.model.args import ModelArgs
 from orl.model.model import Transformer
-from orl.train.heldout import check_eval_fits, heldout_eval, mean_over_tasks
+from orl.train.heldout import check_eval_fits, eval_fix, heldout_eval, mean_over_tasks
 from orl.train.dist import SINGLE, Dist
 from orl.train.loop import TrainLoop, check_fields, make_optimizer
 from orl.train.objective import LossWeights, orl_loss, response_counts
@@ -144,7 +144,7 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config
     # rollouts and evals decode with the plain model, the updates go through DDP
     engine = rollout_engine(model, tok, cfg)
     check_eval_fits(cfg.tasks, tok, cfg.eval_samples, rollout_cfg.max_new_tokens, engine.max_len, ar=False,
-                    block_len=rollout_cfg.block_len, layout=rollout_cfg.layout, setting="rollout.max_new_tokens")
+                    block_len=rollout_cfg.block_len, layout=rollout_cfg.layout, fix=eval_fix(cfg, rollout_cfg, model))
     ddp = dist.wrap(model, find_unused=model.model.residual_adapter is not None and rollout_cfg.residual != "adapter")
     gen_tokens = state["generated_tokens"] if state else 0
     rollouts, ref_model = [], None

@@ -180,7 +180,8 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_co
         raise ValueError(f"model vocab_size {cfg.model.vocab_size} < tokenizer vocab {tok.vocab_size}")
     diffusion_eval = cfg.convert and cfg.diffusion_steps > 0
     check_eval_fits(cfg.tasks, tok, cfg.eval_samples, cfg.eval_max_new_tokens, cfg.model.max_seq_len,
-                    ar=cfg.ar_steps > 0 or not diffusion_eval, block_len=cfg.block_len if diffusion_eval else None)
+                    ar=cfg.ar_steps > 0 or not diffusion_eval, block_len=cfg.block_len if diffusion_eval else None,
+                    fix=f"lower eval_max_new_tokens ({cfg.eval_max_new_tokens}) or raise model.max_seq_len")
     out = Path(out).resolve()
     stage1 = out / RUN_FILES[1]  # the end of the AR stage, kept inside the run
     dist = setup(device)

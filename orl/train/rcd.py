@@ -22,7 +22,7 @@ from orl.model.residual import residual_state
 from orl.model.vocab import ban_tokens, special_ids
 from orl.train.batches import diffusion_batch, grid_pairs, weighted_ce_sum
 from orl.train.dist import shard_rows
-from orl.train.heldout import check_eval_fits, heldout_eval, mean_over_tasks
+from orl.train.heldout import check_eval_fits, eval_fix, heldout_eval, mean_over_tasks
 from orl.train.loop import check_fields, make_optimizer
 from orl.train.orl import SHIPPED_BASE, base_layout, save_update
 from orl.train.rollout import collect, rollout_engine, rollout_stats, sample_prompts, start_run
@@ -90,7 +90,7 @@ def train_rcd(cfg: RCDConfig, out: str | Path, resume: bool = True, allow_config
     ids = special_ids(tok, model.args.vocab_size)
     ref_engine, engine = rollout_engine(ref, tok, cfg), rollout_engine(model, tok, cfg)
     check_eval_fits(cfg.tasks, tok, cfg.eval_samples, data_cfg.max_new_tokens, engine.max_len, ar=False,
-                    block_len=block_len, layout=data_cfg.layout, setting="rollout.max_new_tokens")
+                    block_len=block_len, layout=data_cfg.layout, fix=eval_fix(cfg, data_cfg, model))
     ddp = dist.wrap(model, find_unused=model.model.residual_adapter is not None)  # the rcd residual skips an adapter
     emb = ref.model.embed_tokens.weight
     gen_tokens = state["generated_tokens"] if state else 0

@@ -232,9 +232,10 @@ class MarkedDouble(Helper):
 
 
 class OffsetSum(Helper):
-    """long7xp's value helper (tasks/hinted.py): long7xp itself, short, with the running sum starting from a
-    given offset. long7xp's beyond split (21-28 digits) needs sums of 100-250, which its range (4-20 digits)
-    rarely reaches; this trains those values at the range's lengths, never a beyond-size prompt."""
+    """long7xp's value helper (tasks/hinted.py): long7xp's marker format at 2-12 digits, with the running sum
+    starting from an offset named in the prompt (`cumsum+137:`). long7xp's beyond split (21-28 digits) needs
+    sums of 100-250, which its range (4-20 digits) rarely reaches; this trains those values at short lengths,
+    never at a beyond size. Unlike the other helpers it keeps the family's hard part (the running sum)."""
     name, family = "long7xpo", "long7xp"
     pattern = re.compile(r"cumsum\+([0-9]{1,3}):((?:[a-zA-Z][1-9])+)=([a-zA-Z])")
     description = "cumsum+137:a3b1c4=a ; answer 140b141c145 (helper, training only)"
@@ -248,9 +249,10 @@ class OffsetSum(Helper):
 
     def answer(self, prompt: str) -> str:
         m = self.parse(prompt)
-        if m[3] != m[2][0] or str(int(m[1])) != m[1]:
-            raise ValueError(f"not a {self.name} prompt (an offset without leading zeros, the first marker "
-                             f"closing it): {prompt!r}")
+        lo, hi = self.OFFSETS
+        if m[3] != m[2][0] or str(int(m[1])) != m[1] or not lo <= int(m[1]) <= hi or m[2][::2] not in MARKERS:
+            raise ValueError(f"not a {self.name} prompt (an offset {lo}-{hi} without leading zeros, a run of "
+                             f"consecutive markers, the first closing it): {prompt!r}")
         pairs = re.findall(r"(.)(.)", m[2])
         sums = itertools.accumulate((int(d) for _, d in pairs), initial=int(m[1]))
         return "".join(f"{c}{s}" for (c, _), s in zip(pairs, itertools.islice(sums, 1, None)))[1:]
