@@ -16,6 +16,10 @@ the table also gives the shape: answers with the reference's skeleton, and the r
 
 --paired A B: the two models' accuracy on the prompts both answered, per split and family, with the
 exact McNemar p-value (A = a model name as the table prints it, e.g. two runs' `tiny7h/stage1`).
+
+--values-by VALUE INDEX: the right values of the well-shaped answers, split by element index >= INDEX and
+reference value >= VALUE (e.g. `--values-by 100 21` for long7xp: past the range, both grow together; the
+split says whether the lost values are unseen numbers or lost positions).
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ from collections import defaultdict
 from orl.eval import metrics
 from orl.eval.headline import pair_key
 from orl.eval.records import decoder_label, read_records
-from orl.eval.shape import has_shape, shape_counts
+from orl.eval.shape import has_shape, shape_counts, values_by
 from orl.eval.tasks import HELPER_NAMES, get_task
 
 
@@ -91,14 +95,35 @@ def paired(records: list[dict], a: str, b: str) -> list[tuple[str, str, int, int
     return out
 
 
+def print_values_by(records: list[dict], value_cut: int, index_cut: int) -> None:
+    groups = defaultdict(list)
+    for r in records:
+        if has_shape(r["task"]) and "output_text" in r:
+            groups[(r["model"]["name"], r["split"], r["task"])].append((r["answer"], r["output_text"]))
+    print(f"{'model':<22} {'split':<8} {'family':<10} " + " ".join(
+        f"{f'k{c1}{index_cut} v{c2}{value_cut}':>14}" for c1 in "<>" for c2 in "<>"))
+    for (model, split, fam), pairs in sorted(groups.items()):
+        cells = values_by(pairs, value_cut, index_cut)
+        print(f"{model[-22:]:<22} {split:<8} {fam:<10} " + " ".join(
+            f"{'%d/%d' % cells[(i, v)] if (i, v) in cells else '-':>14}" for i in (False, True) for v in (False, True)))
+    print(f"right/total values in the answers with the reference's skeleton; k = element index (from 1), v = the "
+          f"reference value; '>' means >=")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("records", nargs="+")
     ap.add_argument("--by-size", action="store_true", help="one row per prompt size as well")
     ap.add_argument("--paired", nargs=2, metavar=("A", "B"), help="McNemar of model A against model B instead")
+    ap.add_argument("--values-by", nargs=2, type=int, metavar=("VALUE", "INDEX"),
+                    help="right values of the well-shaped answers by reference value >= VALUE and element index "
+                         ">= INDEX, per model, split and family, instead")
     args = ap.parse_args()
     if args.paired and args.by_size:
         ap.error("--paired and --by-size: one table at a time")
+    if args.values_by:
+        print_values_by(read_records(args.records), *args.values_by)
+        return
     if args.paired:
         a, b = args.paired
         print(f"{'split':<8} {'family':<14} {'n':>5} {'A right':>8} {'B right':>8} {'only A':>7} {'only B':>7} {'p':>8}")

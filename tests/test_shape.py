@@ -17,3 +17,12 @@ def test_shape_counts_by_hand():
                ("=3,e=7,f=5", "=3;e=7;f=5"),   # wrong separators
                ("=3,e=7,f=5", "=3,f=7,e=5")]   # wrong order
     assert shape_counts(samples) == (2, 4, 6)
+
+
+def test_values_by_index_and_magnitude():
+    from orl.eval.shape import values_by
+
+    pairs = [("a9b99c100", "a9b98c100"),   # k=1 v=9 right; k=2 v=99 wrong; k=3 v=100 right
+             ("a5b150", "a5b150"),          # k=1 right; k=2 v=150 right
+             ("a5b150", "a5")]              # wrong shape: left out
+    assert values_by(pairs, 100, 3) == {(False, False): (2, 3), (False, True): (1, 1), (True, True): (1, 1)}
