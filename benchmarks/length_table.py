@@ -20,10 +20,15 @@ exact McNemar p-value (A = a model name as the table prints it, e.g. two runs' `
 --values-by VALUE INDEX: the right values of the well-shaped answers, split by element index >= INDEX and
 reference value >= VALUE (e.g. `--values-by 100 21` for long7xp: past the range, both grow together; the
 split says whether the lost values are unseen numbers or lost positions).
+
+--steps VALUE INDEX (long7x, long7xp): each running-sum step judged against the model's own previous sum
+(element k right iff it is element k-1 plus digit k), so an early error is not counted again at every later
+element; split by element index >= INDEX and the step's target sum >= VALUE.
 """
 from __future__ import annotations
 
 import argparse
+import re
 from collections import defaultdict
 
 from orl.eval import metrics
@@ -95,6 +100,39 @@ def paired(records: list[dict], a: str, b: str) -> list[tuple[str, str, int, int
     return out
 
 
+_ITEM, _SUM = re.compile(r"([a-zA-Z])([1-9])"), re.compile(r"([a-zA-Z])([0-9]+)")
+
+
+def running_steps(prompt: str, output: str) -> list[tuple[int, int, bool]]:
+    """(k from 1, the step's target: own previous sum + digit k, right) for a hinted cumsum answer, up to its
+    first wrong marker; the prompt may end with the answer's first marker (long7xp)."""
+    body, _, first = prompt.partition("=")
+    out, prev, steps = first + output, 0, []
+    for k, ((mark, digit), (got_mark, got)) in enumerate(zip(_ITEM.findall(body), _SUM.findall(out)), start=1):
+        if got_mark != mark:
+            break
+        steps.append((k, prev + int(digit), int(got) == prev + int(digit)))
+        prev = int(got)
+    return steps
+
+
+def print_steps(records: list[dict], value_cut: int, index_cut: int) -> None:
+    groups = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    for r in records:
+        if r["task"] in ("long7x", "long7xp") and "output_text" in r:
+            for k, target, ok in running_steps(r["prompt"], r["output_text"]):
+                cell = groups[(r["model"]["name"], r["split"], r["task"])][(k >= index_cut, target >= value_cut)]
+                cell[0] += ok
+                cell[1] += 1
+    print(f"{'model':<22} {'split':<8} {'family':<10} " + " ".join(
+        f"{f'k{c1}{index_cut} s{c2}{value_cut}':>14}" for c1 in "<>" for c2 in "<>"))
+    for (model, split, fam), cells in sorted(groups.items()):
+        print(f"{model[-22:]:<22} {split:<8} {fam:<10} " + " ".join(
+            f"{'%d/%d' % tuple(cells[(i, v)]) if (i, v) in cells else '-':>14}" for i in (False, True) for v in (False, True)))
+    print("right/total running-sum steps, each against the model's own previous sum; k = element index (from 1), "
+          "s = the step's target sum; '>' means >=")
+
+
 def print_values_by(records: list[dict], value_cut: int, index_cut: int) -> None:
     groups = defaultdict(list)
     for r in records:
@@ -118,9 +156,14 @@ def main() -> None:
     ap.add_argument("--values-by", nargs=2, type=int, metavar=("VALUE", "INDEX"),
                     help="right values of the well-shaped answers by reference value >= VALUE and element index "
                          ">= INDEX, per model, split and family, instead")
+    ap.add_argument("--steps", nargs=2, type=int, metavar=("VALUE", "INDEX"),
+                    help="running-sum steps of long7x/long7xp against the model's own previous sum, instead")
     args = ap.parse_args()
     if args.paired and args.by_size:
         ap.error("--paired and --by-size: one table at a time")
+    if args.steps:
+        print_steps(read_records(args.records), *args.steps)
+        return
     if args.values_by:
         print_values_by(read_records(args.records), *args.values_by)
         return

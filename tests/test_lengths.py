@@ -115,3 +115,10 @@ def test_paired_table_counts_and_leaves_helpers_out_of_all():
     sweep = [rec("A", "long7", "beyond", 0, True, threshold=0.5), rec("A", "long7", "beyond", 0, False, threshold=0.9)]
     with pytest.raises(SystemExit, match="2 decoders or thresholds"):
         lt.paired(sweep + [rec("B", "long7", "beyond", 0, True)], "A", "B")
+
+
+def test_running_steps_judge_each_sum_against_the_models_own_previous_one():
+    steps = length_table().running_steps
+    # 3 -> 4 (right), 4 + 4 = 8 written 9 (wrong), 9 + 2 = 11 (right against its own 9), then a wrong marker
+    assert steps("cumsum:a3b1c4d2e5=a", "3b4c9d11X16") == [(1, 3, True), (2, 4, True), (3, 8, False), (4, 11, True)]
+    assert steps("cumsum:a3b1=", "a3b4") == [(1, 3, True), (2, 4, True)]   # long7x: no prefilled marker
