@@ -19,6 +19,8 @@ from orl.tokenizer import CharTokenizer
     ("long7xph", "double:a3b1c9=a", "6b2c18", 3),
     ("long7xpo", "cumsum+137:a3b1c4=a", "140b141c145", 3),
     ("long7xpo", "cumsum+0:Y9Z9=Y", "9Z18", 2),
+    ("long7xpf", "cumsum:a3b1c4   =a", "3b4c8", 3),
+    ("long7xpf", "cumsum:Y9Z9=Y", "9Z18", 2),
 ])
 def test_hand_computed(name, prompt, answer, size):
     task = get_task(name)
@@ -35,6 +37,8 @@ def test_hand_computed(name, prompt, answer, size):
     ("long7xpo", "cumsum+1000:a3b1=a", "not a long7xpo prompt"), ("long7xpo", "cumsum:a3b1=a", "not a long7xpo prompt"),
     ("long7xpo", "cumsum+200:a3b1=a", "not a long7xpo prompt"), ("long7xpo", "cumsum+5:a1a2=a", "not a long7xpo prompt"),
     ("long7xpo", "cumsum+5:a1c2=a", "not a long7xpo prompt"),
+    ("long7xpf", "cumsum:a3b1" + " " * 41 + "=a", "not a long7xpf prompt"), ("long7xpf", "cumsum:a3 b1=a", "not a long7xpf prompt"),
+    ("long7xpf", "cumsum:a3b1 =b", "not a long7xpf prompt"),
     # prog7x is strict: fresh consecutive variables, each statement reading the previous one, echo form only
     ("prog7x", "echo a=3;a=a+1:", "not a prog_fresh prompt"), ("prog7x", "a=3;b=a+1;b?", "not a prog_fresh prompt"),
     ("prog7x", "echo a=3;b=a*2:", "not a prog_fresh prompt"), ("prog7x", "echo a=3;c=a+1:", "not a prog_fresh prompt"),
@@ -76,7 +80,7 @@ def test_prog7x_fresh_chain(name, split, lo, hi):
         assert all(0 <= int(v.split("=")[1]) <= 99 for v in s.answer.split(","))
 
 
-@pytest.mark.parametrize("name", ["long7x", "long7xp", "prog7xph", "long7xph", "long7xpo"])
+@pytest.mark.parametrize("name", ["long7x", "long7xp", "prog7xph", "long7xph", "long7xpo", "long7xpf"])
 def test_size_of_a_foreign_prompt_is_an_error(name):
     with pytest.raises(ValueError, match="not a"):
         get_task(name).size("hello")
@@ -89,7 +93,7 @@ def test_hinted_splits_are_disjoint_from_each_other():
 
 
 @pytest.mark.parametrize("name,family,sizes", [("prog7xph", "prog7xp", range(2, 15)), ("long7xph", "long7xp", range(4, 33)),
-                                               ("long7xpo", "long7xp", range(2, 13))])
+                                               ("long7xpo", "long7xp", range(2, 13)), ("long7xpf", "long7xp", range(4, 21))])
 def test_hint_helpers_are_training_only(name, family, sizes):
     from orl.eval.tasks import HELPER_NAMES
     from orl.train.rollout import trained_tasks
@@ -121,3 +125,17 @@ def test_long7xpo_trains_the_values_long7xp_needs_beyond_its_range():
     in_range = [v for i in range(400) for v in sums(family.sample("train", i))]
     assert max(beyond) > 150 and sum(v >= 100 for v in in_range) < 0.1 * len(in_range)
     assert sum(100 <= v <= max(beyond) for v in helper) > 0.4 * len(helper)
+
+
+def test_long7xpf_moves_the_items_away_from_the_answer():
+    """The distance helper draws 0-40 spaces before the '=', so the distance from the answer to item k varies
+    at every size; the items, sums and answers are long7xp's at its own range."""
+    task, tok = get_task("long7xpf"), CharTokenizer()
+    drawn = [task.sample("train", i) for i in range(400)]
+    gaps = {len(re.search(r"( *)=", s.prompt)[1]) for s in drawn}
+    assert min(gaps) == 0 and max(gaps) == 40 and len(gaps) > 30
+    family = get_task("long7xp")
+    for s in drawn[:50]:
+        plain = re.sub(r" +=", "=", s.prompt)
+        assert family.verify(plain, s.answer)  # the same answer as long7xp's without the spaces
+    assert all(len(tok.encode(s.prompt)) + 100 <= 192 for s in drawn)  # the periodic eval's 100 new tokens fit
