@@ -16,7 +16,7 @@ window of a-zA-Z at a random start (every marker and successor pair is trained);
 each statement assigns the next letter of a random window of a-z ("echo d=3;e=d+4;f=e-2:" -> "d=3,e=7,f=5",
 SSA form): the tasks long7x and prog7x. hintsp: the same with the answer's first marker as the prompt's last
 character (long7xp, prog7xp). hintsph: the xp family next to its helper (prog7xph, long7xph in
-orl/eval/tasks/helpers.py), as in assoc.
+orl/eval/tasks/hint_helpers.py), as in assoc.
 For long and prog families the pilot also prints the shape: answers whose skeleton (numbers replaced by '#') is
 the reference's, i.e. keys, separators and length right whatever the values, and the values right in those."""
 import sys, time

@@ -8,7 +8,7 @@ Evaluate each checkpoint on both splits (the answers beyond long7's range need 1
     python benchmarks/length_table.py R.jsonl [more.jsonl ...] [--by-size]
 
 One row per (model, decoder, threshold, split, family) plus an "all" row per split (the helper tasks
-of tasks/helpers.py, training-only, are rows of their own and not in "all"): n, accuracy, TPF
+of tasks/helpers.py and tasks/hint_helpers.py, training-only, are rows of their own and not in "all"): n, accuracy, TPF
 as a ratio of sums (all generated tokens up to and including EOS / all forwards), the same without
 the EOS token, and the per-sample mean TPF (labelled; not the primary number). --by-size adds one row
 per size (digits, records, assignments, letters: orl/eval/tasks/__init__.py). For the long and prog families
@@ -48,15 +48,23 @@ def row(recs: list[dict]) -> dict:
     return out
 
 
+def latest(records: list[dict]) -> list[dict]:
+    """A prompt evaluated again under the same decoder with another answer budget (--max-new-tokens)
+    counts once: its last record."""
+    return list({(r["model"]["id"], decoder_label(r["decode"]), r["decode"].get("threshold"), r["prompt_id"],
+                  r["sample"]): r for r in records}.values())
+
+
+def head_of(r: dict) -> tuple:
+    """(model, decoder, threshold, split): what one table row is about, before the family."""
+    return (r["model"].get("name") or r["model"]["id"], decoder_label(r["decode"]), r["decode"].get("threshold", "-"),
+            r["split"])
+
+
 def table(records: list[dict], by_size: bool) -> list[tuple[tuple, dict]]:
-    # A prompt evaluated again under the same decoder with another answer budget (--max-new-tokens)
-    # counts once: its last record.
-    latest = {(r["model"]["id"], decoder_label(r["decode"]), r["decode"].get("threshold"), r["prompt_id"],
-               r["sample"]): r for r in records}
     groups: dict[tuple, list[dict]] = defaultdict(list)
-    for r in latest.values():
-        model = r["model"].get("name") or r["model"]["id"]
-        head = (model, decoder_label(r["decode"]), r["decode"].get("threshold", "-"), r["split"])
+    for r in latest(records):
+        head = head_of(r)
         if r["task"] not in HELPER_NAMES:  # training-only helpers are reported per task, never in the mean
             groups[head + ("all",)].append(r)
         groups[head + (r["task"],)].append(r)
@@ -105,7 +113,8 @@ _ITEM, _SUM = re.compile(r"([a-zA-Z])([1-9])"), re.compile(r"([a-zA-Z])([0-9]+)"
 
 def running_steps(prompt: str, output: str) -> list[tuple[int, int, bool]]:
     """(k from 1, the step's target: own previous sum + digit k, right) for a hinted cumsum answer, up to its
-    first wrong marker; the prompt may end with the answer's first marker (long7xp)."""
+    first wrong marker or its end; the prompt may end with the answer's first marker (long7xp). Lenient where
+    the exact check is not (separators, leading zeros): it reads the sums, not the format."""
     body, _, first = prompt.partition("=")
     out, prev, steps = first + output, 0, []
     for k, ((mark, digit), (got_mark, got)) in enumerate(zip(_ITEM.findall(body), _SUM.findall(out)), start=1):
@@ -116,36 +125,37 @@ def running_steps(prompt: str, output: str) -> list[tuple[int, int, bool]]:
     return steps
 
 
+def print_cells(cells: dict[tuple, dict], value_cut: int, index_cut: int, v: str, note: str) -> None:
+    """cells: (model, decoder, threshold, split, family) -> {(index >= index_cut, value >= value_cut): (right, total)}."""
+    print(f"{'model':<22} {'decoder':<14} {'tau':>5} {'split':<8} {'family':<10} " + " ".join(
+        f"{f'k{c1}{index_cut} {v}{c2}{value_cut}':>14}" for c1 in ("<", ">=") for c2 in ("<", ">=")))
+    for (model, dec, tau, split, fam), c in sorted(cells.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        print(f"{model[-22:]:<22} {dec:<14} {str(tau):>5} {split:<8} {fam:<10} " + " ".join(
+            f"{'%d/%d' % tuple(c[(i, w)]) if (i, w) in c else '-':>14}" for i in (False, True) for w in (False, True)))
+    print(note)
+
+
 def print_steps(records: list[dict], value_cut: int, index_cut: int) -> None:
-    groups = defaultdict(lambda: defaultdict(lambda: [0, 0]))
-    for r in records:
+    cells: dict[tuple, dict] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    for r in latest(records):
         if r["task"] in ("long7x", "long7xp") and "output_text" in r:
             for k, target, ok in running_steps(r["prompt"], r["output_text"]):
-                cell = groups[(r["model"]["name"], r["split"], r["task"])][(k >= index_cut, target >= value_cut)]
+                cell = cells[head_of(r) + (r["task"],)][(k >= index_cut, target >= value_cut)]
                 cell[0] += ok
                 cell[1] += 1
-    print(f"{'model':<22} {'split':<8} {'family':<10} " + " ".join(
-        f"{f'k{c1}{index_cut} s{c2}{value_cut}':>14}" for c1 in "<>" for c2 in "<>"))
-    for (model, split, fam), cells in sorted(groups.items()):
-        print(f"{model[-22:]:<22} {split:<8} {fam:<10} " + " ".join(
-            f"{'%d/%d' % tuple(cells[(i, v)]) if (i, v) in cells else '-':>14}" for i in (False, True) for v in (False, True)))
-    print("right/total running-sum steps, each against the model's own previous sum; k = element index (from 1), "
-          "s = the step's target sum; '>' means >=")
+    print_cells(cells, value_cut, index_cut, "s", "right/total running-sum steps, each against the model's own "
+                "previous sum, up to the answer's first wrong or missing marker (missing steps are not counted); "
+                "k = element index (from 1), s = the step's target sum")
 
 
 def print_values_by(records: list[dict], value_cut: int, index_cut: int) -> None:
     groups = defaultdict(list)
-    for r in records:
+    for r in latest(records):
         if has_shape(r["task"]) and "output_text" in r:
-            groups[(r["model"]["name"], r["split"], r["task"])].append((r["answer"], r["output_text"]))
-    print(f"{'model':<22} {'split':<8} {'family':<10} " + " ".join(
-        f"{f'k{c1}{index_cut} v{c2}{value_cut}':>14}" for c1 in "<>" for c2 in "<>"))
-    for (model, split, fam), pairs in sorted(groups.items()):
-        cells = values_by(pairs, value_cut, index_cut)
-        print(f"{model[-22:]:<22} {split:<8} {fam:<10} " + " ".join(
-            f"{'%d/%d' % cells[(i, v)] if (i, v) in cells else '-':>14}" for i in (False, True) for v in (False, True)))
-    print(f"right/total values in the answers with the reference's skeleton; k = element index (from 1), v = the "
-          f"reference value; '>' means >=")
+            groups[head_of(r) + (r["task"],)].append((r["answer"], r["output_text"]))
+    print_cells({key: values_by(pairs, value_cut, index_cut) for key, pairs in groups.items()}, value_cut,
+                index_cut, "v", "right/total values in the answers with the reference's skeleton; k = element index "
+                "(from 1), v = the reference value")
 
 
 def main() -> None:
@@ -159,8 +169,8 @@ def main() -> None:
     ap.add_argument("--steps", nargs=2, type=int, metavar=("VALUE", "INDEX"),
                     help="running-sum steps of long7x/long7xp against the model's own previous sum, instead")
     args = ap.parse_args()
-    if args.paired and args.by_size:
-        ap.error("--paired and --by-size: one table at a time")
+    if sum(map(bool, (args.paired, args.by_size, args.steps, args.values_by))) > 1:
+        ap.error("--paired, --by-size, --steps and --values-by: one table at a time")
     if args.steps:
         print_steps(read_records(args.records), *args.steps)
         return

@@ -138,4 +138,16 @@ def test_long7xpf_moves_the_items_away_from_the_answer():
     for s in drawn[:50]:
         plain = re.sub(r" +=", "=", s.prompt)
         assert family.verify(plain, s.answer)  # the same answer as long7xp's without the spaces
-    assert all(len(tok.encode(s.prompt)) + 100 <= 192 for s in drawn)  # the periodic eval's 100 new tokens fit
+    assert all(len(tok.encode(s.prompt)) + 100 <= 192 for s in drawn)  # a greedy AR eval of 100 new tokens fits (not 7 blocks of 16)
+
+
+def test_long7xp_value_and_distance_helpers_never_train_on_its_held_out_prompts():
+    """Without its spaces a long7xpf prompt is a long7xp prompt with the same answer, and so is a long7xpo prompt
+    at offset 0: both are split as long7xp splits them."""
+    filler, offset, family = get_task("long7xpf"), get_task("long7xpo"), get_task("long7xp")
+    for split in ("train", "heldout"):
+        for i in range(300):
+            assert family.split_of(re.sub(r" +=", "=", filler.sample(split, i).prompt)) == split
+    held = [family.sample("heldout", i).prompt for i in range(20)]
+    assert all(offset.split_of(p.replace("cumsum:", "cumsum+0:")) == "heldout" for p in held)
+    assert {offset.split_of(p.replace("cumsum:", "cumsum+7:")) for p in held} == {"train", "heldout"}  # own hash

@@ -34,7 +34,7 @@ def trained_tasks(manifest: dict) -> tuple[str, ...]:
     tasks unless told otherwise, without the helper families."""
     config = (manifest.get("recipe") or {}).get("config") or {}
     tasks = config.get("tasks") or (config.get("corpus") or {}).get("tasks")
-    # helpers (tasks/helpers.py) only teach the families long alignment: no rollouts, no held-out means
+    # helpers (tasks/helpers.py, tasks/hint_helpers.py) are training only: no rollouts, no held-out means
     tasks = [t for t in tasks or () if t not in HELPER_NAMES]
     return tuple(tasks) if tasks else SUITE
 

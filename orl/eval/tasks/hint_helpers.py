@@ -14,6 +14,7 @@ import random
 import re
 import string
 
+from .base import split_of as split_by_hash
 from .helpers import HELPERS, Helper, eval_literal
 from .hinted import MARKERS, marker_run
 
@@ -100,6 +101,14 @@ class OffsetSum(Helper):
     def size(self, prompt: str) -> int:
         return len(self.parse(prompt)[2]) // 2
 
+    def split_of(self, prompt: str) -> str:
+        # at offset 0 a prompt asks for long7xp's answer: split it as long7xp would, so that no training row
+        # is one of long7xp's held-out prompts
+        m = self.pattern.fullmatch(prompt)
+        if m and m[1] == "0":
+            return split_by_hash(self.family, f"cumsum:{m[2]}={m[3]}")
+        return super().split_of(prompt)
+
 
 class FillerSum(Helper):
     """long7xp's distance helper: long7xp itself, in its range (4-20 digits), with 0-40 spaces before the `=`.
@@ -129,6 +138,11 @@ class FillerSum(Helper):
 
     def size(self, prompt: str) -> int:
         return len(self.parse(prompt)[1]) // 2
+
+    def split_of(self, prompt: str) -> str:
+        # without its spaces a prompt is long7xp's, with the same answer: split it as long7xp would, so that no
+        # training row is one of long7xp's held-out prompts
+        return split_by_hash(self.family, re.sub(r" +=", "=", prompt))
 
 
 HINT_HELPERS = (FreshCalc(2, 14), MarkedDouble(4, 32), OffsetSum(2, 12), FillerSum(4, 20))
