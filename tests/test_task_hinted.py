@@ -21,6 +21,8 @@ from orl.tokenizer import CharTokenizer
     ("long7xpo", "cumsum+0:Y9Z9=Y", "9Z18", 2),
     ("long7xpf", "cumsum:a3b1c4   =a", "3b4c8", 3),
     ("long7xpf", "cumsum:Y9Z9=Y", "9Z18", 2),
+    ("prog7xpf", "echo d=3;e=d+4;f=e-2     :d", "=3,e=7,f=5", 3),
+    ("prog7xpf", "echo x=9;y=0+x:x", "=9,y=9", 2),
 ])
 def test_hand_computed(name, prompt, answer, size):
     task = get_task(name)
@@ -39,6 +41,9 @@ def test_hand_computed(name, prompt, answer, size):
     ("long7xpo", "cumsum+5:a1c2=a", "not a long7xpo prompt"),
     ("long7xpf", "cumsum:a3b1" + " " * 41 + "=a", "not a long7xpf prompt"), ("long7xpf", "cumsum:a3 b1=a", "not a long7xpf prompt"),
     ("long7xpf", "cumsum:a3b1 =b", "not a long7xpf prompt"),
+    ("prog7xpf", "echo d=3;e=d+4" + " " * 41 + ":d", "not a prog7xpf prompt"),
+    ("prog7xpf", "echo d=3;e=d+4 :e", "not a prog7xpf prompt"), ("prog7xpf", "echo d=3; e=d+4:d", "not a prog7xpf prompt"),
+    ("prog7xpf", "echo d=3;e=4+1  :d", "not a prog7xpf prompt"),
     # prog7x is strict: fresh consecutive variables, each statement reading the previous one, echo form only
     ("prog7x", "echo a=3;a=a+1:", "not a prog_fresh prompt"), ("prog7x", "a=3;b=a+1;b?", "not a prog_fresh prompt"),
     ("prog7x", "echo a=3;b=a*2:", "not a prog_fresh prompt"), ("prog7x", "echo a=3;c=a+1:", "not a prog_fresh prompt"),
@@ -80,7 +85,7 @@ def test_prog7x_fresh_chain(name, split, lo, hi):
         assert all(0 <= int(v.split("=")[1]) <= 99 for v in s.answer.split(","))
 
 
-@pytest.mark.parametrize("name", ["long7x", "long7xp", "prog7xph", "long7xph", "long7xpo", "long7xpf"])
+@pytest.mark.parametrize("name", ["long7x", "long7xp", "prog7xph", "long7xph", "long7xpo", "long7xpf", "prog7xpf"])
 def test_size_of_a_foreign_prompt_is_an_error(name):
     with pytest.raises(ValueError, match="not a"):
         get_task(name).size("hello")
@@ -93,7 +98,8 @@ def test_hinted_splits_are_disjoint_from_each_other():
 
 
 @pytest.mark.parametrize("name,family,sizes", [("prog7xph", "prog7xp", range(2, 15)), ("long7xph", "long7xp", range(4, 33)),
-                                               ("long7xpo", "long7xp", range(2, 13)), ("long7xpf", "long7xp", range(4, 21))])
+                                               ("long7xpo", "long7xp", range(2, 13)), ("long7xpf", "long7xp", range(4, 21)),
+                                               ("prog7xpf", "prog7xp", range(2, 8))])
 def test_hint_helpers_are_training_only(name, family, sizes):
     from orl.eval.tasks import HELPER_NAMES
     from orl.train.rollout import trained_tasks
@@ -151,3 +157,17 @@ def test_long7xp_value_and_distance_helpers_never_train_on_its_held_out_prompts(
     held = [family.sample("heldout", i).prompt for i in range(20)]
     assert all(offset.split_of(p.replace("cumsum:", "cumsum+0:")) == "heldout" for p in held)
     assert {offset.split_of(p.replace("cumsum:", "cumsum+7:")) for p in held} == {"train", "heldout"}  # own hash
+
+
+def test_prog7xpf_moves_the_statements_away_from_the_answer():
+    """prog7xp's distance helper: 0-40 spaces before the ':', so the distance from the answer to statement k
+    varies at every size; without them a prompt is prog7xp's, with the same answer and the same split."""
+    task, family, tok = get_task("prog7xpf"), get_task("prog7xp"), CharTokenizer()
+    drawn = [(split, task.sample(split, i)) for split in ("train", "heldout") for i in range(300)]
+    gaps = {len(re.search(r"( *):", s.prompt)[1]) for _, s in drawn}
+    assert min(gaps) == 0 and max(gaps) == 40 and len(gaps) > 30
+    for split, s in drawn:
+        plain = re.sub(r" +:", ":", s.prompt)
+        assert family.verify(plain, s.answer) and family.split_of(plain) == split
+    # a greedy AR eval of 100 new tokens fits tiny_model7's context
+    assert all(len(tok.encode(s.prompt)) + 100 <= 192 for _, s in drawn)

@@ -14,7 +14,7 @@ _NUMBER = re.compile(r"-?[0-9]+")
 
 
 SHAPED = frozenset({"long", "prog", "long7", "prog7", "long7h", "prog7h", "long7x", "prog7x", "long7xp", "prog7xp",
-                    "long7xph", "long7xpo", "long7xpf", "prog7xph"})
+                    "long7xph", "long7xpo", "long7xpf", "prog7xph", "prog7xpf"})
 
 
 def has_shape(task: str) -> bool:

@@ -6,6 +6,7 @@ Training only, never a headline; rollouts and held-out means skip them (`HELPER_
     long7xph    long7xp   double:a3b1=a -> 6b2                                     4-32 digits
     long7xpo    long7xp   cumsum+137:a3b1=a -> 140b141 (values, not lengths)       2-12 digits, offset 0-199
     long7xpf    long7xp   cumsum:a3b1   =a -> 3b4 (distances, not lengths)         4-20 digits, 0-40 spaces
+    prog7xpf    prog7xp   echo d=3;e=d+4   :d -> =3,e=7 (distances)                 2-7 assignments, 0-40 spaces
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import string
 
 from .base import split_of as split_by_hash
 from .helpers import HELPERS, Helper, eval_literal
-from .hinted import MARKERS, marker_run
+from .hinted import MARKERS, ProgFresh, marker_run
 
 _LITERAL = r"[a-z]=[0-9](?:[+-][0-9])?"
 
@@ -145,5 +146,46 @@ class FillerSum(Helper):
         return split_by_hash(self.family, re.sub(r" +=", "=", prompt))
 
 
-HINT_HELPERS = (FreshCalc(2, 14), MarkedDouble(4, 32), OffsetSum(2, 12), FillerSum(4, 20))
+class FillerProg(Helper):
+    """prog7xp's distance helper: prog7xp itself, in its range (2-7 assignments), with 0-40 spaces before the
+    `:`. Past the range prog7xp's steps fail from the first statements on (hint2-hint4: 18-32% of steps right
+    at k <= 7, 35-96% in range, each judged against the model's own previous value): a beyond prompt puts its
+    early statements farther from the answer than any trained prompt does, and the chain is read partly by
+    that distance. The spaces vary it in range without more statements, as long7xpf does for long7xp."""
+    name, family = "prog7xpf", "prog7xp"
+    pattern = re.compile(r"echo ([^:]*?)( *):([a-z])")
+    description = "echo d=3;e=d+4   :d ; answer =3,e=7 (helper, training only)"
+    FILLER = 40
+
+    def __init__(self, lo: int, hi: int):
+        super().__init__(lo, hi)
+        self.program = ProgFresh(lo, hi, prefill=True)
+
+    def generate(self, rng: random.Random) -> tuple[str, str]:
+        plain, _ = self.program.generate(rng)
+        head, first = plain[:-2], plain[-1]  # "echo ...", then ":" and the first variable
+        prompt = f"{head}{' ' * rng.randint(0, self.FILLER)}:{first}"
+        return prompt, self.answer(prompt)
+
+    def answer(self, prompt: str) -> str:
+        m = self.parse(prompt)
+        if len(m[2]) > self.FILLER:
+            raise ValueError(f"not a {self.name} prompt (at most {self.FILLER} spaces before the ':'): {prompt!r}")
+        try:
+            return self.program.answer(self.plain(prompt))
+        except ValueError:
+            raise ValueError(f"not a {self.name} prompt (prog7xp's, with spaces before the ':'): {prompt!r}") from None
+
+    def plain(self, prompt: str) -> str:
+        return re.sub(r" +:", ":", prompt)
+
+    def size(self, prompt: str) -> int:
+        return self.parse(prompt)[1].count("=")
+
+    def split_of(self, prompt: str) -> str:
+        # without its spaces a prompt is prog7xp's, with the same answer: split it as prog7xp would
+        return split_by_hash(self.family, self.plain(prompt))
+
+
+HINT_HELPERS = (FreshCalc(2, 14), MarkedDouble(4, 32), OffsetSum(2, 12), FillerSum(4, 20), FillerProg(2, 7))
 HELPER_NAMES = frozenset(h.name for h in HELPERS + HINT_HELPERS)
