@@ -21,9 +21,11 @@ exact McNemar p-value (A = a model name as the table prints it, e.g. two runs' `
 reference value >= VALUE (e.g. `--values-by 100 21` for long7xp: past the range, both grow together; the
 split says whether the lost values are unseen numbers or lost positions).
 
---steps VALUE INDEX (long7x, long7xp): each running-sum step judged against the model's own previous sum
-(element k right iff it is element k-1 plus digit k), so an early error is not counted again at every later
-element; split by element index >= INDEX and the step's target sum >= VALUE.
+--steps VALUE INDEX (long7x, long7xp; prog7x, prog7xp): each running-sum step judged against the model's own
+previous sum (element k right iff it is element k-1 plus digit k), so an early error is not counted again at
+every later element; split by element index >= INDEX and the step's target sum >= VALUE. For the prog chains
+the same with statement k applied to the model's own value of statement k-1 (e.g. `--steps 50 8`: past
+prog7xp's range of 2-7 statements).
 """
 from __future__ import annotations
 
@@ -125,6 +127,27 @@ def running_steps(prompt: str, output: str) -> list[tuple[int, int, bool]]:
     return steps
 
 
+_STATEMENT = re.compile(r"([a-z])=(?:([a-z])([+-])([0-9])|([0-9])([+-])([a-z])|([0-9]))(?:;|$)")
+_VALUE = re.compile(r"([a-z])=(-?[0-9]+)")
+
+
+def chain_steps(prompt: str, output: str) -> list[tuple[int, int, bool]]:
+    """prog_fresh's `running_steps`: (k, statement k applied to the model's own value of statement k-1, right),
+    up to the answer's first wrong variable or its end; the prompt may end with the first variable (prog7xp)."""
+    body, _, first = prompt[len("echo "):].rpartition(":")
+    values = [_VALUE.fullmatch(v) for v in (first + output).split(",")]
+    prev, steps = 0, []
+    for k, (st, got) in enumerate(zip(_STATEMENT.findall(body), values), start=1):
+        if got is None or got[1] != st[0]:
+            break
+        _, op, d, d2, op2, _, literal = st[1:]
+        target = (int(literal) if literal else prev + int(d) if op == "+" else prev - int(d) if op else
+                  int(d2) + prev if op2 == "+" else int(d2) - prev)
+        steps.append((k, target, int(got[2]) == target))
+        prev = int(got[2])
+    return steps
+
+
 def print_cells(cells: dict[tuple, dict], value_cut: int, index_cut: int, v: str, note: str) -> None:
     """cells: (model, decoder, threshold, split, family) -> {(index >= index_cut, value >= value_cut): (right, total)}."""
     print(f"{'model':<22} {'decoder':<14} {'tau':>5} {'split':<8} {'family':<10} " + " ".join(
@@ -138,8 +161,9 @@ def print_cells(cells: dict[tuple, dict], value_cut: int, index_cut: int, v: str
 def print_steps(records: list[dict], value_cut: int, index_cut: int) -> None:
     cells: dict[tuple, dict] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
     for r in latest(records):
-        if r["task"] in ("long7x", "long7xp") and "output_text" in r:
-            for k, target, ok in running_steps(r["prompt"], r["output_text"]):
+        stepper = {"long7x": running_steps, "long7xp": running_steps, "prog7x": chain_steps, "prog7xp": chain_steps}
+        if r["task"] in stepper and "output_text" in r:
+            for k, target, ok in stepper[r["task"]](r["prompt"], r["output_text"]):
                 cell = cells[head_of(r) + (r["task"],)][(k >= index_cut, target >= value_cut)]
                 cell[0] += ok
                 cell[1] += 1
@@ -167,7 +191,8 @@ def main() -> None:
                     help="right values of the well-shaped answers by reference value >= VALUE and element index "
                          ">= INDEX, per model, split and family, instead")
     ap.add_argument("--steps", nargs=2, type=int, metavar=("VALUE", "INDEX"),
-                    help="running-sum steps of long7x/long7xp against the model's own previous sum, instead")
+                    help="running-sum steps of long7x/long7xp (and the prog7x/prog7xp chains) against the model's own "
+                         "previous value, instead")
     args = ap.parse_args()
     if sum(map(bool, (args.paired, args.by_size, args.steps, args.values_by))) > 1:
         ap.error("--paired, --by-size, --steps and --values-by: one table at a time")

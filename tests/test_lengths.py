@@ -122,3 +122,13 @@ def test_running_steps_judge_each_sum_against_the_models_own_previous_one():
     # 3 -> 4 (right), 4 + 4 = 8 written 9 (wrong), 9 + 2 = 11 (right against its own 9), then a wrong marker
     assert steps("cumsum:a3b1c4d2e5=a", "3b4c9d11X16") == [(1, 3, True), (2, 4, True), (3, 8, False), (4, 11, True)]
     assert steps("cumsum:a3b1=", "a3b4") == [(1, 3, True), (2, 4, True)]   # long7x: no prefilled marker
+
+
+def test_chain_steps_apply_each_statement_to_the_models_own_previous_value():
+    steps = length_table().chain_steps
+    # e = 3 + 4 written 8 (wrong); f = 9 - e is 1 against its own 8 (right); g = f + 2 = 3 (right)
+    assert steps("echo d=3;e=d+4;f=9-e;g=f+2:d", "=3,e=8,f=1,g=3") == [
+        (1, 3, True), (2, 7, False), (3, 1, True), (4, 3, True)]
+    assert steps("echo d=3;e=3+d;f=e-2:", "d=3,e=6,g=4") == [(1, 3, True), (2, 6, True)]  # prog7x; wrong variable
+    assert steps("echo d=3;e=d-4:d", "=3,e=-1") == [(1, 3, True), (2, -1, True)]  # a negative value is read
+    assert steps("echo d=3;e=d+4:d", "=3,e=x") == [(1, 3, True)]                  # an unreadable value ends it

@@ -31,7 +31,7 @@ per v7 family, drawn at sizes past that family's range, for length generalisatio
 `V7X` (long7x, prog7x, long7xp, prog7xp; tasks/hinted.py) are long7 and prog7 with index hints: a unique
 marker per item that the answer repeats (the `xp` ones with the answer's first marker closing the prompt),
 the v7 ranges and beyond splits; `HINT_HELPERS` (tasks/hint_helpers.py: prog7xph, long7xph for lengths;
-long7xpo for the sums past 100 that long7xp's beyond split needs; long7xpf for varied distances) are the
+long7xpo for the sums past 100 that long7xp's beyond split needs; long7xpf and prog7xpf for varied distances) are the
 `xp` families' helpers.
 """
 from __future__ import annotations

@@ -148,8 +148,8 @@ class FillerSum(Helper):
 
 class FillerProg(Helper):
     """prog7xp's distance helper: prog7xp itself, in its range (2-7 assignments), with 0-40 spaces before the
-    `:`. Past the range prog7xp's steps fail from the first statements on (hint2-hint4: 18-32% of steps right
-    at k <= 7, 35-96% in range, each judged against the model's own previous value): a beyond prompt puts its
+    `:`. Past the range prog7xp's steps fail from the first statements on (hint2-hint4: 35-37% of the steps at
+    k < 8 right, 50-87% in range; each against the model's own previous value, `length_table.py --steps`): a beyond prompt puts its
     early statements farther from the answer than any trained prompt does, and the chain is read partly by
     that distance. The spaces vary it in range without more statements, as long7xpf does for long7xp."""
     name, family = "prog7xpf", "prog7xp"
