@@ -26,6 +26,9 @@ previous sum (element k right iff it is element k-1 plus digit k), so an early e
 every later element; split by element index >= INDEX and the step's target sum >= VALUE. For the prog chains
 the same with statement k applied to the model's own value of statement k-1 (e.g. `--steps 50 8`: past
 prog7xp's range of 2-7 statements).
+
+--first-errors K: per element index k <= K, the answers whose elements 1..k-1 were all right and how many of
+them get element k right (the same judgement as --steps, never after an error, so the splits compare at equal k).
 """
 from __future__ import annotations
 
@@ -135,6 +138,7 @@ def chain_steps(prompt: str, output: str) -> list[tuple[int, int, bool]]:
     """prog_fresh's `running_steps`: (k, statement k applied to the model's own value of statement k-1, right),
     up to the answer's first wrong variable or its end; the prompt may end with the first variable (prog7xp)."""
     body, _, first = prompt[len("echo "):].rpartition(":")
+    body = body.rstrip(" ")  # prog7xpf's spaces before the ':'
     values = [_VALUE.fullmatch(v) for v in (first + output).split(",")]
     prev, steps = 0, []
     for k, (st, got) in enumerate(zip(_STATEMENT.findall(body), values), start=1):
@@ -158,18 +162,43 @@ def print_cells(cells: dict[tuple, dict], value_cut: int, index_cut: int, v: str
     print(note)
 
 
+STEPPERS = {"long7x": running_steps, "long7xp": running_steps, "prog7x": chain_steps, "prog7xp": chain_steps}
+
+
 def print_steps(records: list[dict], value_cut: int, index_cut: int) -> None:
     cells: dict[tuple, dict] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
     for r in latest(records):
-        stepper = {"long7x": running_steps, "long7xp": running_steps, "prog7x": chain_steps, "prog7xp": chain_steps}
-        if r["task"] in stepper and "output_text" in r:
-            for k, target, ok in stepper[r["task"]](r["prompt"], r["output_text"]):
+        if r["task"] in STEPPERS and "output_text" in r:
+            for k, target, ok in STEPPERS[r["task"]](r["prompt"], r["output_text"]):
                 cell = cells[head_of(r) + (r["task"],)][(k >= index_cut, target >= value_cut)]
                 cell[0] += ok
                 cell[1] += 1
-    print_cells(cells, value_cut, index_cut, "s", "right/total running-sum steps, each against the model's own "
-                "previous sum, up to the answer's first wrong or missing marker (missing steps are not counted); "
-                "k = element index (from 1), s = the step's target sum")
+    print_cells(cells, value_cut, index_cut, "s", "right/total steps, each against the model's own previous value "
+                "(long: the running sum; prog: the previous statement's value), up to the answer's first wrong or "
+                "missing marker or variable (missing steps are not counted); k = element index (from 1), s = the "
+                "step's target value")
+
+
+def print_first_errors(records: list[dict], last_k: int) -> None:
+    """Per element index k: the answers whose steps 1..k-1 were all right, and how many of them get step k right
+    too. Unlike --steps this never judges a step that follows an error, so the rows of two splits compare."""
+    reached: dict[tuple, list[list[int]]] = defaultdict(lambda: [[0, 0] for _ in range(last_k + 1)])
+    for r in latest(records):
+        if r["task"] in STEPPERS and "output_text" in r:
+            for k, _, ok in STEPPERS[r["task"]](r["prompt"], r["output_text"]):
+                if k > last_k:
+                    break
+                cell = reached[head_of(r) + (r["task"],)][k]
+                cell[0] += ok
+                cell[1] += 1
+                if not ok:
+                    break
+    print(f"{'model':<22} {'decoder':<14} {'tau':>5} {'split':<8} {'family':<10} "
+          + " ".join(f"{f'k={k}':>9}" for k in range(1, last_k + 1)))
+    for (model, dec, tau, split, fam), c in sorted(reached.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        print(f"{model[-22:]:<22} {dec:<14} {str(tau):>5} {split:<8} {fam:<10} "
+              + " ".join(f"{'%d/%d' % tuple(c[k]) if c[k][1] else '-':>9}" for k in range(1, last_k + 1)))
+    print("right/reached at element k: answers whose elements 1..k-1 were all right (judged as --steps judges)")
 
 
 def print_values_by(records: list[dict], value_cut: int, index_cut: int) -> None:
@@ -193,9 +222,14 @@ def main() -> None:
     ap.add_argument("--steps", nargs=2, type=int, metavar=("VALUE", "INDEX"),
                     help="running-sum steps of long7x/long7xp (and the prog7x/prog7xp chains) against the model's own "
                          "previous value, instead")
+    ap.add_argument("--first-errors", type=int, metavar="K",
+                    help="per element index up to K: right / reached among answers right until then, instead")
     args = ap.parse_args()
-    if sum(map(bool, (args.paired, args.by_size, args.steps, args.values_by))) > 1:
-        ap.error("--paired, --by-size, --steps and --values-by: one table at a time")
+    if sum(map(bool, (args.paired, args.by_size, args.steps, args.values_by, args.first_errors))) > 1:
+        ap.error("--paired, --by-size, --steps, --values-by and --first-errors: one table at a time")
+    if args.first_errors:
+        print_first_errors(read_records(args.records), args.first_errors)
+        return
     if args.steps:
         print_steps(read_records(args.records), *args.steps)
         return

@@ -132,3 +132,21 @@ def test_chain_steps_apply_each_statement_to_the_models_own_previous_value():
     assert steps("echo d=3;e=3+d;f=e-2:", "d=3,e=6,g=4") == [(1, 3, True), (2, 6, True)]  # prog7x; wrong variable
     assert steps("echo d=3;e=d-4:d", "=3,e=-1") == [(1, 3, True), (2, -1, True)]  # a negative value is read
     assert steps("echo d=3;e=d+4:d", "=3,e=x") == [(1, 3, True)]                  # an unreadable value ends it
+
+
+def test_first_errors_count_each_answer_until_its_first_wrong_element(capsys):
+    lt = length_table()
+
+    def rec(split, i, prompt, output):
+        return {"model": {"name": "A", "id": "A"}, "task": "prog7xp", "split": split, "prompt_id": f"prog7xp/{split}/{i}",
+                "sample": 0, "verdict": False, "decode": {"rule": "ar", "residual": "off", "threshold": None},
+                "prompt": prompt, "output_text": output}
+    p = "echo d=3;e=d+4;f=e-2:d"
+    recs = [rec("heldout", 0, p, "=3,e=7,f=5"),       # right throughout
+            rec("heldout", 1, p, "=3,e=8,f=6"),       # e wrong: f (right against its own 8) is never reached
+            rec("beyond", 0, p, "=4,e=8,f=6")]        # wrong from the first element
+    lt.print_first_errors(recs, 3)
+    rows = {line.split()[3]: line.split()[5:] for line in capsys.readouterr().out.splitlines() if " prog7xp " in line}
+    assert rows["heldout"] == ["2/2", "1/2", "1/1"] and rows["beyond"] == ["0/1", "-", "-"]
+    # prog7xpf's spaces before the ':' do not hide its last statement
+    assert lt.chain_steps("echo d=3;e=d+4   :d", "=3,e=7") == [(1, 3, True), (2, 7, True)]
