@@ -259,3 +259,43 @@ def test_eval_budget_may_change_on_resume():
     a, b = small_cfg().to_dict(), small_cfg(eval_max_new_tokens=32).to_dict()
     assert config_diff(a, b) == []
     assert config_diff(a, small_cfg(lr=1e-3).to_dict()) != []
+
+
+def test_grid_layout_trains_the_rows_the_engine_decodes(tmp_path):
+    """layout absolute_grid: stage 2's noisy blocks lie on the grid from position 0, the prompt's partial
+    last block opens the first one (in it, never masked), the next-token rows stay as they were, and the
+    checkpoint tells the engine to decode on the grid."""
+    import pytest
+
+    from orl.engine.config import DecodeConfig
+    from orl.train.pretrain import make_batches
+
+    L, mask_id = 8, special_ids(TOK, 128).mask
+    cfg = small_cfg(tasks=("long7xp",), mix=(4,), ar_aux=0.5, layout="absolute_grid")
+    grid, aux = make_batches(cfg, TOK, cfg.ar_steps)
+    _, plain_aux = make_batches(small_cfg(tasks=("long7xp",), mix=(4,), ar_aux=0.5), TOK, cfg.ar_steps)
+    assert torch.equal(aux.tokens, plain_aux.tokens) and torch.equal(aux.weight, plain_aux.weight)
+    eq = TOK.encode("=")[0]
+    tails = 0
+    for b in range(grid.tokens.shape[0]):
+        tok, pos = grid.tokens[b], grid.pos[b]
+        first = int((tok == eq).nonzero()[0])
+        prompt_len = int(pos[first]) + 2           # the prompt ends with the marker after '='
+        noisy = pos[first + 1:].diff() < 0          # the noisy copies start where the positions go back
+        start = first + 1 + int(noisy.nonzero()[0]) + 1
+        npos, ntok = pos[start:], tok[start:]
+        assert int(npos[0]) % L == 0                # the first noisy block starts on the grid
+        assert not bool(((ntok == mask_id) & (npos < prompt_len)).any())  # the tail is never masked
+        tails += int((npos < prompt_len).sum())
+    assert tails > 0                                # and it is there, opening the first canvas
+    assert bool((grid.weight[grid.tokens == mask_id] > 0).all())
+    with pytest.raises(ValueError, match="unknown layout 'grid'"):
+        small_cfg(layout="grid")
+    run = tmp_path / "grid"
+    pretrain(small_cfg(tasks=("long7xp",), mix=(4,), layout="absolute_grid", ar_steps=2, diffusion_steps=2,
+                       eval_every=2, eval_max_new_tokens=16), run, log=lambda *a: None)
+    manifest = json.loads((run / "orl.json").read_text())
+    assert manifest["layout"] == "absolute_grid" and manifest["objective"] == "block_diffusion"
+    assert DecodeConfig.from_manifest(manifest).layout == "absolute_grid"
+    assert "layout" not in json.loads((run / "stage1" / "orl.json").read_text())  # stage 1 is an AR model
+    assert "long7xp" in [json.loads(line) for line in open(run / "train.log.jsonl")][-1]["eval"]

@@ -20,7 +20,8 @@ from orl.model.vocab import special_ids
 from orl.eval.tasks import SUITE, get_task
 from orl.model.args import ModelArgs
 from orl.model.model import Transformer
-from orl.train.batches import Batch, ar_batch, diffusion_batch, shift_positions, weighted_ce_sum
+from orl.engine.layouts import LAYOUTS
+from orl.train.batches import Batch, ar_batch, diffusion_batch, grid_pairs, shift_positions, weighted_ce_sum
 from orl.train.dist import SINGLE, Dist, setup, shard_rows
 from orl.train.fsdp import check_parallel, gathered
 from orl.atomic_dir import RUN_FILES
@@ -37,6 +38,9 @@ class PretrainConfig:
     convert: bool = True          # False: stage 2 stays autoregressive - the AR peer on the same data and schedule
     stage2_lr: float = 0.0        # peak lr of stage 2 (0: same as lr); the conversion starts from trained weights
     ar_aux: float = 0.0           # stage 2: weight of a next-token loss on the same samples (keeps the AR skills)
+    layout: str = "prompt_block"  # stage 2 rows and the engine: prompt_block (the prompt one bidirectional
+                                  # block) | absolute_grid (block-causal from position 0, so a prompt's first
+                                  # blocks read as in any shorter prompt, as in the causal stage 1)
     batch_size: int = 64          # samples per step, split evenly over tasks unless `mix` is given
     mix: tuple[int, ...] = ()     # samples per step of each task (aligned with `tasks`)
     noisy_copies: int = 1         # noisy states of every block per row (clean context reused)
@@ -63,6 +67,8 @@ class PretrainConfig:
                                               "weight_decay", "threads"))
         if not self.tasks:
             problems.append("tasks must name at least one task")
+        if self.layout not in LAYOUTS:
+            problems.append(f"unknown layout {self.layout!r}; expected one of {LAYOUTS}")
         if not 0.0 <= self.pos_offset <= 1.0:
             problems.append(f"pos_offset must be in [0, 1], got {self.pos_offset}")
         if not 0.0 <= self.min_lr_frac <= 1.0:
@@ -126,7 +132,11 @@ def make_batches(cfg: PretrainConfig, tok, step: int) -> list[Batch]:
         if not diffusion:
             batches.append(ar_batch(pairs, tok.pad_id, tok.eos_id))
         else:
-            batches.append(diffusion_batch(pairs, cfg.block_len, ids, gen, cfg.noisy_copies))
+            if cfg.layout == "absolute_grid":  # each prompt's partial last block opens its answer, fixed
+                rows, fixed = grid_pairs(pairs, cfg.block_len)
+                batches.append(diffusion_batch(rows, cfg.block_len, ids, gen, cfg.noisy_copies, grid=True, fixed=fixed))
+            else:
+                batches.append(diffusion_batch(pairs, cfg.block_len, ids, gen, cfg.noisy_copies))
             if cfg.ar_aux > 0:
                 b = ar_batch(pairs, tok.pad_id, tok.eos_id)
                 b.weight *= cfg.ar_aux
@@ -181,6 +191,7 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_co
     diffusion_eval = cfg.convert and cfg.diffusion_steps > 0
     check_eval_fits(cfg.tasks, tok, cfg.eval_samples, cfg.eval_max_new_tokens, cfg.model.max_seq_len,
                     ar=cfg.ar_steps > 0 or not diffusion_eval, block_len=cfg.block_len if diffusion_eval else None,
+                    layout=cfg.layout,
                     fix=f"lower eval_max_new_tokens ({cfg.eval_max_new_tokens}) or raise model.max_seq_len")
     out = Path(out).resolve()
     stage1 = out / RUN_FILES[1]  # the end of the AR stage, kept inside the run
@@ -242,8 +253,10 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_co
 
 
 def save(loop: TrainLoop, model, tok, opt, cfg: PretrainConfig, step: int, extra: dict, target: Path | None = None) -> None:
+    diffusion = cfg.convert and step > cfg.ar_steps
     manifest = {"block_len": cfg.block_len, "residual_mode": "off",
-                "objective": "block_diffusion" if cfg.convert and step > cfg.ar_steps else "autoregressive",
+                "objective": "block_diffusion" if diffusion else "autoregressive",
+                **({"layout": cfg.layout} if diffusion else {}),  # the engine decodes as the rows trained
                 "recipe": {"name": "pretrain", "config": loop.config, "step": step, **extra}}
     loop.save(model, tok, manifest, opt, step, target)
 
@@ -255,7 +268,7 @@ def evaluate(model: Transformer, tok, cfg: PretrainConfig, threshold: float | No
     from orl.train.heldout import heldout_eval
 
     rule = {"rule": "topk"} if threshold is None else {"rule": "threshold", "threshold": threshold}
-    dcfg = DecodeConfig(block_len=cfg.block_len, max_new_tokens=cfg.eval_max_new_tokens, **rule)
+    dcfg = DecodeConfig(block_len=cfg.block_len, max_new_tokens=cfg.eval_max_new_tokens, layout=cfg.layout, **rule)
     return heldout_eval(Engine(model, tok), cfg.tasks, dcfg, cfg.eval_samples)
 
 

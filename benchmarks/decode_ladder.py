@@ -1,0 +1,103 @@
+#!/usr/bin/env python
+"""Where a block-diffusion checkpoint's accuracy goes between autoregressive order and parallel commits
+(issue 21: the beyond-range skill of the AR stage does not survive stage 2 at threshold 0.9).
+
+One checkpoint, the same prompts, four decoders that each add one difference to the one before:
+
+    ar       block_len 1: one position per block, so the diffusion weights decode in AR order with
+             no mask in sight (the shifted read-out reads each token off the clean position before it).
+             On the absolute grid the prompt is then causal too and this is the AR decoder on the same
+             weights (tests/test_decode_ladder.py); in prompt_block the prompt stays one bidirectional
+             block, as the checkpoint was trained
+    l2r      the checkpoint's block, left to right one token per forward (fast_dllm_v2 with sub-blocks
+             of 1; as in Fast-dLLM v2, a block's first token is read off the commit forward before it):
+             the same order, but the rest of the block is masks
+    topk     one token per forward, the most confident first (any order)
+    thresh   the threshold rule at --threshold: every position at or above it per forward (the headline)
+
+With --ar-model, the stage-1 (AR) checkpoint decoded by its own decoder is a first row ("stage1"), so
+weights (stage1 -> ar) and decoding (ar -> thresh) separate. Each row after the first gives the paired
+counts against the row above (prompts right only above / only here) and the exact McNemar p-value.
+
+    python benchmarks/decode_ladder.py --model runs/hint4d --ar-model runs/hint4 --tasks long7xp \
+        --splits heldout,beyond --limit 100 --max-new-tokens 112 --out runs/eval/hint4d-ladder.jsonl
+
+Records are appended to --out (orl eval's resumable JSONL: a rerun only decodes what is missing).
+"""
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+
+from orl.eval import metrics
+from orl.eval.headline import pair_key
+from orl.eval.runner import EvalSpec, run_eval
+
+RUNGS = {  # name -> decode settings over the checkpoint's (an empty dict: the checkpoint's own decoder)
+    "ar": {"block_len": 1},
+    "l2r": {"rule": "fast_dllm_v2", "small_block_size": 1},
+    "topk": {"rule": "topk", "steps_per_block": 0},
+    "thresh": {"rule": "threshold"},
+}
+
+
+def ladder_rows(by_rung: dict[str, list[dict]]) -> list[dict]:
+    """One row per (split, task, rung) in the rungs' order: n, accuracy, TPF (ratio of sums), and against
+    the rung before it on the same prompts: (only before, only here, McNemar p)."""
+    rows = []
+    groups = sorted({(r["split"], r["task"]) for recs in by_rung.values() for r in recs})
+    for split, task in groups:
+        prev = None
+        for rung, recs in by_rung.items():
+            mine = [r for r in recs if r["split"] == split and r["task"] == task]
+            if not mine:
+                continue
+            verdicts = {pair_key(r): bool(r["verdict"]) for r in mine}
+            row = {"split": split, "task": task, "rung": rung, "n": len(mine),
+                   "acc": 100 * metrics.accuracy(list(verdicts.values())),
+                   "tpf": metrics.pooled_tpf(mine)["tpf"]}
+            if prev is not None:
+                _, b, c = metrics.paired_counts(prev, verdicts)
+                row.update(lost=b, gained=c, p=metrics.mcnemar_exact(b, c))
+            rows.append(row)
+            prev = verdicts
+    return rows
+
+
+def format_rows(rows: list[dict]) -> str:
+    lines = [f"{'split':8} {'task':10} {'rung':7} {'n':>4} {'acc %':>6} {'TPF':>5}  vs row above (lost / gained, p)"]
+    for r in rows:
+        vs = f"{r['lost']:>3} / {r['gained']:<3} p={r['p']:.2g}" if "p" in r else ""
+        lines.append(f"{r['split']:8} {r['task']:10} {r['rung']:7} {r['n']:>4} {r['acc']:>6.1f} {r['tpf']:>5.2f}  {vs}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True, help="block-diffusion checkpoint")
+    ap.add_argument("--ar-model", help="its stage-1 (autoregressive) checkpoint: a first row, its own decoder")
+    ap.add_argument("--tasks", required=True)
+    ap.add_argument("--splits", default="heldout,beyond")
+    ap.add_argument("--limit", type=int, default=100)
+    ap.add_argument("--max-new-tokens", type=int, default=112)
+    ap.add_argument("--threshold", type=float, default=0.9)
+    ap.add_argument("--rungs", default=",".join(RUNGS), help=f"a subset of {','.join(RUNGS)}, in this order")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    rungs = args.rungs.split(",")
+    if unknown := [r for r in rungs if r not in RUNGS]:
+        ap.error(f"unknown rungs {unknown}; expected some of {list(RUNGS)}")
+    tasks, splits = args.tasks.split(","), args.splits.split(",")
+    plan = ([("stage1", args.ar_model, {})] if args.ar_model else []) + [(r, args.model, RUNGS[r]) for r in rungs]
+    by_rung: dict[str, list[dict]] = defaultdict(list)
+    for rung, model, decode in plan:
+        for split in splits:
+            spec = EvalSpec(model=model, out=args.out, tasks=tasks, split=split, limit=args.limit,
+                            thresholds=[args.threshold], decode={"max_new_tokens": args.max_new_tokens, **decode},
+                            progress=False)
+            by_rung[rung] += run_eval(spec)
+    print(format_rows(ladder_rows(by_rung)))
+
+
+if __name__ == "__main__":
+    main()
