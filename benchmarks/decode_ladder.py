@@ -2,13 +2,13 @@
 """Where a block-diffusion checkpoint's accuracy goes between autoregressive order and parallel commits
 (issue 21: the beyond-range skill of the AR stage does not survive stage 2 at threshold 0.9).
 
-One checkpoint, the same prompts, four decoders that each add one difference to the one before:
+One checkpoint, the same prompts, five decoders that each add one difference to the one before:
 
-    ar       block_len 1: one position per block, so the diffusion weights decode in AR order with
-             no mask in sight (the shifted read-out reads each token off the clean position before it).
-             On the absolute grid the prompt is then causal too and this is the AR decoder on the same
-             weights (tests/test_decode_ladder.py); in prompt_block the prompt stays one bidirectional
-             block, as the checkpoint was trained
+    ar_grid  block_len 1 on the absolute grid: one position per block and a causal prompt, i.e. the AR
+             decoder on the same weights (the shifted read-out reads each token off the clean position
+             before it; tests/test_decode_ladder.py)
+    ar       block_len 1 in the checkpoint's own layout: for a prompt_block checkpoint the prompt is one
+             bidirectional block again, as it was trained (on a grid checkpoint: the same as ar_grid)
     l2r      the checkpoint's block, left to right one token per forward (fast_dllm_v2 with sub-blocks
              of 1; as in Fast-dLLM v2, a block's first token is read off the commit forward before it):
              the same order, but the rest of the block is masks
@@ -16,11 +16,11 @@ One checkpoint, the same prompts, four decoders that each add one difference to 
     thresh   the threshold rule at --threshold: every position at or above it per forward (the headline)
 
 With --ar-model, the stage-1 (AR) checkpoint decoded by its own decoder is a first row ("stage1"), so
-weights (stage1 -> ar) and decoding (ar -> thresh) separate. Each row after the first gives the paired
+the weights (stage1 -> ar_grid), the prompt's attention (ar_grid -> ar) and decoding (ar -> thresh) separate. Each row after the first gives the paired
 counts against the row above (prompts right only above / only here) and the exact McNemar p-value.
 
     python benchmarks/decode_ladder.py --model runs/hint4d --ar-model runs/hint4 --tasks long7xp \
-        --splits heldout,beyond --limit 100 --max-new-tokens 112 --out runs/eval/hint4d-ladder.jsonl
+        --splits heldout,beyond --limit 100 --max-new-tokens 104 --out runs/eval/hint4d-ladder.jsonl
 
 Records are appended to --out (orl eval's resumable JSONL: a rerun only decodes what is missing).
 """
@@ -34,6 +34,7 @@ from orl.eval.headline import pair_key
 from orl.eval.runner import EvalSpec, run_eval
 
 RUNGS = {  # name -> decode settings over the checkpoint's (an empty dict: the checkpoint's own decoder)
+    "ar_grid": {"block_len": 1, "layout": "absolute_grid"},
     "ar": {"block_len": 1},
     "l2r": {"rule": "fast_dllm_v2", "small_block_size": 1},
     "topk": {"rule": "topk", "steps_per_block": 0},
@@ -57,7 +58,10 @@ def ladder_rows(by_rung: dict[str, list[dict]]) -> list[dict]:
                    "acc": 100 * metrics.accuracy(list(verdicts.values())),
                    "tpf": metrics.pooled_tpf(mine)["tpf"]}
             if prev is not None:
-                _, b, c = metrics.paired_counts(prev, verdicts)
+                n, b, c = metrics.paired_counts(prev, verdicts)
+                if n != len(verdicts) or n != len(prev):  # e.g. an --out that also holds another --limit's records
+                    raise SystemExit(f"{split} {task}: {rung} and the rung above answered different prompts "
+                                     f"({len(prev)} and {len(verdicts)}, {n} shared); use a fresh --out")
                 row.update(lost=b, gained=c, p=metrics.mcnemar_exact(b, c))
             rows.append(row)
             prev = verdicts
@@ -79,9 +83,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tasks", required=True)
     ap.add_argument("--splits", default="heldout,beyond")
     ap.add_argument("--limit", type=int, default=100)
-    ap.add_argument("--max-new-tokens", type=int, default=112)
+    ap.add_argument("--max-new-tokens", type=int, default=104)
     ap.add_argument("--threshold", type=float, default=0.9)
-    ap.add_argument("--rungs", default=",".join(RUNGS), help=f"a subset of {','.join(RUNGS)}, in this order")
+    ap.add_argument("--rungs", default=",".join(RUNGS), help=f"some of {','.join(RUNGS)} (rows in the order given)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     rungs = args.rungs.split(",")

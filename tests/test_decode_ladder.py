@@ -53,11 +53,12 @@ def test_script_end_to_end(tmp_path, capsys):
     dl.main(["--model", str(BASE), "--tasks", "long7", "--splits", "heldout", "--limit", "2",
              "--max-new-tokens", "32", "--out", str(out)])
     table = capsys.readouterr().out.splitlines()
-    assert [line.split()[2] for line in table[1:]] == ["ar", "l2r", "topk", "thresh"]
+    assert [line.split()[2] for line in table[1:]] == ["ar_grid", "ar", "l2r", "topk", "thresh"]
     recs = read_records(out)
-    assert len(recs) == 8
-    by_rule = {(r["decode"]["rule"], r["decode"]["block_len"]) for r in recs}
-    assert by_rule == {("threshold", 1), ("fast_dllm_v2", 16), ("topk", 16), ("threshold", 16)}
+    assert len(recs) == 10
+    by_rule = {(r["decode"]["rule"], r["decode"]["block_len"], r["decode"]["layout"]) for r in recs}
+    assert by_rule == {("threshold", 1, "absolute_grid"), ("threshold", 1, "prompt_block"),
+                       ("fast_dllm_v2", 16, "prompt_block"), ("topk", 16, "prompt_block"), ("threshold", 16, "prompt_block")}
     # one per forward never commits two tokens in one forward; left to right neither, except the block's
     # first token, which Fast-dLLM v2 reads off the clean position before it as the block opens
     fwd = {r["decode"]["rule"]: [] for r in recs}

@@ -54,6 +54,21 @@ def test_diffusion_batch_masks_only_noisy_answer():
     assert torch.equal(b.targets[:, P + A:], clean[:, P:])
 
 
+def test_grid_rows_mask_a_free_position_in_every_state():
+    """On the grid a prompt's tail opens the first canvas and is never masked; the one position every
+    noisy state must mask is drawn among the others (drawn over the whole block, a tail of 3 in a block of
+    4 left about a third of those states with nothing to learn)."""
+    from orl.train.batches import grid_pairs
+
+    ids = special_ids(TOK, 128)
+    pairs = [([5] * (8 + k), [7, 8, 9]) for k in range(4)] * 64  # tails of 0-3 in blocks of 4
+    rows, fixed = grid_pairs(pairs, 4)
+    b = diffusion_batch(rows, 4, ids, torch.Generator().manual_seed(0), grid=True, fixed=fixed)
+    noisy = b.tokens[:, -8:].view(len(rows), 2, 4) == ids.mask  # two noisy blocks after 8 + 8 clean tokens
+    assert bool(noisy.any(-1).all())
+    for row, k in zip(noisy, fixed):
+        assert not bool(row[0, :k].any())  # the tail itself: never masked
+
 def test_shifted_diffusion_row_equals_the_engine_step():
     """Training rows and the engine agree on where a shifted model reads each token: the all-masked
     state of answer block 1 in a staircase row (block 0 clean before it) gives the logits of the
@@ -273,8 +288,7 @@ def test_grid_layout_trains_the_rows_the_engine_decodes(tmp_path):
     L, mask_id = 8, special_ids(TOK, 128).mask
     cfg = small_cfg(tasks=("long7xp",), mix=(4,), ar_aux=0.5, layout="absolute_grid")
     grid, aux = make_batches(cfg, TOK, cfg.ar_steps)
-    _, plain_aux = make_batches(small_cfg(tasks=("long7xp",), mix=(4,), ar_aux=0.5), TOK, cfg.ar_steps)
-    assert torch.equal(aux.tokens, plain_aux.tokens) and torch.equal(aux.weight, plain_aux.weight)
+    assert aux.read_from is None  # the next-token rows stay causal: the grid changes only the diffusion rows
     eq = TOK.encode("=")[0]
     tails = 0
     for b in range(grid.tokens.shape[0]):
@@ -299,3 +313,6 @@ def test_grid_layout_trains_the_rows_the_engine_decodes(tmp_path):
     assert DecodeConfig.from_manifest(manifest).layout == "absolute_grid"
     assert "layout" not in json.loads((run / "stage1" / "orl.json").read_text())  # stage 1 is an AR model
     assert "long7xp" in [json.loads(line) for line in open(run / "train.log.jsonl")][-1]["eval"]
+    with pytest.raises(ValueError, match="cannot change it to 'prompt_block' midway"):
+        pretrain(small_cfg(tasks=("long7xp",), mix=(4,), ar_steps=2, diffusion_steps=4, eval_every=2,
+                           eval_max_new_tokens=16), run, allow_config_change=True, log=lambda *a: None)

@@ -100,12 +100,15 @@ def diffusion_batch(pairs: list[tuple[list[int], list[int]]], block_len: int, id
     state = meta["state"][P + A:] - 1                  # [N] noisy state index
     t = torch.rand(B, len(noisy_blocks), generator=gen)[:, state]  # [B, N]
     u = torch.rand(B, N, generator=gen)
-    masked = u < t
-    # guarantee one masked position per state: the position with the smallest u in each state
-    u_state = torch.full((B, len(noisy_blocks)), 2.0).scatter_reduce(1, state.expand(B, N), u, "amin")
-    masked |= u == u_state[:, state]
+    free = torch.ones(B, N, dtype=torch.bool)  # positions that may be masked: all but the fixed prompt tails
     if fixed is not None:
-        masked &= (src[P + A:] - P)[None] >= torch.tensor(fixed)[:, None]
+        free = (src[P + A:] - P)[None] >= torch.tensor(fixed)[:, None]
+    masked = (u < t) & free
+    # guarantee one masked position per state: the free position with the smallest u in each state (a
+    # block always has one: a tail is shorter than a block); the draws are the same with or without tails
+    u_free = torch.where(free, u, 2.0)
+    u_state = torch.full((B, len(noisy_blocks)), 2.0).scatter_reduce(1, state.expand(B, N), u_free, "amin")
+    masked |= free & (u_free == u_state[:, state])
     tokens[:, P + A:] = torch.where(masked, ids.mask, tokens[:, P + A:])
     weight = torch.zeros(B, T)
     weight[:, P + A:] = torch.where(masked, ans_w[:, src[P + A:] - P], 0.0)
