@@ -253,12 +253,25 @@ def test_eval_that_cannot_fit_is_refused_before_the_run(tmp_path):
     with pytest.raises(ValueError, match=rf"1 blocks of 16 exceeds the context of {P + 15}"):
         check_eval_fits(("prog7xph",), TOK, 2, 1, P + 15, ar=True, block_len=16)
     check_eval_fits(("prog7xph",), TOK, 2, 1, P + 16, ar=False, block_len=16)
-    # the absolute grid: the prompt's partial last block opens the first canvas, and the engine counts the
-    # whole prompt next to the canvases (engine.setup); so does the check. One new token after a tail of
-    # under 16 takes one canvas; counting only the whole-block prefill would pass P + 15
-    check_eval_fits(("prog7xph",), TOK, 2, 1, P + 16, ar=False, block_len=16, layout="absolute_grid")
-    with pytest.raises(ValueError, match="1 blocks of 16 exceeds"):
-        check_eval_fits(("prog7xph",), TOK, 2, 1, P + 15, ar=False, block_len=16, layout="absolute_grid")
+    # the absolute grid: the prompt's partial last block opens the first canvas, so the cache holds the
+    # whole-block prefill and then the canvases (engine.setup sizes it so, and checks that); counting the
+    # whole prompt next to the canvases refused requests that fit (a 65-token prompt with a 63-token one)
+    from orl.engine import DecodeConfig, Engine
+    from orl.engine.layouts import plan
+    from orl.model import Transformer
+
+    ids = [TOK.encode(get_task("prog7xph").sample("heldout", i).prompt) for i in range(2)]
+    grid = plan(ids, "absolute_grid", 16, 1)
+    need = grid.P + grid.n_blocks * 16
+    assert need < P + 16 and grid.P < P  # the tail lies inside the first canvas
+    check_eval_fits(("prog7xph",), TOK, 2, 1, need, ar=False, block_len=16, layout="absolute_grid")
+    with pytest.raises(ValueError, match=rf"the first {P - grid.P} inside the first canvas\) \+ 1 blocks of 16 exceeds"):
+        check_eval_fits(("prog7xph",), TOK, 2, 1, need - 1, ar=False, block_len=16, layout="absolute_grid")
+    model = Transformer(small_cfg().model).eval()
+    out = Engine(model, TOK, max_len=need).generate(
+        [get_task("prog7xph").sample("heldout", i).prompt for i in range(2)],
+        DecodeConfig(block_len=16, max_new_tokens=1, layout="absolute_grid"))
+    assert [len(g.token_ids) for g in out] == [1, 1]  # the engine decodes what the check passes
     with pytest.raises(ValueError, match="nothing to check"):
         check_eval_fits(("prog7xph",), TOK, 2, 1, 1000, ar=False)
 

@@ -17,18 +17,21 @@ def encode_prompts(tokenizer, prompts: str | list[str]) -> list[list[int]]:
 
 
 def check_request(prompt_ids: list[list[int]], answer_len: int, answer: str, max_len: int,
-                  seeds: list[int] | None, seed: int) -> tuple[int, list[int]]:
+                  seeds: list[int] | None, seed: int, first_slot: int | None = None) -> tuple[int, list[int]]:
     """-> (padded prompt length P, one sampling seed per row: `seeds`, else seed, seed + 1, ...).
-    answer_len: the slots the answer takes (described by `answer` in the error). Raises ValueError
-    naming the problem."""
+    answer_len: the slots the answer takes (described by `answer` in the error), from `first_slot`
+    (default P; on the absolute grid the prompt's partial last blocks lie inside the first canvas, so
+    the canvases start at the longest whole-block prefix). Raises ValueError naming the problem."""
     if not prompt_ids:
         raise ValueError("no prompts given")
     lens = [len(p) for p in prompt_ids]
     if min(lens) == 0:
         raise ValueError(f"prompt {lens.index(0)} is empty; give at least one token")
     B, P = len(prompt_ids), max(lens)
-    if P + answer_len > max_len:
-        raise ValueError(f"prompt ({P} tokens) + {answer} exceeds the context of {max_len} tokens; "
+    start = P if first_slot is None else first_slot
+    if start + answer_len > max_len:
+        inside = "" if start == P else f", the first {P - start} inside the first canvas"
+        raise ValueError(f"prompt ({P} tokens{inside}) + {answer} exceeds the context of {max_len} tokens; "
                          "shorten the prompt or lower max_new_tokens")
     seeds = seeds if seeds is not None else [seed + b for b in range(B)]
     if len(seeds) != B:

@@ -45,15 +45,15 @@ def check_eval_fits(tasks: tuple[str, ...], tok, n: int, max_new_tokens: int, ma
     for name in tasks:
         task = get_task(name)
         ids = [tok.encode(task.sample("heldout", i).prompt) for i in range(n)]
-        sizes = [(max_new_tokens, f"max_new_tokens ({max_new_tokens})")] if ar else []
+        sizes = [(max_new_tokens, f"max_new_tokens ({max_new_tokens})", None)] if ar else []
         if block_len and layout == "full_sequence":
-            sizes.append((max_new_tokens, f"{max_new_tokens} answer tokens"))
+            sizes.append((max_new_tokens, f"{max_new_tokens} answer tokens", None))
         elif block_len:
-            k = layouts.plan(ids, layout, block_len, max_new_tokens).n_blocks
-            sizes.append((k * block_len, f"{k} blocks of {block_len}"))
-        for slots, what in sizes:
+            plan = layouts.plan(ids, layout, block_len, max_new_tokens)
+            sizes.append((plan.n_blocks * block_len, f"{plan.n_blocks} blocks of {block_len}", plan.P))
+        for slots, what, first in sizes:
             try:
-                check_request(ids, slots, what, max_len, None, 0)
+                check_request(ids, slots, what, max_len, None, 0, first_slot=first)
             except ValueError as e:
                 problems.append(f"{name}: " + str(e).split(";")[0])  # the engine's own words, without its advice
     if problems:
