@@ -69,6 +69,7 @@ def test_grid_rows_mask_a_free_position_in_every_state():
     for row, k in zip(noisy, fixed):
         assert not bool(row[0, :k].any())  # the tail itself: never masked
 
+
 def test_shifted_diffusion_row_equals_the_engine_step():
     """Training rows and the engine agree on where a shifted model reads each token: the all-masked
     state of answer block 1 in a staircase row (block 0 clean before it) gives the logits of the

@@ -94,7 +94,7 @@ class Engine(LoadedModel):
         plan = layouts.plan(prompt_ids, cfg.layout, L, cfg.max_new_tokens)  # where the blocks lie
         n_blocks = plan.n_blocks
         _, seeds = check_request(prompt_ids, n_blocks * L, f"{n_blocks} blocks of {L}", self.max_len, seeds, cfg.seed,
-                                 first_slot=plan.P if prompt_ids else None)  # the cache: prefill, then canvases
+                                 first_slot=plan.P)  # the cache holds the prefill, then the canvases
         tokens, pad = left_pad(plan.prefill, self.pad_id)
         P = plan.P
         if cfg.cuda_graph or self.device.type == "cuda":

@@ -32,7 +32,7 @@ class Plan:
     @property
     def P(self) -> int:
         """The slot where the first canvas starts (the padded prefill length)."""
-        return max(len(p) for p in self.prefill) + self.shift
+        return max((len(p) for p in self.prefill), default=0) + self.shift  # no prompts: check_request names it
 
     def pads(self) -> list[int]:
         return [self.P - len(p) for p in self.prefill]

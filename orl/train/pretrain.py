@@ -198,7 +198,7 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_co
     dist = setup(device)
     loop = TrainLoop(cfg, out, cfg.total_steps, "step", resume=resume, allow_config_change=allow_config_change,
                      extra_outputs=(stage1,), log=log, dist=dist)
-    saved_layout = ((loop.state or {}).get("config") or {}).get("layout", "prompt_block")
+    saved_layout = ((loop.state or {}).get("config") or {}).get("layout", PretrainConfig.layout)  # older runs: the default
     if loop.start > cfg.ar_steps and saved_layout != cfg.layout:  # the manifest would name a layout it barely trained
         raise ValueError(f"{out} is in stage 2 with layout {saved_layout!r}; a run cannot change it to "
                          f"{cfg.layout!r} midway (start from its stage1 checkpoint in a new --out instead)")
