@@ -22,11 +22,16 @@ counts against the row above (prompts right only above / only here) and the exac
     python benchmarks/decode_ladder.py --model runs/hint4d --ar-model runs/hint4 --tasks long7xp \
         --splits heldout,beyond --limit 100 --max-new-tokens 104 --out runs/eval/hint4d-ladder.jsonl
 
+With --vs, a second checkpoint goes down the same rungs on the same prompts, and a second table pairs the two
+rung by rung (prompts right only with --model / only with --vs, McNemar p): e.g. two stage-2 recipes from one
+stage-1 checkpoint.
+
 Records are appended to --out (orl eval's resumable JSONL: a rerun only decodes what is missing).
 """
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from collections import defaultdict
 
 from orl.eval import metrics
@@ -68,6 +73,34 @@ def ladder_rows(by_rung: dict[str, list[dict]]) -> list[dict]:
     return rows
 
 
+def versus_rows(mine: dict[str, list[dict]], other: dict[str, list[dict]]) -> list[dict]:
+    """One row per (split, task, rung) both ladders decoded: each one's accuracy and the paired counts
+    (right only in mine, only in other, McNemar p) over the same prompts."""
+    rows = []
+    for rung in [r for r in mine if r in other]:
+        groups = sorted({(r["split"], r["task"]) for r in mine[rung]})
+        for split, task in groups:
+            a, b = ({pair_key(r): bool(r["verdict"]) for r in recs if r["split"] == split and r["task"] == task}
+                    for recs in (mine[rung], other[rung]))
+            n, only_a, only_b = metrics.paired_counts(a, b)
+            if n != len(a) or n != len(b):
+                raise SystemExit(f"{split} {task} {rung}: the two checkpoints answered different prompts "
+                                 f"({len(a)} and {len(b)}, {n} shared); use the same --limit and a fresh --out")
+            rows.append({"split": split, "task": task, "rung": rung, "n": n,
+                         "acc_a": 100 * metrics.accuracy(list(a.values())),
+                         "acc_b": 100 * metrics.accuracy(list(b.values())),
+                         "only_a": only_a, "only_b": only_b, "p": metrics.mcnemar_exact(only_a, only_b)})
+    return rows
+
+
+def format_versus(rows: list[dict], a: str, b: str) -> str:
+    lines = [f"{'split':8} {'task':10} {'rung':7} {'n':>4} {a[:10]:>10} {b[:10]:>10}  only {a[:10]} / only {b[:10]}, p"]
+    for r in rows:
+        lines.append(f"{r['split']:8} {r['task']:10} {r['rung']:7} {r['n']:>4} {r['acc_a']:>9.1f}% {r['acc_b']:>9.1f}%"
+                     f"  {r['only_a']:>3} / {r['only_b']:<3} p={r['p']:.2g}")
+    return "\n".join(lines)
+
+
 def format_rows(rows: list[dict]) -> str:
     lines = [f"{'split':8} {'task':10} {'rung':7} {'n':>4} {'acc %':>6} {'TPF':>5}  vs row above (lost / gained, p)"]
     for r in rows:
@@ -86,21 +119,31 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-new-tokens", type=int, default=104)
     ap.add_argument("--threshold", type=float, default=0.9)
     ap.add_argument("--rungs", default=",".join(RUNGS), help=f"some of {','.join(RUNGS)} (rows in the order given)")
+    ap.add_argument("--vs", help="a second checkpoint down the same rungs, paired with --model rung by rung")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     rungs = args.rungs.split(",")
     if unknown := [r for r in rungs if r not in RUNGS]:
         ap.error(f"unknown rungs {unknown}; expected some of {list(RUNGS)}")
     tasks, splits = args.tasks.split(","), args.splits.split(",")
-    plan = ([("stage1", args.ar_model, {})] if args.ar_model else []) + [(r, args.model, RUNGS[r]) for r in rungs]
-    by_rung: dict[str, list[dict]] = defaultdict(list)
-    for rung, model, decode in plan:
-        for split in splits:
-            spec = EvalSpec(model=model, out=args.out, tasks=tasks, split=split, limit=args.limit,
-                            thresholds=[args.threshold], decode={"max_new_tokens": args.max_new_tokens, **decode},
-                            progress=False)
-            by_rung[rung] += run_eval(spec)
-    print(format_rows(ladder_rows(by_rung)))
+
+    def descend(plan: list[tuple[str, str, dict]]) -> dict[str, list[dict]]:
+        by_rung: dict[str, list[dict]] = defaultdict(list)
+        for rung, model, decode in plan:
+            for split in splits:
+                spec = EvalSpec(model=model, out=args.out, tasks=tasks, split=split, limit=args.limit,
+                                thresholds=[args.threshold], decode={"max_new_tokens": args.max_new_tokens, **decode},
+                                progress=False)
+                by_rung[rung] += run_eval(spec)
+        return by_rung
+
+    stage1 = [("stage1", args.ar_model, {})] if args.ar_model else []
+    mine = descend(stage1 + [(r, args.model, RUNGS[r]) for r in rungs])
+    print(format_rows(ladder_rows(mine)))
+    if args.vs:
+        other = descend([(r, args.vs, RUNGS[r]) for r in rungs])
+        print(f"\n{args.model} against {args.vs}, rung by rung:")
+        print(format_versus(versus_rows(mine, other), Path(args.model).name, Path(args.vs).name))
 
 
 if __name__ == "__main__":

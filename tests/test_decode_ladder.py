@@ -65,3 +65,31 @@ def test_script_end_to_end(tmp_path, capsys):
     for r in recs:
         fwd[r["decode"]["rule"]].append(r["n_tokens"] - r["forwards"]["step"] - r["forwards"]["commit"])
     assert max(fwd["topk"]) <= 0 and 0 < max(fwd["fast_dllm_v2"]) <= 32 // 16
+
+
+def test_versus_pairs_two_checkpoints_rung_by_rung():
+    mine = {"ar": [rec(0, True), rec(1, True), rec(2, False)], "thresh": [rec(0, False), rec(1, True), rec(2, False)]}
+    other = {"ar": [rec(0, True), rec(1, False), rec(2, False)], "thresh": [rec(0, True), rec(1, True), rec(2, True)]}
+    ar, th = dl.versus_rows(mine, other)
+    assert (ar["rung"], ar["only_a"], ar["only_b"]) == ("ar", 1, 0)
+    assert abs(ar["acc_a"] - 200 / 3) < 1e-9 and abs(ar["acc_b"] - 100 / 3) < 1e-9
+    assert (th["rung"], th["only_a"], th["only_b"], th["p"]) == ("thresh", 0, 2, 0.5)
+    assert "1 / 0" in dl.format_versus([ar, th], "base", "orl")
+    other["ar"] = other["ar"][:2]  # a prompt missing on one side is refused, not silently dropped
+    try:
+        dl.versus_rows(mine, other)
+    except SystemExit as e:
+        assert "different prompts" in str(e)
+    else:
+        raise AssertionError("unpaired prompts were accepted")
+
+
+def test_script_vs_a_second_checkpoint(tmp_path, capsys):
+    out = tmp_path / "ladder.jsonl"
+    dl.main(["--model", str(BASE), "--vs", str(ROOT / "checkpoints" / "orl-tiny-orl"), "--tasks", "long7",
+             "--splits", "heldout", "--limit", "2", "--max-new-tokens", "32", "--rungs", "ar_grid,thresh",
+             "--out", str(out)])
+    text = capsys.readouterr().out
+    versus = text.split("rung by rung:\n")[1].splitlines()
+    assert [line.split()[2] for line in versus[1:]] == ["ar_grid", "thresh"]
+    assert {r["model"]["name"] for r in read_records(out)} == {"orl-tiny-base", "orl-tiny-orl"}
