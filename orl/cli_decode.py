@@ -49,6 +49,8 @@ AR_FLAGS = (
     ("--spec-tokens", int, "autoregressive checkpoints: prompt-lookup speculative decoding, at most K drafted tokens "
                            "verified per forward (0: off, default; batch 1; the same tokens as without)"),
     ("--spec-ngram", int, "autoregressive checkpoints: the longest n-gram looked up for a draft (default 2)"),
+    ("--spec-draft", str, "who drafts for --spec-tokens: lookup (default) | diffusion (a block-diffusion checkpoint's "
+                          "own diffusion path, verified by its AR path: the AR path's tokens; orl.engine.self_draft)"),
 )
 AR_FIELDS = tuple(flag[2:].replace("-", "_") for flag, _, _ in AR_FLAGS)
 

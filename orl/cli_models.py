@@ -48,9 +48,9 @@ def generate_autoregressive(args: argparse.Namespace, model, tok) -> int:
     unused = sorted(set(decode_overrides(args)) - {"max_new_tokens", "temperature", "chunk_steps", "compile", "stop"})
     if unused:
         flags = ", ".join("--" + name.replace("_", "-") for name in unused)
-        raise ValueError(f"{flags}: not used by the autoregressive decoder ({args.model} is an autoregressive "
-                         "model); it takes --max-new-tokens, --temperature, --chunk-steps, --compile, --stop, --seed, "
-                         "--spec-tokens, --spec-ngram")
+        raise ValueError(f"{flags}: not used by the autoregressive decoder, which decodes {args.model} (an "
+                         "autoregressive model, or --spec-draft diffusion); it takes --max-new-tokens, --temperature, --chunk-steps, --compile, --stop, --seed, "
+                         "--spec-tokens, --spec-ngram, --spec-draft")
     given = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
                  chunk_steps=args.chunk_steps, compile=args.compile, stop=args.stop, **ar_overrides(args))
     cfg = ARConfig(**{k: v for k, v in given.items() if v is not None})  # a flag not given: ARConfig's default
@@ -59,7 +59,8 @@ def generate_autoregressive(args: argparse.Namespace, model, tok) -> int:
     gen = decoder.generate_ids([prompt], cfg)[0]
     print(args.prompt + gen.text)
     stop = f"stop string {gen.stop!r}" if gen.stop else "EOS" if gen.finished else "max_new_tokens"
-    spec = f", prompt-lookup speculative k={cfg.spec_tokens} n={cfg.spec_ngram}" if cfg.spec_tokens else ""
+    spec = ("" if not cfg.spec_tokens else f", self-speculative (diffusion drafts) k={cfg.spec_tokens}"
+            if cfg.spec_draft == "diffusion" else f", prompt-lookup speculative k={cfg.spec_tokens} n={cfg.spec_ngram}")
     print(f"tokens: {len(gen.token_ids)}  forwards: {gen.forwards}  TPF: {gen.tpf:.2f}  tokens/s: "
           f"{gen.tokens_per_s:.1f}  stop: {stop}  [autoregressive{spec}]")
     return 0

@@ -24,6 +24,8 @@ class ARConfig:
     spec_tokens: int = 0       # prompt-lookup speculative decoding: at most this many drafted tokens per verify
                                # forward (0: off; orl.engine.speculative; batch 1, eager, same tokens)
     spec_ngram: int = 2        # the longest n-gram looked up for a draft (transformers' max_matching_ngram_size)
+    spec_draft: str = "lookup" # who drafts: "lookup" (prompt lookup) | "diffusion" (a block-diffusion checkpoint's
+                               # own diffusion path, orl.engine.self_draft; verified by its AR path)
     stop: tuple[str, ...] = () # stop strings (OpenAI's `stop`, orl.engine.stops): checked per chunk on the host
 
     def __post_init__(self):
@@ -34,6 +36,8 @@ class ARConfig:
                                             + stop_problems(self.stop))
         if not problems and (self.spec_tokens < 0 or self.spec_ngram < 1):
             problems.append(f"spec_tokens must be >= 0 and spec_ngram >= 1, got {self.spec_tokens}, {self.spec_ngram}")
+        if not problems and self.spec_draft not in ("lookup", "diffusion"):
+            problems.append(f"spec_draft must be 'lookup' or 'diffusion', got {self.spec_draft!r}")
         if not problems and self.spec_tokens and self.compile:
             problems.append("compile: speculative decoding (spec_tokens > 0) runs its verify forwards eagerly "
                             "(their length varies with the draft)")

@@ -23,6 +23,10 @@ position alone and inside a longer forward (none seen in tests/test_ar_speculati
 `step_forwards` counts every target forward (verify), prefill over prompt[:-1] apart as for every
 decoder: TPF = generated tokens / target forwards (DESIGN section 5). No draft model, so no draft forwards.
 
+`ARConfig.spec_draft = "diffusion"` swaps the drafter: a block-diffusion checkpoint drafts k tokens with its
+own diffusion path in one forward (orl.engine.self_draft) and the verify above keeps exactly its AR path's
+tokens; the draft forwards count in `step_forwards`.
+
 Batch 1 only (UnsupportedSetting otherwise): rows would accept different lengths, so their caches would
 advance unevenly. Eager only: the verify length changes with the draft.
 """
@@ -35,6 +39,7 @@ import torch
 from orl.engine.ar_step import ARConfig, ARState, next_tokens
 from orl.engine.config import UnsupportedSetting
 from orl.engine.request import Clock
+from orl.engine.self_draft import check_self_draft, diffusion_draft
 from orl.engine.sequence import Generation
 from orl.engine.stops import Stops
 
@@ -105,6 +110,9 @@ def generate_speculative(dec: ARDecoder, prompt_ids: list[list[int]], cfg: ARCon
         raise UnsupportedSetting(f"speculative decoding (spec_tokens {cfg.spec_tokens}) runs at batch 1, got "
                                  f"{len(prompt_ids)} prompts: decode them one at a time (orl eval: --batch-size 1)",
                                  field="spec_tokens")
+    mask_id = getattr(dec.tokenizer, "mask_id", None)
+    if cfg.spec_draft == "diffusion":
+        check_self_draft(dec.model, mask_id, dec.manifest.get("objective"))
     clock = Clock(dec.device)
     st = dec.setup(prompt_ids, cfg, seeds)  # checks the request, prefills prompt[:-1]
     prefill_s = clock()
@@ -115,7 +123,12 @@ def generate_speculative(dec: ARDecoder, prompt_ids: list[list[int]], cfg: ARCon
     out: list[int] = []
     slot, forwards = len(prompt) - 1, 0  # slot: where the last known token (first: the prompt's) goes
     while len(out) < cfg.max_new_tokens and not (out and out[-1] in stops) and hit is None:
-        draft = lookup.draft(min(cfg.spec_tokens, cfg.max_new_tokens - len(out) - 1))
+        k = min(cfg.spec_tokens, cfg.max_new_tokens - len(out) - 1)
+        if cfg.spec_draft == "diffusion":
+            draft = diffusion_draft(dec.model, st, slot, lookup.seq[-1], k, mask_id)
+            forwards += bool(draft)
+        else:
+            draft = lookup.draft(k)
         targets = verify(dec.model, st, slot, lookup.seq[-1:] + draft, cfg.temperature, len(out))
         forwards += 1
         new = targets[: accepted(draft, targets) + 1]

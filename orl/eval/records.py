@@ -71,7 +71,7 @@ def code_identity() -> dict:
 LATER_KNOBS = {"fused_commit": False, "layout": "prompt_block", "confidence": "prob", "cfg_scale": 0.0,
                "full_sequence_cache": "none", "editing_threshold": 0.9, "max_post_steps": 16,
                "num_to_transfer": 1, "small_block_size": 8, "top_k": 0, "top_p": 1.0, "alg_temp": 0.0,
-               "spec_tokens": 0, "spec_ngram": 2,  # these two: ARConfig's (an AR record's decode dict)
+               "spec_tokens": 0, "spec_ngram": 2, "spec_draft": "lookup",  # these three: ARConfig's (an AR record's)
                "stop": []}  # a tuple in a live config, a list once read back from JSON: compared as lists
 
 
@@ -93,7 +93,8 @@ def decoder_label(decode: dict) -> str:
     """Name of a speed-quality curve: the decoder settings other than the swept threshold."""
     label = "AR" if decode["rule"] == "ar" else f"{decode['rule']} L{decode['block_len']}"
     if decode.get("spec_tokens"):  # the same tokens as plain AR, other forwards and timings: its own curve
-        label += f" +lookup k{decode['spec_tokens']} n{decode['spec_ngram']}"
+        label += (f" +self-draft k{decode['spec_tokens']}" if decode.get("spec_draft") == "diffusion"
+                  else f" +lookup k{decode['spec_tokens']} n{decode['spec_ngram']}")
     if decode["residual"] != "off":
         label += f" +{decode['residual']}"
     if decode.get("stop"):  # other tokens and forwards than the same decoder without: its own curve

@@ -34,7 +34,7 @@ PROMPT_STYLES = ("auto", "base", "chat")
 # draws per task: the samples (0.4 ms, 260 bytes each for `add`) and the todo list are built before the first
 # generation, so --limit 10**12 never started and grew without bound; a million is far past any run here
 MAX_DRAWS = 1_000_000
-AR_ONLY = ("spec_tokens", "spec_ngram")  # EvalSpec.ar: speculative decoding (orl.engine.speculative)
+AR_ONLY = ("spec_tokens", "spec_ngram", "spec_draft")  # EvalSpec.ar: speculative decoding (orl.engine.speculative)
 
 
 @dataclass
@@ -128,12 +128,15 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
     spec.validate()
     model, tokenizer, manifest = load_checkpoint(spec.model, device=spec.device,
                                                  dtype=DTYPES[spec.dtype] if spec.dtype else None)
-    if spec.ar and manifest.get("objective") != ARDecoder.objective:
-        raise ValueError(f"{', '.join(sorted(spec.ar))}: only for autoregressive checkpoints ({spec.model} is "
-                         f"{manifest.get('objective') or 'block_diffusion'})")
-    if manifest.get("objective") == CanvasDecoder.objective:  # DiffusionGemma: no mask token, no threshold
+    objective = manifest.get("objective") or Engine.objective
+    # a block-diffusion checkpoint drafting for its own AR path (orl.engine.self_draft) decodes as an AR model
+    self_draft = spec.ar.get("spec_draft") == "diffusion" and objective == Engine.objective
+    if spec.ar and objective != ARDecoder.objective and not self_draft:
+        raise ValueError(f"{', '.join(sorted(spec.ar))}: only for autoregressive checkpoints, or --spec-draft "
+                         f"diffusion on a block-diffusion one ({spec.model} is {objective})")
+    if objective == CanvasDecoder.objective:  # DiffusionGemma: no mask token, no threshold
         engine, configs = _canvas(spec, model, tokenizer, manifest)
-    elif manifest.get("objective") == ARDecoder.objective:
+    elif objective == ARDecoder.objective or self_draft:
         # An AR peer is judged by its own decoder: greedy (or sampled) next-token decoding, no threshold.
         engine = ARDecoder(model, tokenizer, manifest=manifest)
         configs = [ARConfig(max_new_tokens=spec.decode.get("max_new_tokens", DecodeConfig.max_new_tokens),
