@@ -31,8 +31,8 @@ Records are appended to --out (orl eval's resumable JSONL: a rerun only decodes 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from collections import defaultdict
+from pathlib import Path
 
 from orl.eval import metrics
 from orl.eval.headline import pair_key
@@ -143,7 +143,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.vs:
         other = descend([(r, args.vs, RUNGS[r]) for r in rungs])
         print(f"\n{args.model} against {args.vs}, rung by rung:")
-        print(format_versus(versus_rows(mine, other), Path(args.model).name, Path(args.vs).name))
+        names = (Path(args.model).name, Path(args.vs).name)
+        if names[0] == names[1]:  # runs/a/final against runs/b/final: name them by their parents too
+            names = tuple("/".join(Path(m).parts[-2:]) for m in (args.model, args.vs))
+        print(format_versus(versus_rows(mine, other), *names))
 
 
 if __name__ == "__main__":

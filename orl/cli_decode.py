@@ -44,10 +44,12 @@ DECODE_FLAGS = (
     ("--cuda-graph", None, "replay the steps as CUDA graphs (GPU)"),
 )
 DECODE_FIELDS = tuple(flag[2:].replace("-", "_") for flag, _, _ in DECODE_FLAGS)
-# ARConfig's knobs that DecodeConfig lacks: only an autoregressive checkpoint takes them (others refuse them)
+# ARConfig's knobs that DecodeConfig lacks: an autoregressive checkpoint takes them, and a block-diffusion one
+# with --spec-draft diffusion (its AR path decodes); others refuse them
 AR_FLAGS = (
-    ("--spec-tokens", int, "autoregressive checkpoints: prompt-lookup speculative decoding, at most K drafted tokens "
-                           "verified per forward (0: off, default; batch 1; the same tokens as without)"),
+    ("--spec-tokens", int, "speculative decoding, at most K drafted tokens verified per forward (0: off, default; "
+                           "batch 1; the AR decoder's tokens): prompt lookup on an autoregressive checkpoint, or "
+                           "with --spec-draft diffusion on a block-diffusion one"),
     ("--spec-ngram", int, "autoregressive checkpoints: the longest n-gram looked up for a draft (default 2)"),
     ("--spec-draft", str, "who drafts for --spec-tokens: lookup (default) | diffusion (a block-diffusion checkpoint's "
                           "own diffusion path, verified by its AR path: the AR path's tokens; orl.engine.self_draft)"),
@@ -76,7 +78,8 @@ def add_decode_flags(parser: argparse.ArgumentParser) -> None:
         elif kind == "append":
             parser.add_argument(flag, type=unescape, action="append", default=None, help=text)
         else:
-            parser.add_argument(flag, type=kind, default=None, help=text)
+            choices = ("lookup", "diffusion") if flag == "--spec-draft" else None
+            parser.add_argument(flag, type=kind, default=None, choices=choices, help=text)
 
 
 def decode_overrides(args: argparse.Namespace) -> dict:
@@ -94,4 +97,5 @@ def refuse_ar_flags(args: argparse.Namespace, objective: str) -> None:
     """A decoder other than the AR one has no use for --spec-tokens / --spec-ngram: refused by name."""
     if given := ar_overrides(args):
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
-        raise ValueError(f"{flags}: only for autoregressive checkpoints ({args.model} is {objective})")
+        raise ValueError(f"{flags}: only for autoregressive checkpoints, or --spec-draft diffusion on a block-diffusion "
+                         f"one ({args.model} is {objective})")

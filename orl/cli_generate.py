@@ -50,9 +50,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if plain_causal:
             print(f"note: {args.model} has no orl.json: a plain causal LM, not a diffusion model; "
                   "decoding it with the autoregressive decoder", file=sys.stderr)
-        return generate_autoregressive(args, model, tok)
+        return generate_autoregressive(args, model, tok, manifest)
     if args.spec_draft == "diffusion":  # the checkpoint drafts for its own AR path (orl.engine.self_draft)
-        return generate_autoregressive(args, model, tok)
+        return generate_autoregressive(args, model, tok, manifest)
     refuse_ar_flags(args, "a block-diffusion model")
     engine = Engine(model, tok, manifest=manifest)
     cfg = DecodeConfig.from_manifest(engine.manifest, **flags)  # validated by the engine with the request

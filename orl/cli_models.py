@@ -38,7 +38,7 @@ def add_commands(sub) -> None:
     s.set_defaults(func=cmd_fetch)
 
 
-def generate_autoregressive(args: argparse.Namespace, model, tok) -> int:
+def generate_autoregressive(args: argparse.Namespace, model, tok, manifest: dict | None = None) -> int:
     """`orl generate` on an autoregressive checkpoint: orl's AR decoder (greedy unless --temperature)."""
     from orl.engine.ar import ARConfig, ARDecoder
 
@@ -55,7 +55,7 @@ def generate_autoregressive(args: argparse.Namespace, model, tok) -> int:
                  chunk_steps=args.chunk_steps, compile=args.compile, stop=args.stop, **ar_overrides(args))
     cfg = ARConfig(**{k: v for k, v in given.items() if v is not None})  # a flag not given: ARConfig's default
     prompt = tok.encode(args.prompt)
-    decoder = ARDecoder(model, tok)  # its cache is sized to the request (orl.engine.request.request_cache_len)
+    decoder = ARDecoder(model, tok, manifest=manifest)  # its cache is sized to the request (orl.engine.request.request_cache_len)
     gen = decoder.generate_ids([prompt], cfg)[0]
     print(args.prompt + gen.text)
     stop = f"stop string {gen.stop!r}" if gen.stop else "EOS" if gen.finished else "max_new_tokens"

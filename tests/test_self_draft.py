@@ -34,7 +34,16 @@ def test_self_draft_emits_the_ar_paths_tokens(base, k):
         a = base.generate([p], plain)[0]
         s = base.generate([p], selfspec)[0]
         assert s.token_ids == a.token_ids, (p, k)
-        assert s.step_forwards <= 2 * len(s.token_ids)  # each round: one draft + one verify, >= 1 token
+
+
+def test_sampled_tokens_are_the_ar_paths_too(base):
+    """temperature > 0: the verify chooses each token with the same counter-based noise as plain decoding."""
+    for p in PROMPTS[:3]:
+        for seed in (0, 1):
+            a = base.generate([p], ARConfig(max_new_tokens=30, temperature=1.0, seed=seed))[0]
+            s = base.generate([p], ARConfig(max_new_tokens=30, temperature=1.0, seed=seed, spec_tokens=6,
+                                            spec_draft="diffusion"))[0]
+            assert s.token_ids == a.token_ids, (p, seed)
 
 
 def test_forwards_count_drafts_and_verifies(base, monkeypatch):
@@ -47,7 +56,6 @@ def test_forwards_count_drafts_and_verifies(base, monkeypatch):
                         lambda *a: drafts.append(a[4]) or real_draft(*a))
     g = base.generate(["cumsum:877347649366134="], ARConfig(max_new_tokens=40, spec_tokens=8, spec_draft="diffusion"))[0]
     assert g.step_forwards == len(rounds) + sum(1 for k in drafts if k > 0)
-    assert len(g.token_ids) <= sum(rounds) + len(rounds)  # EOS can cut a round short
     assert sum(rounds) > len(rounds) and g.tpf > 1.2, (rounds, g.tpf)
 
 
@@ -63,7 +71,8 @@ def test_draft_reads_the_diffusion_path(base):
     T = seq.shape[1]
     q, kk = torch.arange(T)[:, None], torch.arange(T)[None, :]
     window = len(prompt) - 1
-    mask = ((kk <= q) | (kk >= window) & (q >= window))[None]  # causal prompt, bidirectional window
+    # causal up to the last token (itself clean), the masks see each other
+    mask = ((kk <= q) | (kk >= window) & (q > window))[None]
     logits = model(seq, torch.arange(T)[None], mask)[0]
     logits[:, tok.mask_id] = float("-inf")
     assert draft == logits[window:window + k].argmax(-1).tolist()
@@ -82,6 +91,10 @@ def test_refusals(base):
         no_mask.generate(["ab"], ARConfig(max_new_tokens=4, spec_tokens=2, spec_draft="diffusion"))
     with pytest.raises(ValueError, match="spec_draft"):
         ARConfig(spec_tokens=2, spec_draft="medusa").validate()
+    with pytest.raises(ValueError, match="spec_tokens > 0"):  # not a silent plain AR decode
+        ARConfig(spec_draft="diffusion").validate()
+    with pytest.raises(ValueError, match="spec_ngram"):
+        ARConfig(spec_tokens=2, spec_ngram=3, spec_draft="diffusion").validate()
 
 
 def test_an_autoregressive_checkpoint_cannot_draft_for_itself():
@@ -89,6 +102,25 @@ def test_an_autoregressive_checkpoint_cannot_draft_for_itself():
     with pytest.raises(UnsupportedSetting, match="block-diffusion checkpoint"):
         ARDecoder(model, tok, manifest=manifest).generate(
             ["ab"], ARConfig(max_new_tokens=4, spec_tokens=2, spec_draft="diffusion"))
+
+
+def test_cli_generate_refuses_an_autoregressive_checkpoint(capsys):
+    from orl.cli import main
+
+    assert main(["generate", "--model", str(BASE.parent / "orl-tiny-ar"), "ab", "--spec-tokens", "4",
+                 "--spec-draft", "diffusion"]) != 0
+    assert "block-diffusion checkpoint" in capsys.readouterr().err
+
+
+def test_eval_refuses_block_decoder_settings(tmp_path):
+    from orl.eval.runner import EvalSpec, run_eval
+
+    for extra in (dict(thresholds=[0.5]), dict(decode={"block_len": 4})):
+        spec = EvalSpec(model=str(BASE), out=str(tmp_path / "r.jsonl"), tasks=["long"], limit=1, batch_size=1,
+                        ar={"spec_tokens": 4, "spec_draft": "diffusion"}, **extra)
+        with pytest.raises(ValueError, match="not used with --spec-draft diffusion"):
+            run_eval(spec)
+    assert not (tmp_path / "r.jsonl").exists()
 
 
 def test_cli_generate_and_eval(tmp_path, capsys):

@@ -38,6 +38,11 @@ class ARConfig:
             problems.append(f"spec_tokens must be >= 0 and spec_ngram >= 1, got {self.spec_tokens}, {self.spec_ngram}")
         if not problems and self.spec_draft not in ("lookup", "diffusion"):
             problems.append(f"spec_draft must be 'lookup' or 'diffusion', got {self.spec_draft!r}")
+        if not problems and self.spec_draft == "diffusion" and not self.spec_tokens:
+            problems.append("spec_draft 'diffusion' drafts spec_tokens tokens per round: set spec_tokens > 0")
+        if not problems and self.spec_draft == "diffusion" and self.spec_ngram != 2:
+            problems.append(f"spec_ngram ({self.spec_ngram}) is the prompt-lookup drafter's; spec_draft 'diffusion' "
+                            "does not look anything up")
         if not problems and self.spec_tokens and self.compile:
             problems.append("compile: speculative decoding (spec_tokens > 0) runs its verify forwards eagerly "
                             "(their length varies with the draft)")

@@ -7,10 +7,10 @@ hint4g2 decodes long7xp beyond its training range at 49% in blocks of one and 11
 the diffusion path drafts many tokens in one forward. Drafting with the diffusion path and verifying with
 the AR path (orl.engine.speculative) emits exactly the AR path's tokens at more than one token per forward.
 
-One draft forward: [last accepted token, k masks] at the next k + 1 cache slots, the window attending to
-itself bidirectionally and to the cache causally, as a block canvas does; with the shifted read-out (the
-checkpoint predicts token i from position i - 1) the logits of window positions 0..k-1 are the k drafted
-tokens (greedy). The window's K/V are written to the cache and overwritten by the verify forward over the
+One draft forward: [last accepted token, k masks] at the next k + 1 cache slots. The masks attend to the
+cache, the last token and each other (bidirectionally, as inside a block canvas); the last token, clean,
+attends causally, as a clean position does in training. With the shifted read-out (the checkpoint predicts
+token i from position i - 1) the logits of window positions 0..k-1 are the k drafted tokens (greedy). The window's K/V are written to the cache and overwritten by the verify forward over the
 same slots before any query reads them. Draft forwards count as forwards (TPF = tokens / all forwards).
 """
 from __future__ import annotations
@@ -32,7 +32,8 @@ def check_self_draft(model, mask_id: int | None, objective: str | None) -> None:
                                  "checkpoint); this tokenizer has none: use spec_draft 'lookup'", field="spec_draft")
     if not model.args.shift_logits:
         raise UnsupportedSetting("spec_draft 'diffusion' needs the shifted read-out (model_args.shift_logits): an "
-                                 "unshifted checkpoint has no causal next-token path to verify with",
+                                 "unshifted block-diffusion checkpoint reads each token off its own position, so "
+                                 "it has no causal next-token path to verify with",
                                  field="spec_draft")
 
 
@@ -44,7 +45,10 @@ def diffusion_draft(model, st: ARState, slot: int, last: int, k: int, mask_id: i
     dev = st.cache.length.device
     slots = torch.arange(slot, slot + k + 1, device=dev)                                    # [T], T = k + 1
     keys = torch.arange(st.cache.max_len, device=dev)
-    mask = ((keys <= slot + k) & (keys >= st.pad[:, None]))[:, None, :].expand(1, k + 1, -1)  # [1, T, S]
+    mask = ((keys <= slot + k) & (keys >= st.pad[:, None]))[:, None, :].repeat(1, k + 1, 1)  # [1, T, S]
+    # the clean last token must not see the masks after it: in training a clean position never attends to
+    # noisy ones (and a block's first token is read off the clean commit forward in the engine)
+    mask[:, 0] &= keys <= slot
     tokens = torch.tensor([[last] + [mask_id] * k], device=dev)
     logits = model(tokens, slots[None] - st.pad[:, None], mask, cache=st.cache, slots=slots)[0]  # [T, V]
     draft = logits[:k].masked_fill(st.banned, float("-inf")).masked_fill_(

@@ -46,7 +46,7 @@ class EvalSpec:
     limit: int = 100                     # samples per task
     thresholds: list[float] | None = None   # None: [0.9] (a canvas decoder has no threshold)
     decode: dict = field(default_factory=dict)   # DecodeConfig.from_manifest overrides (block_len, residual: the manifest's)
-    ar: dict = field(default_factory=dict)       # ARConfig settings DecodeConfig lacks (spec_tokens, spec_ngram): AR only
+    ar: dict = field(default_factory=dict)       # ARConfig settings DecodeConfig lacks (spec_*): AR, or self-draft
     batch_size: int = 16
     n_samples: int = 1                   # draws per prompt (pass@k; use temperature > 0)
     seed: int = 0                        # sample selection and decode seed
@@ -134,6 +134,11 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
     if spec.ar and objective != ARDecoder.objective and not self_draft:
         raise ValueError(f"{', '.join(sorted(spec.ar))}: only for autoregressive checkpoints, or --spec-draft "
                          f"diffusion on a block-diffusion one ({spec.model} is {objective})")
+    if self_draft and (spec.thresholds or set(spec.decode) - {"max_new_tokens", "temperature", "stop"}):
+        given = (["thresholds"] if spec.thresholds else []) + sorted(set(spec.decode) - {"max_new_tokens",
+                                                                                        "temperature", "stop"})
+        raise ValueError(f"{', '.join(given)}: not used with --spec-draft diffusion (the AR path decodes, its drafts "
+                         "are greedy); it takes max_new_tokens, temperature, stop, spec_tokens")
     if objective == CanvasDecoder.objective:  # DiffusionGemma: no mask token, no threshold
         engine, configs = _canvas(spec, model, tokenizer, manifest)
     elif objective == ARDecoder.objective or self_draft:
