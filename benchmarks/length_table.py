@@ -82,16 +82,18 @@ def table(records: list[dict], by_size: bool) -> list[tuple[tuple, dict]]:
 def paired(records: list[dict], a: str, b: str) -> list[tuple[str, str, int, int, int, int, int, float]]:
     """(split, family, n, right in A, right in B, only A, only B, McNemar p) over the samples both models
     answered: same prompt, prompt seed and sample. Each model must have one decoder and threshold here
-    (a sweep would pair whichever came last); a prompt evaluated twice counts with its last record."""
+    (a sweep would pair whichever came last); a prompt evaluated twice counts with its last record. A or B
+    may name one decoder of a model as MODEL/DECODER/TAU, e.g. "hint4g2/threshold L16/0.9" or
+    "hint4g2/AR +self-draft k8/None" (the decoder label and threshold the summary tables print)."""
     if a == b:
         raise SystemExit("--paired: A and B are the same model")
     by: dict[str, dict[tuple, bool]] = {a: {}, b: {}}
     decoders: dict[str, set] = {a: set(), b: set()}
     for r in records:
-        m = r["model"]["name"]
-        if m in by:
+        dec = (decoder_label(r["decode"]), r["decode"].get("threshold"))
+        for m in {r["model"]["name"], f"{r['model']['name']}/{dec[0]}/{dec[1]}"} & by.keys():
             by[m][(r["split"], r["task"], *pair_key(r))] = bool(r["verdict"])  # headline's pairing
-            decoders[m].add((decoder_label(r["decode"]), r["decode"].get("threshold")))
+            decoders[m].add(dec)
     names = ", ".join(sorted({r["model"]["name"] for r in records}))
     missing = [m for m in (a, b) if not by[m]]
     if missing:

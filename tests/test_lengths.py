@@ -115,6 +115,9 @@ def test_paired_table_counts_and_leaves_helpers_out_of_all():
     sweep = [rec("A", "long7", "beyond", 0, True, threshold=0.5), rec("A", "long7", "beyond", 0, False, threshold=0.9)]
     with pytest.raises(SystemExit, match="2 decoders or thresholds"):
         lt.paired(sweep + [rec("B", "long7", "beyond", 0, True)], "A", "B")
+    # ... unless each side names one decoder of it: MODEL/DECODER/TAU, two decoders of one model paired
+    both = lt.paired(sweep, "A/AR/0.5", "A/AR/0.9")
+    assert both[0][:7] == ("beyond", "long7", 1, 1, 0, 1, 0)
 
 
 def test_running_steps_judge_each_sum_against_the_models_own_previous_one():
