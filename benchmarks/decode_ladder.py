@@ -16,8 +16,9 @@ One checkpoint, the same prompts, five decoders that each add one difference to 
     thresh   the threshold rule at --threshold: every position at or above it per forward (the headline)
 
 With --ar-model, the stage-1 (AR) checkpoint decoded by its own decoder is a first row ("stage1"), so
-the weights (stage1 -> ar_grid), the prompt's attention (ar_grid -> ar) and decoding (ar -> thresh) separate. Each row after the first gives the paired
-counts against the row above (prompts right only above / only here) and the exact McNemar p-value.
+the weights (stage1 -> ar_grid), the prompt's attention (ar_grid -> ar) and decoding (ar -> thresh)
+separate. Each row after the first gives the paired counts against the row above (prompts right only
+above / only here) and the exact McNemar p-value.
 
     python benchmarks/decode_ladder.py --model runs/hint4d --ar-model runs/hint4 --tasks long7xp \
         --splits heldout,beyond --limit 100 --max-new-tokens 104 --out runs/eval/hint4d-ladder.jsonl

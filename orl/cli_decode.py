@@ -94,8 +94,9 @@ def ar_overrides(args: argparse.Namespace) -> dict:
 
 
 def refuse_ar_flags(args: argparse.Namespace, objective: str) -> None:
-    """A decoder other than the AR one has no use for --spec-tokens / --spec-ngram: refused by name."""
+    """A decoder other than the AR one has no use for --spec-tokens / --spec-ngram / --spec-draft: refused by
+    name (a block-diffusion checkpoint with --spec-draft diffusion never gets here: its AR path decodes)."""
     if given := ar_overrides(args):
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
-        raise ValueError(f"{flags}: only for autoregressive checkpoints, or --spec-draft diffusion on a block-diffusion "
-                         f"one ({args.model} is {objective})")
+        raise ValueError(f"{flags}: only for autoregressive checkpoints, or --spec-draft diffusion on a "
+                         f"block-diffusion one ({args.model} is {objective})")

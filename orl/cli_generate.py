@@ -46,12 +46,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
         return generate_canvas(args, model, tok, manifest, decode)  # refuses the flags it has no use for
     # a config.json without orl.json is a causal LM unless its family reader says it is a dLLM (objective)
     plain_causal = manifest.get("source") == "config.json" and manifest.get("objective") is None
-    if manifest.get("objective") == "autoregressive" or plain_causal:
+    # --spec-draft diffusion: a block-diffusion checkpoint drafts for its own AR path (orl.engine.self_draft)
+    if manifest.get("objective") == "autoregressive" or plain_causal or args.spec_draft == "diffusion":
         if plain_causal:
             print(f"note: {args.model} has no orl.json: a plain causal LM, not a diffusion model; "
                   "decoding it with the autoregressive decoder", file=sys.stderr)
-        return generate_autoregressive(args, model, tok, manifest)
-    if args.spec_draft == "diffusion":  # the checkpoint drafts for its own AR path (orl.engine.self_draft)
         return generate_autoregressive(args, model, tok, manifest)
     refuse_ar_flags(args, "a block-diffusion model")
     engine = Engine(model, tok, manifest=manifest)

@@ -49,13 +49,14 @@ def generate_autoregressive(args: argparse.Namespace, model, tok, manifest: dict
     if unused:
         flags = ", ".join("--" + name.replace("_", "-") for name in unused)
         raise ValueError(f"{flags}: not used by the autoregressive decoder, which decodes {args.model} (an "
-                         "autoregressive model, or --spec-draft diffusion); it takes --max-new-tokens, --temperature, --chunk-steps, --compile, --stop, --seed, "
-                         "--spec-tokens, --spec-ngram, --spec-draft")
+                         "autoregressive model, or --spec-draft diffusion); it takes --max-new-tokens, --temperature, "
+                         "--chunk-steps, --compile, --stop, --seed, --spec-tokens, --spec-ngram, --spec-draft")
     given = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
                  chunk_steps=args.chunk_steps, compile=args.compile, stop=args.stop, **ar_overrides(args))
     cfg = ARConfig(**{k: v for k, v in given.items() if v is not None})  # a flag not given: ARConfig's default
     prompt = tok.encode(args.prompt)
-    decoder = ARDecoder(model, tok, manifest=manifest)  # its cache is sized to the request (orl.engine.request.request_cache_len)
+    # the manifest tells --spec-draft diffusion what the checkpoint is; the cache is sized to the request
+    decoder = ARDecoder(model, tok, manifest=manifest)
     gen = decoder.generate_ids([prompt], cfg)[0]
     print(args.prompt + gen.text)
     stop = f"stop string {gen.stop!r}" if gen.stop else "EOS" if gen.finished else "max_new_tokens"

@@ -10,8 +10,9 @@ the AR path (orl.engine.speculative) emits exactly the AR path's tokens at more 
 One draft forward: [last accepted token, k masks] at the next k + 1 cache slots. The masks attend to the
 cache, the last token and each other (bidirectionally, as inside a block canvas); the last token, clean,
 attends causally, as a clean position does in training. With the shifted read-out (the checkpoint predicts
-token i from position i - 1) the logits of window positions 0..k-1 are the k drafted tokens (greedy). The window's K/V are written to the cache and overwritten by the verify forward over the
-same slots before any query reads them. Draft forwards count as forwards (TPF = tokens / all forwards).
+token i from position i - 1) the logits of window positions 0..k-1 are the k drafted tokens (greedy). The
+window's K/V are written to the cache and overwritten by the verify forward over the same slots before any
+query reads them. Draft forwards count as forwards (TPF = tokens / all forwards).
 """
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def diffusion_draft(model, st: ARState, slot: int, last: int, k: int, mask_id: i
     mask[:, 0] &= keys <= slot
     tokens = torch.tensor([[last] + [mask_id] * k], device=dev)
     logits = model(tokens, slots[None] - st.pad[:, None], mask, cache=st.cache, slots=slots)[0]  # [T, V]
-    draft = logits[:k].masked_fill(st.banned, float("-inf")).masked_fill_(
-        torch.arange(logits.shape[-1], device=dev) == mask_id, float("-inf")).argmax(-1)
+    scores = logits[:k].masked_fill(st.banned, float("-inf"))                                   # [k, V]
+    scores[:, mask_id] = float("-inf")  # a draft never proposes a mask
     # a host sync per draft, like the verify's: the draft's tokens are the next verify's inputs
-    return draft.tolist()
+    return scores.argmax(-1).tolist()

@@ -134,10 +134,10 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
     if spec.ar and objective != ARDecoder.objective and not self_draft:
         raise ValueError(f"{', '.join(sorted(spec.ar))}: only for autoregressive checkpoints, or --spec-draft "
                          f"diffusion on a block-diffusion one ({spec.model} is {objective})")
-    if self_draft and (spec.thresholds or set(spec.decode) - {"max_new_tokens", "temperature", "stop"}):
-        given = (["thresholds"] if spec.thresholds else []) + sorted(set(spec.decode) - {"max_new_tokens",
-                                                                                        "temperature", "stop"})
-        raise ValueError(f"{', '.join(given)}: not used with --spec-draft diffusion (the AR path decodes, its drafts "
+    unused = (["thresholds"] if spec.thresholds else []) + sorted(set(spec.decode) - {"max_new_tokens",
+                                                                                     "temperature", "stop"})
+    if self_draft and unused:
+        raise ValueError(f"{', '.join(unused)}: not used with --spec-draft diffusion (the AR path decodes, its drafts "
                          "are greedy); it takes max_new_tokens, temperature, stop, spec_tokens")
     if objective == CanvasDecoder.objective:  # DiffusionGemma: no mask token, no threshold
         engine, configs = _canvas(spec, model, tokenizer, manifest)
