@@ -52,7 +52,8 @@ AR_FLAGS = (
                            "with --spec-draft diffusion on a block-diffusion one"),
     ("--spec-ngram", int, "autoregressive checkpoints: the longest n-gram looked up for a draft (default 2)"),
     ("--spec-draft", str, "who drafts for --spec-tokens: lookup (default) | diffusion (a block-diffusion checkpoint's "
-                          "own diffusion path, verified by its AR path: the AR path's tokens; orl.engine.self_draft)"),
+                          "own diffusion path, verified by its AR path: the AR path's tokens; orl.engine.self_draft) | "
+                          "fused (diffusion, drafted inside the previous verify forward: one forward per round)"),
 )
 AR_FIELDS = tuple(flag[2:].replace("-", "_") for flag, _, _ in AR_FLAGS)
 
@@ -78,7 +79,7 @@ def add_decode_flags(parser: argparse.ArgumentParser) -> None:
         elif kind == "append":
             parser.add_argument(flag, type=unescape, action="append", default=None, help=text)
         else:
-            choices = ("lookup", "diffusion") if flag == "--spec-draft" else None
+            choices = ("lookup", "diffusion", "fused") if flag == "--spec-draft" else None
             parser.add_argument(flag, type=kind, default=None, choices=choices, help=text)
 
 
@@ -98,5 +99,5 @@ def refuse_ar_flags(args: argparse.Namespace, objective: str) -> None:
     name (a block-diffusion checkpoint with --spec-draft diffusion never gets here: its AR path decodes)."""
     if given := ar_overrides(args):
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
-        raise ValueError(f"{flags}: only for autoregressive checkpoints, or --spec-draft diffusion on a "
+        raise ValueError(f"{flags}: only for autoregressive checkpoints, or --spec-draft diffusion | fused on a "
                          f"block-diffusion one ({args.model} is {objective})")

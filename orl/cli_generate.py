@@ -47,7 +47,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     # a config.json without orl.json is a causal LM unless its family reader says it is a dLLM (objective)
     plain_causal = manifest.get("source") == "config.json" and manifest.get("objective") is None
     # --spec-draft diffusion: a block-diffusion checkpoint drafts for its own AR path (orl.engine.self_draft)
-    if manifest.get("objective") == "autoregressive" or plain_causal or args.spec_draft == "diffusion":
+    if manifest.get("objective") == "autoregressive" or plain_causal or args.spec_draft in ("diffusion", "fused"):
         if plain_causal:
             print(f"note: {args.model} has no orl.json: a plain causal LM, not a diffusion model; "
                   "decoding it with the autoregressive decoder", file=sys.stderr)

@@ -41,6 +41,7 @@ def add_commands(sub) -> None:
 def generate_autoregressive(args: argparse.Namespace, model, tok, manifest: dict | None = None) -> int:
     """`orl generate` on an autoregressive checkpoint: orl's AR decoder (greedy unless --temperature)."""
     from orl.engine.ar import ARConfig, ARDecoder
+    from orl.engine.self_draft import SELF_DRAFTS
 
     from orl.cli_decode import ar_overrides, decode_overrides
 
@@ -49,7 +50,7 @@ def generate_autoregressive(args: argparse.Namespace, model, tok, manifest: dict
     if unused:
         flags = ", ".join("--" + name.replace("_", "-") for name in unused)
         raise ValueError(f"{flags}: not used by the autoregressive decoder, which decodes {args.model} (an "
-                         "autoregressive model, or --spec-draft diffusion); it takes --max-new-tokens, --temperature, "
+                         "autoregressive model, or --spec-draft diffusion | fused); it takes --max-new-tokens, --temperature, "
                          "--chunk-steps, --compile, --stop, --seed, --spec-tokens, --spec-ngram, --spec-draft")
     given = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
                  chunk_steps=args.chunk_steps, compile=args.compile, stop=args.stop, **ar_overrides(args))
@@ -60,8 +61,8 @@ def generate_autoregressive(args: argparse.Namespace, model, tok, manifest: dict
     gen = decoder.generate_ids([prompt], cfg)[0]
     print(args.prompt + gen.text)
     stop = f"stop string {gen.stop!r}" if gen.stop else "EOS" if gen.finished else "max_new_tokens"
-    spec = ("" if not cfg.spec_tokens else f", self-speculative (diffusion drafts) k={cfg.spec_tokens}"
-            if cfg.spec_draft == "diffusion" else f", prompt-lookup speculative k={cfg.spec_tokens} n={cfg.spec_ngram}")
+    spec = ("" if not cfg.spec_tokens else f", self-speculative ({cfg.spec_draft} drafts) k={cfg.spec_tokens}"
+            if cfg.spec_draft in SELF_DRAFTS else f", prompt-lookup speculative k={cfg.spec_tokens} n={cfg.spec_ngram}")
     print(f"tokens: {len(gen.token_ids)}  forwards: {gen.forwards}  TPF: {gen.tpf:.2f}  tokens/s: "
           f"{gen.tokens_per_s:.1f}  stop: {stop}  [autoregressive{spec}]")
     return 0

@@ -50,12 +50,15 @@ class ARDecoder(LoadedModel):
         self._states: dict[int, ARState] = {}
         self._compiled = None
 
-    def state(self, batch: int, need: int = 1) -> ARState:
-        """The buffers of this batch size, with room for `need` tokens (grown when a request needs more)."""
+    def state(self, batch: int, need: int = 1, extra: int = 0) -> ARState:
+        """The buffers of this batch size, with room for `need` tokens (grown when a request needs more)
+        and `extra` scratch cache slots after them: storage only, no positions, so they may pass the
+        model's context (the fused self-draft's groups, orl.engine.self_draft)."""
         st = self._states.pop(batch, None)
-        if st is None or st.cache.max_len < need:
+        if st is None or st.cache.max_len < need + extra:
             st = None  # the smaller buffers are freed before the larger ones are allocated
-            dev, S, V = self.device, request_cache_len(need, self.max_len), self.model.args.vocab_size
+            dev, V = self.device, self.model.args.vocab_size
+            S = max(request_cache_len(need, self.max_len) + extra, need + extra)
 
             def z(*shape, dtype=torch.long):
                 return torch.zeros(*shape, dtype=dtype, device=dev)
@@ -68,13 +71,14 @@ class ARDecoder(LoadedModel):
         return st
 
     @torch.no_grad()
-    def setup(self, prompt_ids: list[list[int]], cfg: ARConfig, seeds: list[int] | None = None) -> ARState:
+    def setup(self, prompt_ids: list[list[int]], cfg: ARConfig, seeds: list[int] | None = None,
+              extra: int = 0) -> ARState:
         """Check the request (cfg already validated), fill the buffers of this batch size and prefill
-        prompt[:-1] (left padded)."""
+        prompt[:-1] (left padded). extra: cache slots the decoder needs beyond prompt + answer."""
         n = cfg.max_new_tokens
         P, seeds = check_request(prompt_ids, n, f"max_new_tokens ({n})", self.max_len, seeds, cfg.seed)
         dev = self.device
-        st = self.state(len(prompt_ids), P + n)
+        st = self.state(len(prompt_ids), P + n, extra)
         tokens, pad = left_pad(prompt_ids, self.pad_id)
         tokens = tokens.to(dev)
         st.pad.copy_(pad)

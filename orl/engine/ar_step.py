@@ -25,7 +25,8 @@ class ARConfig:
                                # forward (0: off; orl.engine.speculative; batch 1, eager, same tokens)
     spec_ngram: int = 2        # the longest n-gram looked up for a draft (transformers' max_matching_ngram_size)
     spec_draft: str = "lookup" # who drafts: "lookup" (prompt lookup) | "diffusion" (a block-diffusion checkpoint's
-                               # own diffusion path, orl.engine.self_draft; verified by its AR path)
+                               # own diffusion path, orl.engine.self_draft; verified by its AR path) | "fused"
+                               # (the same drafts made inside the previous verify forward: one forward a round)
     stop: tuple[str, ...] = () # stop strings (OpenAI's `stop`, orl.engine.stops): checked per chunk on the host
 
     def __post_init__(self):
@@ -36,13 +37,14 @@ class ARConfig:
                                             + stop_problems(self.stop))
         if not problems and (self.spec_tokens < 0 or self.spec_ngram < 1):
             problems.append(f"spec_tokens must be >= 0 and spec_ngram >= 1, got {self.spec_tokens}, {self.spec_ngram}")
-        if not problems and self.spec_draft not in ("lookup", "diffusion"):
-            problems.append(f"spec_draft must be 'lookup' or 'diffusion', got {self.spec_draft!r}")
-        if not problems and self.spec_draft == "diffusion" and not self.spec_tokens:
-            problems.append("spec_draft 'diffusion' drafts spec_tokens tokens per round: set spec_tokens > 0")
-        if not problems and self.spec_draft == "diffusion" and self.spec_ngram != 2:
-            problems.append(f"spec_ngram ({self.spec_ngram}) is the prompt-lookup drafter's; spec_draft 'diffusion' "
-                            "does not look anything up")
+        self_draft = self.spec_draft in ("diffusion", "fused")
+        if not problems and self.spec_draft not in ("lookup", "diffusion", "fused"):
+            problems.append(f"spec_draft must be 'lookup', 'diffusion' or 'fused', got {self.spec_draft!r}")
+        if not problems and self_draft and not self.spec_tokens:
+            problems.append(f"spec_draft {self.spec_draft!r} drafts spec_tokens tokens per round: set spec_tokens > 0")
+        if not problems and self_draft and self.spec_ngram != 2:
+            problems.append(f"spec_ngram ({self.spec_ngram}) is the prompt-lookup drafter's; spec_draft "
+                            f"{self.spec_draft!r} does not look anything up")
         if not problems and self.spec_tokens and self.compile:
             problems.append("compile: speculative decoding (spec_tokens > 0) runs its verify forwards eagerly "
                             "(their length varies with the draft)")

@@ -13,13 +13,28 @@ attends causally, as a clean position does in training. With the shifted read-ou
 token i from position i - 1) the logits of window positions 0..k-1 are the k drafted tokens (greedy). The
 window's K/V are written to the cache and overwritten by the verify forward over the same slots before any
 query reads them. Draft forwards count as forwards (TPF = tokens / all forwards).
+
+`spec_draft = "fused"` drops the draft forward (fused_verify): the verify forward over [last, d_1..d_k] also
+carries, for every acceptance length a = 0..k, a group of m masks at the slots after d_a, so whatever the
+verify accepts, the next round's draft is already there. A round is then ONE forward of (k + 1)(m + 1)
+tokens (a batch-1 forward is latency bound, so its cost grows far less than its length), and the output is
+still exactly the AR path's. Group a cannot see the bonus token the verify will pick after d_a (it is not
+known before the forward), so that slot is a mask too, and the draft is read from the position after it:
+one token further ahead than the two-forward drafter, which sees the last token.
 """
 from __future__ import annotations
 
 import torch
 
-from orl.engine.ar_step import ARState
+from orl.engine.ar_step import ARState, next_tokens
 from orl.engine.config import UnsupportedSetting
+
+SELF_DRAFTS = ("diffusion", "fused")  # ARConfig.spec_draft values that draft with the checkpoint itself
+
+
+def scratch_slots(k: int) -> int:
+    """Cache slots a fused round needs past the request's own: k + 1 groups of k masks (m = k)."""
+    return (k + 1) * k
 
 
 def check_self_draft(model, mask_id: int | None, objective: str | None) -> None:
@@ -56,3 +71,36 @@ def diffusion_draft(model, st: ARState, slot: int, last: int, k: int, mask_id: i
     scores[:, mask_id] = float("-inf")  # a draft never proposes a mask
     # a host sync per draft, like the verify's: the draft's tokens are the next verify's inputs
     return scores.argmax(-1).tolist()
+
+
+@torch.no_grad()
+def fused_verify(model, st: ARState, slot: int, tokens: list[int], m: int, mask_id: int, temperature: float,
+                 index: int) -> tuple[list[int], list[list[int]]]:
+    """One forward: the verify of tokens (last accepted token, then the draft) at slots slot.. as in
+    orl.engine.speculative.verify, and for each a = 0..len(tokens) - 1 a group of m masks at the slots
+    slot + a + 1 .. slot + a + m. -> (the AR path's token after each of tokens; per a, the m greedy draft
+    tokens for slots slot + a + 2 .. slot + a + m + 1, i.e. the draft after the bonus token that follows an
+    acceptance of a draft tokens). The groups' K/V go to the scratch slots at the end of the cache (the
+    request was sized with scratch_slots), never to a slot the sequence owns."""
+    dev = st.cache.length.device
+    T, S = len(tokens), st.cache.max_len
+    a = torch.arange(T, device=dev)
+    g_pos = (slot + 1 + a[:, None] + torch.arange(m, device=dev)).flatten()                   # [T m]
+    g_store = S - T * m + torch.arange(T * m, device=dev)                                     # [T m] scratch
+    pos = torch.cat([slot + a, g_pos])                                                        # [N], N = T (m + 1)
+    slots = torch.cat([slot + a, g_store])
+    keys = torch.arange(S, device=dev)
+    seen_to = torch.cat([slot + a, (slot + a).repeat_interleave(m)])                          # [N]
+    group = torch.cat([torch.full((T,), -1, device=dev), a.repeat_interleave(m)])             # [N] -1: verify
+    key_group = torch.full((S,), -2, device=dev)
+    key_group[g_store] = a.repeat_interleave(m)
+    # verify rows: causal; group a: the sequence up to d_a (slot + a) and its own masks, bidirectionally
+    mask = ((keys <= seen_to[:, None]) | (key_group == group[:, None])) & (keys >= st.pad[:, None])  # [N, S]
+    x = torch.tensor([tokens + [mask_id] * (T * m)], device=dev)
+    logits = model(x, pos[None] - st.pad[:, None], mask[None], cache=st.cache, slots=slots)[0]  # [N, V]
+    targets = next_tokens(logits[:T], st.banned, temperature, st.seed.expand(T), index + a)
+    scores = logits[T:].masked_fill(st.banned, float("-inf"))                                 # [T m, V]
+    scores[:, mask_id] = float("-inf")
+    drafts = scores.argmax(-1).view(T, m)
+    # the one host sync per round: the acceptance decides the next round's start and draft
+    return targets.tolist(), drafts.tolist()

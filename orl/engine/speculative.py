@@ -25,7 +25,8 @@ decoder: TPF = generated tokens / target forwards (DESIGN section 5). No draft m
 
 `ARConfig.spec_draft = "diffusion"` swaps the drafter: a block-diffusion checkpoint drafts k tokens with its
 own diffusion path in one forward (orl.engine.self_draft) and the verify above keeps exactly its AR path's
-tokens; the draft forwards count in `step_forwards`.
+tokens; the draft forwards count in `step_forwards`. `spec_draft = "fused"` folds each round's draft into
+the previous round's verify forward (orl.engine.self_draft.fused_verify): one forward per round.
 
 Batch 1 only (UnsupportedSetting otherwise): rows would accept different lengths, so their caches would
 advance unevenly. Eager only: the verify length changes with the draft.
@@ -39,7 +40,7 @@ import torch
 from orl.engine.ar_step import ARConfig, ARState, next_tokens
 from orl.engine.config import UnsupportedSetting
 from orl.engine.request import Clock
-from orl.engine.self_draft import check_self_draft, diffusion_draft
+from orl.engine.self_draft import SELF_DRAFTS, check_self_draft, diffusion_draft, fused_verify, scratch_slots
 from orl.engine.sequence import Generation
 from orl.engine.stops import Stops
 
@@ -111,10 +112,12 @@ def generate_speculative(dec: ARDecoder, prompt_ids: list[list[int]], cfg: ARCon
                                  f"{len(prompt_ids)} prompts: decode them one at a time (orl eval: --batch-size 1)",
                                  field="spec_tokens")
     mask_id = getattr(dec.tokenizer, "mask_id", None)
-    if cfg.spec_draft == "diffusion":
+    fused = cfg.spec_draft == "fused"
+    if cfg.spec_draft in SELF_DRAFTS:
         check_self_draft(dec.model, mask_id, dec.manifest.get("objective"))
     clock = Clock(dec.device)
-    st = dec.setup(prompt_ids, cfg, seeds)  # checks the request, prefills prompt[:-1]
+    # checks the request, prefills prompt[:-1]; a fused round's draft groups need scratch slots
+    st = dec.setup(prompt_ids, cfg, seeds, extra=scratch_slots(cfg.spec_tokens) if fused else 0)
     prefill_s = clock()
     prompt = list(prompt_ids[0])
     stops = {dec.eos_id, *dec.eos_ids}
@@ -122,16 +125,25 @@ def generate_speculative(dec: ARDecoder, prompt_ids: list[list[int]], cfg: ARCon
     strings, hit = Stops(dec.tokenizer, cfg.stop), None
     out: list[int] = []
     slot, forwards = len(prompt) - 1, 0  # slot: where the last known token (first: the prompt's) goes
+    ahead: list[int] = []  # fused: the draft the last round's forward made for this one
     while len(out) < cfg.max_new_tokens and not (out and out[-1] in stops) and hit is None:
         k = min(cfg.spec_tokens, cfg.max_new_tokens - len(out) - 1)
-        if cfg.spec_draft == "diffusion":
-            draft = diffusion_draft(dec.model, st, slot, lookup.seq[-1], k, mask_id)
-            forwards += bool(draft)
+        if fused:
+            draft = ahead[:k]
+            targets, drafts = fused_verify(dec.model, st, slot, lookup.seq[-1:] + draft, cfg.spec_tokens, mask_id,
+                                           cfg.temperature, len(out))
         else:
-            draft = lookup.draft(k)
-        targets = verify(dec.model, st, slot, lookup.seq[-1:] + draft, cfg.temperature, len(out))
+            if cfg.spec_draft == "diffusion":
+                draft = diffusion_draft(dec.model, st, slot, lookup.seq[-1], k, mask_id)
+                forwards += bool(draft)
+            else:
+                draft = lookup.draft(k)
+            targets = verify(dec.model, st, slot, lookup.seq[-1:] + draft, cfg.temperature, len(out))
         forwards += 1
-        new = targets[: accepted(draft, targets) + 1]
+        n = accepted(draft, targets)
+        if fused:
+            ahead = drafts[n]
+        new = targets[: n + 1]
         stop = next((i for i, t in enumerate(new) if t in stops), None)
         new = new if stop is None else new[: stop + 1]
         if strings and (hit := strings.find(out + new, len(out))) is not None:  # a stop string (orl.engine.stops)

@@ -94,6 +94,7 @@ def decoder_label(decode: dict) -> str:
     label = "AR" if decode["rule"] == "ar" else f"{decode['rule']} L{decode['block_len']}"
     if decode.get("spec_tokens"):  # the same tokens as plain AR, other forwards and timings: its own curve
         label += (f" +self-draft k{decode['spec_tokens']}" if decode.get("spec_draft") == "diffusion"
+                  else f" +fused self-draft k{decode['spec_tokens']}" if decode.get("spec_draft") == "fused"
                   else f" +lookup k{decode['spec_tokens']} n{decode['spec_ngram']}")
     if decode["residual"] != "off":
         label += f" +{decode['residual']}"

@@ -22,6 +22,7 @@ from tqdm import tqdm
 from orl.engine import DecodeConfig, Engine, Generation
 from orl.engine.ar import ARConfig, ARDecoder
 from orl.engine.canvas import CanvasConfig, CanvasDecoder
+from orl.engine.self_draft import SELF_DRAFTS
 from orl.engine.stops import with_stop
 from orl.eval import metrics
 from orl.eval.humaneval import HumanEval
@@ -130,14 +131,14 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
                                                  dtype=DTYPES[spec.dtype] if spec.dtype else None)
     objective = manifest.get("objective") or Engine.objective
     # a block-diffusion checkpoint drafting for its own AR path (orl.engine.self_draft) decodes as an AR model
-    self_draft = spec.ar.get("spec_draft") == "diffusion" and objective == Engine.objective
+    self_draft = spec.ar.get("spec_draft") in SELF_DRAFTS and objective == Engine.objective
     if spec.ar and objective != ARDecoder.objective and not self_draft:
         raise ValueError(f"{', '.join(sorted(spec.ar))}: only for autoregressive checkpoints, or --spec-draft "
                          f"diffusion on a block-diffusion one ({spec.model} is {objective})")
     unused = (["thresholds"] if spec.thresholds else []) + sorted(set(spec.decode) - {"max_new_tokens",
                                                                                      "temperature", "stop"})
     if self_draft and unused:
-        raise ValueError(f"{', '.join(unused)}: not used with --spec-draft diffusion (the AR path decodes, its drafts "
+        raise ValueError(f"{', '.join(unused)}: not used with --spec-draft {spec.ar['spec_draft']} (the AR path decodes, its drafts "
                          "are greedy); it takes max_new_tokens, temperature, stop, spec_tokens")
     if objective == CanvasDecoder.objective:  # DiffusionGemma: no mask token, no threshold
         engine, configs = _canvas(spec, model, tokenizer, manifest)

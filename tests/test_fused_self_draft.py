@@ -1,0 +1,122 @@
+"""The fused self-draft (ARConfig.spec_draft = "fused", orl.engine.self_draft.fused_verify): each verify forward
+also drafts the next round for every acceptance length, so a round is one forward; the tokens are still
+exactly the AR path's, the verify rows never see the draft groups, and the groups' scratch slots never
+touch the sequence, even at the end of the model's context."""
+from pathlib import Path
+
+import pytest
+import torch
+
+import orl.engine.speculative as spec
+from orl.checkpoint import load_checkpoint
+from orl.engine.ar import ARConfig, ARDecoder
+from orl.engine.self_draft import fused_verify, scratch_slots
+from orl.engine.speculative import verify
+
+BASE = Path(__file__).resolve().parents[1] / "checkpoints" / "orl-tiny-base"
+PROMPTS = ["cumsum:877347649366134=", "echo a=7;c=a+1;a=c+6;b=2+a:", "sort:j5,e4,a3,b4,d3,h2,i3=", "?+?=201", "xyz"]
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def base():
+    model, tok, manifest = load_checkpoint(BASE)
+    return ARDecoder(model, tok, manifest=manifest)
+
+
+@pytest.mark.parametrize("k", [1, 4, 8])
+def test_fused_emits_the_ar_paths_tokens(base, k):
+    plain = ARConfig(max_new_tokens=40)
+    fused = ARConfig(max_new_tokens=40, spec_tokens=k, spec_draft="fused")
+    for p in PROMPTS:
+        assert base.generate([p], fused)[0].token_ids == base.generate([p], plain)[0].token_ids, (p, k)
+
+
+def test_sampled_tokens_are_the_ar_paths_too(base):
+    for p in PROMPTS[:3]:
+        for seed in (0, 1):
+            a = base.generate([p], ARConfig(max_new_tokens=30, temperature=1.0, seed=seed))[0]
+            s = base.generate([p], ARConfig(max_new_tokens=30, temperature=1.0, seed=seed, spec_tokens=6,
+                                            spec_draft="fused"))[0]
+            assert s.token_ids == a.token_ids, (p, seed)
+
+
+def test_one_forward_per_round_and_fewer_than_two_forward_drafting(base, monkeypatch):
+    """step_forwards counts one forward per round (no draft forwards), and on the shipped base's cumsum the
+    fused rounds need fewer forwards than the two-forward drafter for the same tokens."""
+    rounds = []
+    real = spec.fused_verify
+    monkeypatch.setattr(spec, "fused_verify", lambda *a: rounds.append(1) or real(*a))
+    p = ["cumsum:877347649366134="]
+    g = base.generate(p, ARConfig(max_new_tokens=40, spec_tokens=8, spec_draft="fused"))[0]
+    two = base.generate(p, ARConfig(max_new_tokens=40, spec_tokens=8, spec_draft="diffusion"))[0]
+    assert g.step_forwards == len(rounds) and g.token_ids == two.token_ids
+    assert g.step_forwards < two.step_forwards and g.tpf > 1.5, (g.step_forwards, two.step_forwards)
+
+
+def test_verify_rows_do_not_see_the_groups(base):
+    """fused_verify's targets are the plain verify's on the same tokens and slots."""
+    tok = base.tokenizer
+    prompt, draft = tok.encode("cumsum:8773476="), tok.encode("8,15,22")
+    cfg = ARConfig(max_new_tokens=16)
+    st = base.setup([prompt], cfg, extra=scratch_slots(len(draft)))
+    targets, _ = fused_verify(base.model, st, len(prompt) - 1, prompt[-1:] + draft, len(draft), tok.mask_id, 0.0, 0)
+    st = base.setup([prompt], cfg)
+    assert targets == verify(base.model, st, len(prompt) - 1, prompt[-1:] + draft, 0.0, 0)
+
+
+def test_group_a_is_the_diffusion_read_out_after_d_a(base):
+    """Group a's drafts are the greedy read-out, one position on, of m masks placed after the sequence up
+    to d_a, the masks seeing that sequence causally-clean and each other: an uncached forward over
+    [prompt, d_1..d_a, m masks] with that mask gives the same tokens."""
+    model, tok = base.model, base.tokenizer
+    prompt, draft, m = tok.encode("sort:dcba="), tok.encode("a,b"), 4
+    st = base.setup([prompt], ARConfig(max_new_tokens=12), extra=scratch_slots(m))
+    _, drafts = fused_verify(model, st, len(prompt) - 1, prompt[-1:] + draft, m, tok.mask_id, 0.0, 0)
+    assert len(drafts) == len(draft) + 1 and all(len(d) == m for d in drafts)
+    for a in range(len(draft) + 1):
+        seq = torch.tensor([prompt + draft[:a] + [tok.mask_id] * m])
+        T, clean = seq.shape[1], len(prompt) + a
+        q, kk = torch.arange(T)[:, None], torch.arange(T)[None, :]
+        mask = ((kk <= q) | (kk >= clean) & (q >= clean))[None]
+        logits = model(seq, torch.arange(T)[None], mask)[0]
+        logits[:, tok.mask_id] = float("-inf")
+        assert drafts[a] == logits[clean:clean + m].argmax(-1).tolist(), a
+
+
+def test_scratch_beyond_the_context_leaves_the_sequence_alone(base):
+    """A request that fills the model's whole context: the groups' scratch slots lie past it (storage
+    only), and the tokens are still plain AR's."""
+    tok, L = base.tokenizer, base.max_len
+    prompt = tok.encode("cumsum:877347649366134=")
+    n = L - len(prompt)
+    plain = base.generate_ids([prompt], ARConfig(max_new_tokens=n))[0]
+    fused = base.generate_ids([prompt], ARConfig(max_new_tokens=n, spec_tokens=8, spec_draft="fused"))[0]
+    assert fused.token_ids == plain.token_ids
+    st = base.state(1)
+    assert st.cache.max_len >= L + scratch_slots(8)
+
+
+def test_validation():
+    with pytest.raises(ValueError, match="spec_tokens > 0"):
+        ARConfig(spec_draft="fused").validate()
+    with pytest.raises(ValueError, match="spec_ngram"):
+        ARConfig(spec_tokens=2, spec_ngram=3, spec_draft="fused").validate()
+
+
+def test_cli_generate_and_eval(tmp_path, capsys):
+    from orl.cli import main
+    from orl.eval.records import decoder_label, read_records
+
+    assert main(["generate", "--model", str(BASE), "cumsum:877347649366134=", "--max-new-tokens", "60",
+                 "--spec-tokens", "8", "--spec-draft", "fused"]) == 0
+    out = capsys.readouterr().out
+    assert "cumsum:877347649366134=8,15,22,25" in out and "fused drafts" in out
+    rec = tmp_path / "r.jsonl"
+    assert main(["eval", "--model", str(BASE), "--tasks", "long", "--limit", "2", "--batch-size", "1",
+                 "--spec-tokens", "8", "--spec-draft", "fused", "--max-new-tokens", "60", "--out", str(rec),
+                 "--no-progress"]) == 0
+    recs = read_records(rec)
+    assert len(recs) == 2 and all(r["decode"]["spec_draft"] == "fused" for r in recs)
+    assert decoder_label(recs[0]["decode"]) == "AR +fused self-draft k8"
