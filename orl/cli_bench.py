@@ -22,6 +22,10 @@ def add_command(sub) -> None:
                    help="(g), (h): prompt-lookup speculative decoding of the AR model, at most K drafted tokens per "
                         "verify forward (default 10; 0: no (g), (h))")
     s.add_argument("--ar-spec-ngram", type=int, default=2, help="(g), (h): the longest n-gram looked up (default 2)")
+    s.add_argument("--self-spec-tokens", type=int, default=0,
+                   help="(i), (j): the base decodes self-speculatively, its diffusion path drafting K tokens a round "
+                        "for its AR path ((j): fused, one forward a round); needs a base trained with ar_aux "
+                        "(default 0: off)")
     s.add_argument("--compile", action="store_true", help="torch.compile the steps of dlmrt and (e)")
     s.add_argument("--device", default="cpu")
     s.add_argument("--seed", type=int, default=0, help="sample selection")
@@ -36,6 +40,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                      limit=args.limit, threshold=args.threshold, max_new_tokens=args.max_new_tokens,
                      ref_steps=args.ref_steps, chunk_steps=args.chunk_steps, ar_chunk_steps=args.ar_chunk_steps,
                      ar_spec_tokens=args.ar_spec_tokens, ar_spec_ngram=args.ar_spec_ngram,
+                     self_spec_tokens=args.self_spec_tokens,
                      compile=args.compile, device=args.device, seed=args.seed, out=args.out)
     print(run_bench(spec)[1])
     return 0

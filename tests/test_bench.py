@@ -26,6 +26,9 @@ def ckpts(tmp_path_factory):
     V = TOK.vocab_size
     return {
         "base": save_checkpoint(random_model(0, vocab_size=V, adapter_dim=0), TOK, d / "base", {"block_len": 8}),
+        # the shifted read-out: a base that can draft for its own AR path ((i), (j))
+        "base_shift": save_checkpoint(random_model(0, vocab_size=V, adapter_dim=0, shift_logits=True), TOK,
+                                      d / "base_shift", {"block_len": 8}),
         "orl": save_checkpoint(random_model(1, vocab_size=V), TOK, d / "orl",
                                {"block_len": 8, "residual_mode": "adapter"}),
         "ar": save_checkpoint(tiny_ar(False), TOK, d / "ar"),
@@ -55,10 +58,12 @@ def close(ratio: str, num: str, den: str, digits: float = 2e-3) -> bool:
 
 def test_bench_table_has_every_system_and_consistent_ratios(ckpts, tmp_path, capsys):
     out = tmp_path / "bench.md"
-    args = ["bench", "--base", str(ckpts["base"]), "--tasks", "add,sort", "--limit", "2", "--max-new-tokens", "16",
-            "--threshold", "0.5", "--out", str(out)]
-    assert main(args + ["--orl", str(ckpts["orl"]), "--ar", str(ckpts["ar"])]) == 0
-    assert main(args + ["--ar", str(ckpts["ar_lp"])]) == 0  # a second run appends its own table
+    args = ["bench", "--tasks", "add,sort", "--limit", "2", "--max-new-tokens", "16", "--threshold", "0.5",
+            "--out", str(out)]
+    assert main(args + ["--base", str(ckpts["base_shift"]), "--orl", str(ckpts["orl"]), "--ar", str(ckpts["ar"]),
+                        "--self-spec-tokens", "4"]) == 0
+    # a second run appends its own table
+    assert main(args + ["--base", str(ckpts["base"]), "--ar", str(ckpts["ar_lp"])]) == 0
     text = out.read_text()
     assert text.count("## orl bench") == 2 and capsys.readouterr().out.count("## orl bench") == 2
     full, partial = parse_tables(text)
@@ -77,10 +82,13 @@ def test_bench_table_has_every_system_and_consistent_ratios(ckpts, tmp_path, cap
     assert all(float(a[col[r]]) == 1.0 for r in ("tok/s vs (a)", "TPF vs (a)", "p50 vs (a)"))
     for ar in ("e", "f"):  # one forward per token, by definition
         assert float(full[LABELS[ar]][col["TPF"]]) == 1.0
+    # (i) and (j) decode the same tokens (the base's AR path)
+    assert full[LABELS["i"]][col["acc %"]] == full[LABELS["j"]][col["acc %"]]
     assert list(partial) == list(LABELS.values())
     assert partial[LABELS["b"]][0] == "n/a: no --orl given"
     assert partial[LABELS["f"]][0].startswith("n/a: not exportable") and "learned_pos" in partial[LABELS["f"]][0]
     assert partial[LABELS["e"]][col["TPF"]] == "1.00"
+    assert partial[LABELS["i"]][0] == partial[LABELS["j"]][0] == "n/a: --self-spec-tokens 0"
     assert "Peers: (a), (c) and (d)" in text and "Why a loop can match or beat dlmrt on a CPU" in text
 
 

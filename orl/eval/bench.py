@@ -8,6 +8,9 @@ prompts at batch 1 and greedy, with the same max_new_tokens:
   (f) the same AR model through transformers' generate, when it exports to Qwen3 (orl.export)
   (g) (e) with prompt-lookup speculative decoding (orl.engine.speculative)          --ar-spec-tokens K
   (h) (f) with transformers' prompt-lookup decoding (prompt_lookup_num_tokens=K)
+  (i) the base dLLM decoding self-speculatively: its diffusion path drafts K, its AR path verifies
+      (orl.engine.self_draft, two forwards a round)                                 --self-spec-tokens K
+  (j) (i) fused: each verify forward also drafts the next round (one forward a round)
 
 Per system: tokens/s mean and median over prompts (batch 1), TPF as a ratio of sums (all tokens incl.
 EOS / all forwards) and without the EOS tokens, latency p50 / p90, accuracy in % (the task verifiers),
@@ -40,7 +43,8 @@ from orl.export import export_hf, not_exportable
 LABELS = {"a": "(a) dLLM base, dlmrt", "b": "(b) dLLM + ORL, dlmrt", "c": "(c) LLaDA-reference loop (base)",
           "d": "(d) prefix-cache loop (base)", "e": "(e) AR, orl.engine.ar", "f": "(f) AR, transformers generate",
           "g": "(g) AR + prompt-lookup speculative, orl.engine.ar",
-          "h": "(h) AR + prompt-lookup speculative, transformers generate"}
+          "h": "(h) AR + prompt-lookup speculative, transformers generate",
+          "i": "(i) dLLM base, self-speculative (AR path verifies)", "j": "(j) dLLM base, fused self-speculative"}
 COLUMNS = ("system", "n", "tok/s mean (batch 1)", "tok/s median (batch 1)", "TPF", "TPF noEOS", "latency p50 s",
            "latency p90 s", "acc %", "tok/s vs (a)", "TPF vs (a)", "p50 vs (a)")
 NOTES = (
@@ -58,6 +62,10 @@ NOTES = (
     "no host syncs, finished rows kept as no-ops, attention over the whole static cache), which costs extra ops "
     "when run eagerly; the prefix-cache loop (d) runs fewer ops per step and attends only to the live prefix. "
     "With --compile, or on a GPU, dlmrt's formulation pays (docs/BENCHMARKS.md).",
+    "(i) and (j): the base checkpoint's AR path decodes (its next-token read-out, trained by ar_aux), drafts "
+    "come from its diffusion path, so (i) and (j) emit the same tokens as each other, not as (a); every forward "
+    "counts, drafts included. (j)'s forwards are (K + 1)^2 tokens long: cheap where a forward is latency bound "
+    "(a GPU at batch 1), not on a CPU core.",
     "TPF = all generated tokens up to and including EOS / all forwards (denoising + commit), a ratio of sums over "
     "the prompts; noEOS without the EOS tokens; acc % = percent of prompts the task's verifier accepts.",
 )
@@ -84,6 +92,7 @@ class BenchSpec:
     ar_spec_tokens: int = 10         # (g), (h): drafted tokens per verify (0: no (g), (h)); Saxena's and
                                      # transformers' example value
     ar_spec_ngram: int = 2           # (g), (h): longest n-gram looked up (transformers' default)
+    self_spec_tokens: int = 0        # (i), (j): drafted tokens per round of the base's self-speculation (0: off)
     device: str = "cpu"
     seed: int = 0
     out: str | None = None
@@ -99,6 +108,8 @@ class BenchSpec:
             problems.append(f"threshold must be in (0, 1], got {self.threshold}")
         if self.chunk_steps <= 0 or self.ar_chunk_steps <= 0:
             problems.append("chunk_steps and ar_chunk_steps must be > 0")
+        if self.self_spec_tokens < 0:
+            problems.append(f"self_spec_tokens must be >= 0, got {self.self_spec_tokens}")
         if self.ar_spec_tokens < 0 or self.ar_spec_ngram < 1:
             problems.append(f"ar_spec_tokens must be >= 0 and ar_spec_ngram >= 1, got {self.ar_spec_tokens}, "
                             f"{self.ar_spec_ngram}")
@@ -207,6 +218,21 @@ def _ar(spec: BenchSpec) -> dict[str, System | str]:
     return {**systems, "f": theirs(None), "h": theirs(lookup) if lookup else off}
 
 
+def _self_spec(engine: Engine, spec: BenchSpec) -> dict[str, System | str]:
+    """(i), (j): the base checkpoint in orl's AR decoder, drafting with its own diffusion path."""
+    if not spec.self_spec_tokens:
+        return dict.fromkeys("ij", "n/a: --self-spec-tokens 0")
+    dec = ARDecoder(engine.model, engine.tokenizer, manifest=engine.manifest)
+
+    def run(cfg: ARConfig) -> System:
+        def go(prompt: str) -> Output:
+            g = dec.generate(prompt, cfg)[0]
+            return Output(g.token_ids, g.text, g.forwards, g.total_s, g.finished)
+        return go
+    return {key: run(ARConfig(max_new_tokens=spec.max_new_tokens, spec_tokens=spec.self_spec_tokens,
+                              spec_draft=draft).validate()) for key, draft in (("i", "diffusion"), ("j", "fused"))}
+
+
 def build_systems(spec: BenchSpec) -> tuple[dict[str, System | str], Engine, DecodeConfig]:
     """key -> system, or the reason it is not in this run; plus (a)'s engine and config."""
     a, engine, cfg = _dlmrt(spec.base, spec, residual="off")
@@ -214,6 +240,7 @@ def build_systems(spec: BenchSpec) -> tuple[dict[str, System | str], Engine, Dec
     systems["b"] = _dlmrt(spec.orl, spec, None)[0] if spec.orl else "n/a: no --orl given"
     systems["c"], systems["d"] = _loops(engine, cfg, spec)
     systems.update(_ar(spec) if spec.ar else dict.fromkeys("efgh", "n/a: no --ar given"))
+    systems.update(_self_spec(engine, spec))
     return systems, engine, cfg
 
 
@@ -264,6 +291,7 @@ def format_table(spec: BenchSpec, cfg: DecodeConfig, rows: dict[str, dict], syst
             f"block_len {cfg.block_len} (base), "
             f"chunk_steps {spec.chunk_steps} (dlmrt) / {spec.ar_chunk_steps} (AR), compile {spec.compile}; "
             f"AR speculative: prompt lookup K {spec.ar_spec_tokens}, n-gram {spec.ar_spec_ngram}; "
+            f"self-speculative K {spec.self_spec_tokens}; "
             f"{spec.device} ({device}, {torch.get_num_threads()} threads); warm-up excluded.", "",
             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines = []
