@@ -61,28 +61,65 @@ def test_verify_rows_do_not_see_the_groups(base):
     prompt, draft = tok.encode("cumsum:8773476="), tok.encode("8,15,22")
     cfg = ARConfig(max_new_tokens=16)
     st = base.setup([prompt], cfg, extra=scratch_slots(len(draft)))
-    targets, _ = fused_verify(base.model, st, len(prompt) - 1, prompt[-1:] + draft, len(draft), tok.mask_id, 0.0, 0)
+    targets, _, _ = fused_verify(base.model, st, len(prompt) - 1, prompt[-1:] + draft, tok.encode("9.3"),
+                                 len(draft), tok.mask_id, 0.0, 0)
     st = base.setup([prompt], cfg)
     assert targets == verify(base.model, st, len(prompt) - 1, prompt[-1:] + draft, 0.0, 0)
 
 
-def test_group_a_is_the_diffusion_read_out_after_d_a(base):
-    """Group a's drafts are the greedy read-out, one position on, of m masks placed after the sequence up
-    to d_a, the masks seeing that sequence causally-clean and each other: an uncached forward over
-    [prompt, d_1..d_a, m masks] with that mask gives the same tokens."""
+def uncached(model, seq: list[int], clean: int, guess: bool, m: int, mask_id: int) -> tuple[list[int], list[int]]:
+    """Top-2 read-out of the last m positions of seq by a plain forward: positions < clean causal; after
+    them m positions that see each other (a guess, first of them, sees only itself among them)."""
+    x = torch.tensor([seq])
+    T = x.shape[1]
+    q, k = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    mask = (k <= q) | (k >= clean) & (q >= clean) & ~((q == clean) & torch.tensor(guess))
+    logits = model(x, torch.arange(T)[None], mask[None])[0]
+    logits[:, mask_id] = float("-inf")
+    top = logits[clean:clean + m].topk(2, -1).indices
+    return top[:, 0].tolist(), top[:, 1].tolist()
+
+
+def test_groups_are_the_diffusion_read_out_after_d_a(base):
+    """Group a's drafts (and second choices) are those of an uncached forward over [prompt, d_1..d_a, m
+    masks]; guess group a's are those of [prompt, d_1..d_a, guess, m - 1 masks] with the guess clean."""
     model, tok = base.model, base.tokenizer
-    prompt, draft, m = tok.encode("sort:dcba="), tok.encode("a,b"), 4
+    prompt, draft, guesses, m = tok.encode("sort:dcba="), tok.encode("a,b"), tok.encode("b;"), 4
     st = base.setup([prompt], ARConfig(max_new_tokens=12), extra=scratch_slots(m))
-    _, drafts = fused_verify(model, st, len(prompt) - 1, prompt[-1:] + draft, m, tok.mask_id, 0.0, 0)
-    assert len(drafts) == len(draft) + 1 and all(len(d) == m for d in drafts)
-    for a in range(len(draft) + 1):
-        seq = torch.tensor([prompt + draft[:a] + [tok.mask_id] * m])
-        T, clean = seq.shape[1], len(prompt) + a
-        q, kk = torch.arange(T)[:, None], torch.arange(T)[None, :]
-        mask = ((kk <= q) | (kk >= clean) & (q >= clean))[None]
-        logits = model(seq, torch.arange(T)[None], mask)[0]
-        logits[:, tok.mask_id] = float("-inf")
-        assert drafts[a] == logits[clean:clean + m].argmax(-1).tolist(), a
+    _, drafts, seconds = fused_verify(model, st, len(prompt) - 1, prompt[-1:] + draft, guesses, m, tok.mask_id,
+                                      0.0, 0)
+    T = len(draft) + 1
+    assert len(drafts) == T + len(guesses) and all(len(d) == m for d in drafts)
+    for a in range(T):
+        want = uncached(model, prompt + draft[:a] + [tok.mask_id] * m, len(prompt) + a, False, m, tok.mask_id)
+        assert (drafts[a], seconds[a]) == want, a
+    for a, g in enumerate(guesses):
+        want = uncached(model, prompt + draft[:a] + [g] + [tok.mask_id] * (m - 1), len(prompt) + a, True, m,
+                        tok.mask_id)
+        assert (drafts[T + a], seconds[T + a]) == want, a
+
+
+def test_a_right_guess_takes_its_group(base, monkeypatch):
+    """After a rejection at d_{a+1}, the next draft comes from guess group a when the guess is the verify's
+    bonus token, else from mask group a: both paths are taken on the shipped base's cumsum."""
+    picks, expect = {"guess": 0, "mask": 0}, {"draft": []}
+    real = spec.fused_verify
+
+    def spy(model, st, slot, tokens, guesses, *rest):
+        assert tokens[1:] == expect["draft"][:len(tokens) - 1]  # the round drafts what the rule picked
+        t, d, s = real(model, st, slot, tokens, guesses, *rest)
+        n = spec.accepted(tokens[1:], t)
+        right = n < len(guesses) and guesses[n] == t[n]
+        if n < len(guesses):
+            picks["guess" if right else "mask"] += 1
+        expect["draft"] = d[len(tokens) + n] if right else d[n]
+        return t, d, s
+    monkeypatch.setattr(spec, "fused_verify", spy)
+    p = ["cumsum:877347649366134=", "cumsum:93581726354=", "sort:j5,e4,a3,b4,d3,h2,i3="]
+    for q in p:
+        expect["draft"] = []
+        base.generate([q], ARConfig(max_new_tokens=40, spec_tokens=8, spec_draft="fused"))
+    assert picks["guess"] > 0 and picks["mask"] > 0, picks
 
 
 def test_scratch_beyond_the_context_leaves_the_sequence_alone(base):

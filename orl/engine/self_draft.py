@@ -16,11 +16,14 @@ query reads them. Draft forwards count as forwards (TPF = tokens / all forwards)
 
 `spec_draft = "fused"` drops the draft forward (fused_verify): the verify forward over [last, d_1..d_k] also
 carries, for every acceptance length a = 0..k, a group of m masks at the slots after d_a, so whatever the
-verify accepts, the next round's draft is already there. A round is then ONE forward of (k + 1)(m + 1)
-tokens (a batch-1 forward is latency bound, so its cost grows far less than its length), and the output is
+verify accepts, the next round's draft is already there. A round is then ONE forward of about (k + 1)(2m + 1)
+tokens (a batch-1 forward on a GPU is latency bound, so its cost grows far less than its length; on a CPU core
+it does not), and the output is
 still exactly the AR path's. Group a cannot see the bonus token the verify will pick after d_a (it is not
 known before the forward), so that slot is a mask too, and the draft is read from the position after it:
-one token further ahead than the two-forward drafter, which sees the last token.
+one token further ahead than the two-forward drafter, which sees the last token. k more groups put the
+previous draft's second choice at that slot instead (a rejected draft token's bonus token is often it):
+when the verify's bonus token is that guess, the next draft is that group's.
 """
 from __future__ import annotations
 
@@ -33,8 +36,8 @@ SELF_DRAFTS = ("diffusion", "fused")  # ARConfig.spec_draft values that draft wi
 
 
 def scratch_slots(k: int) -> int:
-    """Cache slots a fused round needs past the request's own: k + 1 groups of k masks (m = k)."""
-    return (k + 1) * k
+    """Cache slots a fused round needs past the request's own: 2k + 1 groups of k positions (m = k)."""
+    return (2 * k + 1) * k
 
 
 def check_self_draft(model, mask_id: int | None, objective: str | None) -> None:
@@ -74,33 +77,48 @@ def diffusion_draft(model, st: ARState, slot: int, last: int, k: int, mask_id: i
 
 
 @torch.no_grad()
-def fused_verify(model, st: ARState, slot: int, tokens: list[int], m: int, mask_id: int, temperature: float,
-                 index: int) -> tuple[list[int], list[list[int]]]:
-    """One forward: the verify of tokens (last accepted token, then the draft) at slots slot.. as in
-    orl.engine.speculative.verify, and for each a = 0..len(tokens) - 1 a group of m masks at the slots
-    slot + a + 1 .. slot + a + m. -> (the AR path's token after each of tokens; per a, the m greedy draft
-    tokens for slots slot + a + 2 .. slot + a + m + 1, i.e. the draft after the bonus token that follows an
-    acceptance of a draft tokens). The groups' K/V go to the scratch slots at the end of the cache (the
-    request was sized with scratch_slots), never to a slot the sequence owns."""
+def fused_verify(model, st: ARState, slot: int, tokens: list[int], guesses: list[int], m: int, mask_id: int,
+                 temperature: float, index: int) -> tuple[list[int], list[list[int]], list[list[int]]]:
+    """One forward: the verify of tokens (last accepted token, then the draft d_1..d_{T-1}) at slots slot..
+    as in orl.engine.speculative.verify, plus draft groups of m positions each:
+      group a (a = 0..T-1): m masks at slots slot + a + 1 .., seeing the sequence up to d_a;
+      group T + a (a < len(guesses)): the same with guesses[a], a clean guess of the bonus token should the
+        verify reject d_{a+1}, in place of the first mask (the guess sees only what precedes it).
+    Position j of a group predicts slot + a + 2 + j (shifted read-out): the m-token draft that follows the
+    bonus token. -> (the AR path's token after each of tokens; per group its greedy draft; per group its
+    second choices, the next round's guesses). The groups' K/V go to the scratch slots at the end of the
+    cache (sized by scratch_slots), never to a slot the sequence owns."""
     dev = st.cache.length.device
     T, S = len(tokens), st.cache.max_len
+    G = T + len(guesses)
     a = torch.arange(T, device=dev)
-    g_pos = (slot + 1 + a[:, None] + torch.arange(m, device=dev)).flatten()                   # [T m]
-    g_store = S - T * m + torch.arange(T * m, device=dev)                                     # [T m] scratch
-    pos = torch.cat([slot + a, g_pos])                                                        # [N], N = T (m + 1)
+    j = torch.arange(m, device=dev)
+    anchor = torch.cat([a, a[:len(guesses)]])                                                 # [G] sees up to d_a
+    g_pos = (slot + 1 + anchor[:, None] + j).flatten()                                        # [G m]
+    g_store = S - G * m + torch.arange(G * m, device=dev)                                     # [G m] scratch
+    pos = torch.cat([slot + a, g_pos])                                                        # [N], N = T + G m
     slots = torch.cat([slot + a, g_store])
     keys = torch.arange(S, device=dev)
-    seen_to = torch.cat([slot + a, (slot + a).repeat_interleave(m)])                          # [N]
-    group = torch.cat([torch.full((T,), -1, device=dev), a.repeat_interleave(m)])             # [N] -1: verify
+    g_id = torch.arange(G, device=dev).repeat_interleave(m)                                   # [G m]
+    seen_to = torch.cat([slot + a, (slot + anchor).repeat_interleave(m)])                     # [N]
+    group = torch.cat([torch.full((T,), -1, device=dev), g_id])                               # [N] -1: verify
+    clean = torch.zeros(T + G * m, dtype=torch.bool, device=dev)
+    clean[:T] = True
+    clean[T + (T + torch.arange(len(guesses), device=dev)) * m] = True                        # the guesses
     key_group = torch.full((S,), -2, device=dev)
-    key_group[g_store] = a.repeat_interleave(m)
-    # verify rows: causal; group a: the sequence up to d_a (slot + a) and its own masks, bidirectionally
-    mask = ((keys <= seen_to[:, None]) | (key_group == group[:, None])) & (keys >= st.pad[:, None])  # [N, S]
-    x = torch.tensor([tokens + [mask_id] * (T * m)], device=dev)
+    key_group[g_store] = g_id
+    key_first = torch.zeros(S, dtype=torch.bool, device=dev)
+    key_first[g_store] = j.repeat(G) == 0
+    # verify rows: causal. Group rows: the sequence up to d_a and their own group, bidirectionally, except a
+    # clean guess, which sees only itself there (a clean position never attends to noisy ones in training)
+    own = (key_group == group[:, None]) & (~clean[:, None] | key_first)
+    mask = ((keys <= seen_to[:, None]) | own) & (keys >= st.pad[:, None])                     # [N, S]
+    x = torch.tensor([tokens + [mask_id] * (T * m) + [t for g in guesses for t in [g] + [mask_id] * (m - 1)]],
+                     device=dev)
     logits = model(x, pos[None] - st.pad[:, None], mask[None], cache=st.cache, slots=slots)[0]  # [N, V]
     targets = next_tokens(logits[:T], st.banned, temperature, st.seed.expand(T), index + a)
-    scores = logits[T:].masked_fill(st.banned, float("-inf"))                                 # [T m, V]
+    scores = logits[T:].masked_fill(st.banned, float("-inf"))                                 # [G m, V]
     scores[:, mask_id] = float("-inf")
-    drafts = scores.argmax(-1).view(T, m)
+    top = scores.topk(2, -1).indices.view(G, m, 2)
     # the one host sync per round: the acceptance decides the next round's start and draft
-    return targets.tolist(), drafts.tolist()
+    return targets.tolist(), top[..., 0].tolist(), top[..., 1].tolist()

@@ -125,13 +125,14 @@ def generate_speculative(dec: ARDecoder, prompt_ids: list[list[int]], cfg: ARCon
     strings, hit = Stops(dec.tokenizer, cfg.stop), None
     out: list[int] = []
     slot, forwards = len(prompt) - 1, 0  # slot: where the last known token (first: the prompt's) goes
-    ahead: list[int] = []  # fused: the draft the last round's forward made for this one
+    ahead: list[int] = []   # fused: the draft the last round's forward made for this one,
+    second: list[int] = []  # and its second choices (the guesses of the bonus token after a rejection)
     while len(out) < cfg.max_new_tokens and not (out and out[-1] in stops) and hit is None:
         k = min(cfg.spec_tokens, cfg.max_new_tokens - len(out) - 1)
         if fused:
-            draft = ahead[:k]
-            targets, drafts = fused_verify(dec.model, st, slot, lookup.seq[-1:] + draft, cfg.spec_tokens, mask_id,
-                                           cfg.temperature, len(out))
+            draft, guesses = ahead[:k], second[:k]
+            targets, drafts, seconds = fused_verify(dec.model, st, slot, lookup.seq[-1:] + draft, guesses,
+                                                    cfg.spec_tokens, mask_id, cfg.temperature, len(out))
         else:
             if cfg.spec_draft == "diffusion":
                 draft = diffusion_draft(dec.model, st, slot, lookup.seq[-1], k, mask_id)
@@ -141,8 +142,9 @@ def generate_speculative(dec: ARDecoder, prompt_ids: list[list[int]], cfg: ARCon
             targets = verify(dec.model, st, slot, lookup.seq[-1:] + draft, cfg.temperature, len(out))
         forwards += 1
         n = accepted(draft, targets)
-        if fused:
-            ahead = drafts[n]
+        if fused:  # the group whose context is right: the guess group when its guess was the bonus token
+            g = len(draft) + 1 + n if n < len(guesses) and guesses[n] == targets[n] else n
+            ahead, second = drafts[g], seconds[g]
         new = targets[: n + 1]
         stop = next((i for i, t in enumerate(new) if t in stops), None)
         new = new if stop is None else new[: stop + 1]
