@@ -159,3 +159,23 @@ def test_bf16_model_runs(residual):
                for g in traced for r in g.trace)
     graphed = Engine(m, TOK).generate(PROMPTS, dataclasses.replace(cfg, cuda_graph=True, chunk_steps=4))
     assert not first_mismatch(eager, graphed), first_mismatch(eager, graphed)
+
+
+def test_self_speculative_on_cuda_is_the_ar_paths_tokens():
+    """The shipped base on CUDA: both self-drafters (two forwards a round, and fused into one with its
+    scratch slots past the request) emit plain AR decoding's tokens, with fewer forwards when fused."""
+    from pathlib import Path
+
+    from orl.checkpoint import load_checkpoint
+    from orl.engine.ar import ARConfig, ARDecoder
+
+    model, tok, manifest = load_checkpoint(Path(__file__).resolve().parents[1] / "checkpoints" / "orl-tiny-base",
+                                           device="cuda")
+    dec = ARDecoder(model, tok, manifest=manifest)
+    prompts = ["cumsum:877347649366134=", "sort:j5,e4,a3,b4,d3,h2,i3=", "echo a=7;c=a+1;a=c+6;b=2+a:"]
+    for p in prompts:
+        plain = dec.generate([p], ARConfig(max_new_tokens=40))[0]
+        two = dec.generate([p], ARConfig(max_new_tokens=40, spec_tokens=8, spec_draft="diffusion"))[0]
+        fused = dec.generate([p], ARConfig(max_new_tokens=40, spec_tokens=8, spec_draft="fused"))[0]
+        assert two.token_ids == plain.token_ids == fused.token_ids, p
+        assert fused.step_forwards <= two.step_forwards, p
