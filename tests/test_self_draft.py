@@ -26,23 +26,25 @@ def base():
     return ARDecoder(model, tok, manifest=manifest)
 
 
+@pytest.mark.parametrize("draft", ["diffusion", "fused"])  # fused: tests/test_fused_self_draft.py
 @pytest.mark.parametrize("k", [1, 4, 15])
-def test_self_draft_emits_the_ar_paths_tokens(base, k):
+def test_self_draft_emits_the_ar_paths_tokens(base, k, draft):
     plain = ARConfig(max_new_tokens=40)
-    selfspec = ARConfig(max_new_tokens=40, spec_tokens=k, spec_draft="diffusion")
+    selfspec = ARConfig(max_new_tokens=40, spec_tokens=k, spec_draft=draft)
     for p in PROMPTS:
         a = base.generate([p], plain)[0]
         s = base.generate([p], selfspec)[0]
         assert s.token_ids == a.token_ids, (p, k)
 
 
-def test_sampled_tokens_are_the_ar_paths_too(base):
+@pytest.mark.parametrize("draft", ["diffusion", "fused"])
+def test_sampled_tokens_are_the_ar_paths_too(base, draft):
     """temperature > 0: the verify chooses each token with the same counter-based noise as plain decoding."""
     for p in PROMPTS[:3]:
         for seed in (0, 1):
             a = base.generate([p], ARConfig(max_new_tokens=30, temperature=1.0, seed=seed))[0]
             s = base.generate([p], ARConfig(max_new_tokens=30, temperature=1.0, seed=seed, spec_tokens=6,
-                                            spec_draft="diffusion"))[0]
+                                            spec_draft=draft))[0]
             assert s.token_ids == a.token_ids, (p, seed)
 
 
@@ -123,23 +125,25 @@ def test_eval_refuses_block_decoder_settings(tmp_path):
     assert not (tmp_path / "r.jsonl").exists()
 
 
-def test_cli_generate_and_eval(tmp_path, capsys):
-    """`orl generate` and `orl eval` on the shipped base with --spec-draft diffusion: the AR path's text, the
-    record labelled and its TPF above one; a block-decoder flag beside it is refused by name."""
+@pytest.mark.parametrize("draft, label", [("diffusion", "AR +self-draft k8"), ("fused", "AR +fused self-draft k8")])
+def test_cli_generate_and_eval(tmp_path, capsys, draft, label):
+    """`orl generate` and `orl eval` on the shipped base with --spec-draft diffusion | fused: the AR path's text,
+    the record labelled and its TPF above one; a block-decoder flag beside it is refused by name."""
     from orl.cli import main
-    from orl.eval.records import read_records
+    from orl.eval.records import decoder_label, read_records
 
     assert main(["generate", "--model", str(BASE), "cumsum:877347649366134=", "--max-new-tokens", "60",
-                 "--spec-tokens", "8", "--spec-draft", "diffusion"]) == 0
+                 "--spec-tokens", "8", "--spec-draft", draft]) == 0
     out = capsys.readouterr().out
-    assert "cumsum:877347649366134=8,15,22,25" in out and "self-speculative" in out
+    assert "cumsum:877347649366134=8,15,22,25" in out and f"({draft} drafts)" in out
     assert main(["generate", "--model", str(BASE), "x", "--threshold", "0.5", "--spec-tokens", "8",
-                 "--spec-draft", "diffusion"]) != 0
+                 "--spec-draft", draft]) != 0
     assert "--threshold" in capsys.readouterr().err
     rec = tmp_path / "r.jsonl"
     assert main(["eval", "--model", str(BASE), "--tasks", "long", "--limit", "2", "--batch-size", "1",
-                 "--spec-tokens", "8", "--spec-draft", "diffusion", "--max-new-tokens", "60", "--out", str(rec),
+                 "--spec-tokens", "8", "--spec-draft", draft, "--max-new-tokens", "60", "--out", str(rec),
                  "--no-progress"]) == 0
     recs = read_records(rec)
-    assert len(recs) == 2 and all(r["decode"]["spec_draft"] == "diffusion" for r in recs)
+    assert len(recs) == 2 and all(r["decode"]["spec_draft"] == draft for r in recs)
+    assert decoder_label(recs[0]["decode"]) == label
     assert sum(r["n_tokens"] for r in recs) > 1.5 * sum(r["forwards"]["step"] for r in recs)
