@@ -144,13 +144,13 @@ def test_cache_is_sized_to_the_request_not_the_context():
     model = tiny_ar(False, max_seq_len=32768)
     dec = ARDecoder(model, TOK)
     gens = dec.generate(PROMPTS[:2], ARConfig(max_new_tokens=N))
-    assert dec._states[2].cache.max_len == 64 and dec._states[2].out.shape == (2, 64)
+    assert dec._states[2, False].cache.max_len == 64 and dec._states[2, False].out.shape == (2, 64)
     assert [g.token_ids for g in gens] == [naive_greedy(model, TOK.encode(p), N) for p in PROMPTS[:2]]
     long = "the quick brown fox jumps over the lazy dog " * 2  # 88 + 24 tokens -> 128 slots
     g = dec.generate(long, ARConfig(max_new_tokens=N))[0]
-    assert dec._states[1].cache.max_len == 128 and g.token_ids == naive_greedy(model, TOK.encode(long), N)
+    assert dec._states[1, False].cache.max_len == 128 and g.token_ids == naive_greedy(model, TOK.encode(long), N)
     dec.generate("a", ARConfig(max_new_tokens=4))
-    assert dec._states[1].cache.max_len == 128  # a shorter request reuses the buffers (no new shape)
+    assert dec._states[1, False].cache.max_len == 128  # a shorter request reuses the buffers (no new shape)
     assert [request_cache_len(n, 100) for n in (1, 64, 65, 100)] == [64, 64, 100, 100]  # never past max_len
 
 

@@ -32,7 +32,7 @@ def test_verify_rows_do_not_see_the_groups(base):
     tok = base.tokenizer
     prompt, draft = tok.encode("cumsum:8773476="), tok.encode("8,15,22")
     cfg = ARConfig(max_new_tokens=16)
-    st = base.setup([prompt], cfg, extra=scratch_slots(len(draft)))
+    st = base.setup([prompt], cfg, extra=scratch_slots(len(draft), 16))
     targets, _, _ = fused_verify(base.model, st, len(prompt) - 1, prompt[-1:] + draft, tok.encode("9.3"),
                                  len(draft), tok.mask_id, 0.0, 0)
     st = base.setup([prompt], cfg)
@@ -57,7 +57,7 @@ def test_groups_are_the_diffusion_read_out_after_d_a(base):
     masks]; guess group a's are those of [prompt, d_1..d_a, guess, m - 1 masks] with the guess clean."""
     model, tok = base.model, base.tokenizer
     prompt, draft, guesses, m = tok.encode("sort:dcba="), tok.encode("a,b"), tok.encode("b;"), 4
-    st = base.setup([prompt], ARConfig(max_new_tokens=12), extra=scratch_slots(m))
+    st = base.setup([prompt], ARConfig(max_new_tokens=12), extra=scratch_slots(m, 12))
     _, drafts, seconds = fused_verify(model, st, len(prompt) - 1, prompt[-1:] + draft, guesses, m, tok.mask_id,
                                       0.0, 0)
     T = len(draft) + 1
@@ -74,37 +74,57 @@ def test_groups_are_the_diffusion_read_out_after_d_a(base):
 def test_a_right_guess_takes_its_group(base, monkeypatch):
     """After a rejection at d_{a+1}, the next draft comes from guess group a when the guess is the verify's
     bonus token, else from mask group a: both paths are taken on the shipped base's cumsum."""
-    picks, expect = {"guess": 0, "mask": 0}, {"draft": []}
+    picks, expect = {"guess": 0, "mask": 0}, {"draft": [], "guesses": []}
     real = spec.fused_verify
 
     def spy(model, st, slot, tokens, guesses, *rest):
-        assert tokens[1:] == expect["draft"][:len(tokens) - 1]  # the round drafts what the rule picked
+        # the round drafts what the rule picked, and guesses that group's second choices
+        assert tokens[1:] == expect["draft"][:len(tokens) - 1]
+        assert guesses == expect["guesses"][:len(tokens) - 1] and len(guesses) == len(tokens) - 1
         t, d, s = real(model, st, slot, tokens, guesses, *rest)
         n = spec.accepted(tokens[1:], t)
         right = n < len(guesses) and guesses[n] == t[n]
         if n < len(guesses):
             picks["guess" if right else "mask"] += 1
-        expect["draft"] = d[len(tokens) + n] if right else d[n]
+        g = len(tokens) + n if right else n
+        expect["draft"], expect["guesses"] = d[g], s[g]
         return t, d, s
     monkeypatch.setattr(spec, "fused_verify", spy)
     p = ["cumsum:877347649366134=", "cumsum:93581726354=", "sort:j5,e4,a3,b4,d3,h2,i3="]
     for q in p:
-        expect["draft"] = []
+        expect["draft"], expect["guesses"] = [], []
         base.generate([q], ARConfig(max_new_tokens=40, spec_tokens=8, spec_draft="fused"))
     assert picks["guess"] > 0 and picks["mask"] > 0, picks
 
 
 def test_scratch_beyond_the_context_leaves_the_sequence_alone(base):
     """A request that fills the model's whole context: the groups' scratch slots lie past it (storage
-    only), and the tokens are still plain AR's."""
+    only), and the tokens are still plain AR's; a plain request after it gets a cache without scratch."""
     tok, L = base.tokenizer, base.max_len
     prompt = tok.encode("cumsum:877347649366134=")
     n = L - len(prompt)
     plain = base.generate_ids([prompt], ARConfig(max_new_tokens=n))[0]
     fused = base.generate_ids([prompt], ARConfig(max_new_tokens=n, spec_tokens=8, spec_draft="fused"))[0]
     assert fused.token_ids == plain.token_ids
-    st = base.state(1)
-    assert st.cache.max_len >= L + scratch_slots(8)
+    assert base._states[1, True].cache.max_len >= L + scratch_slots(8, n) > L
+    base.generate_ids([prompt], ARConfig(max_new_tokens=4))
+    assert base._states[1, False].cache.max_len <= L
+
+
+def test_scratch_and_groups_follow_what_the_answer_can_use(base, monkeypatch):
+    """Large k, short answer: the scratch and the groups are cut to max_new_tokens (a round's groups draft
+    only what the next round can verify; the last round has none), and the state is reused across
+    requests of other lengths and k with the same tokens as plain decoding."""
+    assert scratch_slots(32, 5) == 9 * 4 and scratch_slots(8, 1) == 0 and scratch_slots(8, 100) == 17 * 8
+    sizes = []
+    real = spec.fused_verify
+    monkeypatch.setattr(spec, "fused_verify", lambda *a: sizes.append(a[5]) or real(*a))
+    p = "cumsum:877347649366134="
+    for n, k in ((6, 32), (40, 8), (3, 4), (1, 8), (25, 2)):
+        sizes.clear()
+        g = base.generate([p], ARConfig(max_new_tokens=n, spec_tokens=k, spec_draft="fused"))[0]
+        assert g.token_ids == base.generate([p], ARConfig(max_new_tokens=n))[0].token_ids, (n, k)
+        assert all(0 < m <= min(k, n - 2) for m in sizes), (n, k, sizes)
 
 
 def test_validation():
@@ -112,4 +132,7 @@ def test_validation():
         ARConfig(spec_draft="fused").validate()
     with pytest.raises(ValueError, match="spec_ngram"):
         ARConfig(spec_tokens=2, spec_ngram=3, spec_draft="fused").validate()
+    with pytest.raises(ValueError, match="at most 32"):
+        ARConfig(spec_tokens=33, spec_draft="fused").validate()
+    ARConfig(spec_tokens=33, spec_draft="diffusion").validate()
 

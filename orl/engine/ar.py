@@ -6,7 +6,8 @@ peer that dlmrt is measured against, on the same model code, cache and timing di
   device tensors built inside the step, so a compiled step has one shape for every request.
   The cache holds what the request needs (prompt + max_new_tokens, rounded up to a power of two:
   request_cache_len), not the model's whole context (32k for Gemma 3: ~1.2 GB per row in fp32);
-  a longer request regrows it, so the shapes (and compiled steps) stay few.
+  a longer request regrows it, so the shapes (and compiled steps) stay few. The fused self-draft adds
+  scratch slots past that (orl.engine.self_draft) in a state of its own.
 - Prefill covers prompt[:-1]; every decode step feeds one token (first the prompt's last one) and
   yields one generated token. So every generated token costs exactly one decode forward and
   TPF = 1 by definition (DESIGN section 5), prefill counted separately as for dLLMs. With
@@ -47,14 +48,16 @@ class ARDecoder(LoadedModel):
         self.eos_id = tokenizer.eos_id
         self.eos_ids = tuple(getattr(tokenizer, "eos_ids", None) or (self.eos_id,))  # every id that stops a row
         self.pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else tokenizer.eos_id
-        self._states: dict[int, ARState] = {}
+        self._states: dict[tuple[int, bool], ARState] = {}  # (batch, with scratch slots) -> buffers
         self._compiled = None
 
     def state(self, batch: int, need: int = 1, extra: int = 0) -> ARState:
         """The buffers of this batch size, with room for `need` tokens (grown when a request needs more)
         and `extra` scratch cache slots after them: storage only, no positions, so they may pass the
-        model's context (the fused self-draft's groups, orl.engine.self_draft)."""
-        st = self._states.pop(batch, None)
+        model's context (the fused self-draft's groups, orl.engine.self_draft). States with scratch are
+        kept apart, so a fused request never leaves a larger cache behind for plain decoding to attend over."""
+        key = (batch, extra > 0)
+        st = self._states.pop(key, None)
         if st is None or st.cache.max_len < need + extra:
             st = None  # the smaller buffers are freed before the larger ones are allocated
             dev, V = self.device, self.model.args.vocab_size
@@ -67,7 +70,7 @@ class ARDecoder(LoadedModel):
                 cache=self.model.new_cache(batch, S), pad=z(batch), token=z(batch), out=z(batch, S), step=z(()),
                 done=z(batch, dtype=torch.bool), seed=z(batch),
                 banned=torch.arange(V, device=dev) >= self.tokenizer.vocab_size)
-        self._states[batch] = st
+        self._states[key] = st
         return st
 
     @torch.no_grad()

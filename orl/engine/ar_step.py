@@ -14,6 +14,9 @@ from orl.model.kv_cache import KVCache
 from orl.model.model import Transformer
 
 
+MAX_FUSED_TOKENS = 32  # spec_draft "fused": a round is ~2 k^2 positions, 2,113 at k = 32 (orl.engine.self_draft)
+
+
 @dataclass
 class ARConfig:
     max_new_tokens: int = 64
@@ -45,6 +48,9 @@ class ARConfig:
         if not problems and self_draft and self.spec_ngram != 2:
             problems.append(f"spec_ngram ({self.spec_ngram}) is the prompt-lookup drafter's; spec_draft "
                             f"{self.spec_draft!r} does not look anything up")
+        if not problems and self.spec_draft == "fused" and self.spec_tokens > MAX_FUSED_TOKENS:
+            problems.append(f"spec_tokens ({self.spec_tokens}) with spec_draft 'fused': at most {MAX_FUSED_TOKENS} (a "
+                            "fused round holds ~2 k^2 positions; use spec_draft 'diffusion' for longer drafts)")
         if not problems and self.spec_tokens and self.compile:
             problems.append("compile: speculative decoding (spec_tokens > 0) runs its verify forwards eagerly "
                             "(their length varies with the draft)")

@@ -16,8 +16,8 @@ query reads them. Draft forwards count as forwards (TPF = tokens / all forwards)
 
 `spec_draft = "fused"` drops the draft forward (fused_verify): the verify forward over [last, d_1..d_k] also
 carries, for every acceptance length a = 0..k, a group of m masks at the slots after d_a, so whatever the
-verify accepts, the next round's draft is already there. A round is then ONE forward of about (k + 1)(2m + 1)
-tokens (a batch-1 forward on a GPU is latency bound, so its cost grows far less than its length; on a CPU core
+verify accepts, the next round's draft is already there. A round is then ONE forward of (k + 1) + (2k + 1) m
+tokens (m = k, cut to what the answer can still use) (a batch-1 forward on a GPU is latency bound, so its cost grows far less than its length; on a CPU core
 it does not), and the output is
 still exactly the AR path's. Group a cannot see the bonus token the verify will pick after d_a (it is not
 known before the forward), so that slot is a mask too, and the draft is read from the position after it:
@@ -35,22 +35,24 @@ from orl.engine.config import UnsupportedSetting
 SELF_DRAFTS = ("diffusion", "fused")  # ARConfig.spec_draft values that draft with the checkpoint itself
 
 
-def scratch_slots(k: int) -> int:
-    """Cache slots a fused round needs past the request's own: 2k + 1 groups of k positions (m = k)."""
+def scratch_slots(k: int, max_new_tokens: int) -> int:
+    """Cache slots a fused round needs past the request's own: at most 2k + 1 groups of at most k
+    positions, k cut to what the answer can still use."""
+    k = max(0, min(k, max_new_tokens - 1))
     return (2 * k + 1) * k
 
 
-def check_self_draft(model, mask_id: int | None, objective: str | None) -> None:
+def check_self_draft(model, mask_id: int | None, objective: str | None, draft: str = "diffusion") -> None:
     """A checkpoint drafts for itself only as a block-diffusion model with a mask token and the shifted
-    read-out (objective: the manifest's; None for a bare model)."""
+    read-out (objective: the manifest's; None for a bare model; draft: the spec_draft value, for the error)."""
     if objective == "autoregressive":
-        raise UnsupportedSetting("spec_draft 'diffusion' needs a block-diffusion checkpoint: an autoregressive one "
+        raise UnsupportedSetting(f"spec_draft {draft!r} needs a block-diffusion checkpoint: an autoregressive one "
                                  "has no diffusion path to draft with (use spec_draft 'lookup')", field="spec_draft")
     if mask_id is None:
-        raise UnsupportedSetting("spec_draft 'diffusion' needs a checkpoint with a mask token (a block-diffusion "
+        raise UnsupportedSetting(f"spec_draft {draft!r} needs a checkpoint with a mask token (a block-diffusion "
                                  "checkpoint); this tokenizer has none: use spec_draft 'lookup'", field="spec_draft")
     if not model.args.shift_logits:
-        raise UnsupportedSetting("spec_draft 'diffusion' needs the shifted read-out (model_args.shift_logits): an "
+        raise UnsupportedSetting(f"spec_draft {draft!r} needs the shifted read-out (model_args.shift_logits): an "
                                  "unshifted block-diffusion checkpoint reads each token off its own position, so "
                                  "it has no causal next-token path to verify with",
                                  field="spec_draft")
@@ -121,4 +123,7 @@ def fused_verify(model, st: ARState, slot: int, tokens: list[int], guesses: list
     scores[:, mask_id] = float("-inf")
     top = scores.topk(2, -1).indices.view(G, m, 2)
     # the one host sync per round: the acceptance decides the next round's start and draft
-    return targets.tolist(), top[..., 0].tolist(), top[..., 1].tolist()
+    host = torch.cat([targets, top.flatten()]).tolist()
+    flat = host[T:]
+    return (host[:T], [flat[2 * m * g: 2 * m * (g + 1): 2] for g in range(G)],
+            [flat[2 * m * g + 1: 2 * m * (g + 1): 2] for g in range(G)])

@@ -114,10 +114,11 @@ def generate_speculative(dec: ARDecoder, prompt_ids: list[list[int]], cfg: ARCon
     mask_id = getattr(dec.tokenizer, "mask_id", None)
     fused = cfg.spec_draft == "fused"
     if cfg.spec_draft in SELF_DRAFTS:
-        check_self_draft(dec.model, mask_id, dec.manifest.get("objective"))
+        check_self_draft(dec.model, mask_id, dec.manifest.get("objective"), cfg.spec_draft)
     clock = Clock(dec.device)
     # checks the request, prefills prompt[:-1]; a fused round's draft groups need scratch slots
-    st = dec.setup(prompt_ids, cfg, seeds, extra=scratch_slots(cfg.spec_tokens) if fused else 0)
+    extra = scratch_slots(cfg.spec_tokens, cfg.max_new_tokens) if fused else 0
+    st = dec.setup(prompt_ids, cfg, seeds, extra=extra)
     prefill_s = clock()
     prompt = list(prompt_ids[0])
     stops = {dec.eos_id, *dec.eos_ids}
@@ -129,10 +130,15 @@ def generate_speculative(dec: ARDecoder, prompt_ids: list[list[int]], cfg: ARCon
     second: list[int] = []  # and its second choices (the guesses of the bonus token after a rejection)
     while len(out) < cfg.max_new_tokens and not (out and out[-1] in stops) and hit is None:
         k = min(cfg.spec_tokens, cfg.max_new_tokens - len(out) - 1)
-        if fused:
+        # fused: the groups draft for the next round, which can use at most this many tokens
+        m = min(cfg.spec_tokens, cfg.max_new_tokens - len(out) - 2)
+        if fused and m > 0:
             draft, guesses = ahead[:k], second[:k]
-            targets, drafts, seconds = fused_verify(dec.model, st, slot, lookup.seq[-1:] + draft, guesses,
-                                                    cfg.spec_tokens, mask_id, cfg.temperature, len(out))
+            targets, drafts, seconds = fused_verify(dec.model, st, slot, lookup.seq[-1:] + draft, guesses, m,
+                                                    mask_id, cfg.temperature, len(out))
+        elif fused:  # the last round: nothing left to draft for
+            draft = ahead[:k]
+            targets = verify(dec.model, st, slot, lookup.seq[-1:] + draft, cfg.temperature, len(out))
         else:
             if cfg.spec_draft == "diffusion":
                 draft = diffusion_draft(dec.model, st, slot, lookup.seq[-1], k, mask_id)
@@ -142,7 +148,7 @@ def generate_speculative(dec: ARDecoder, prompt_ids: list[list[int]], cfg: ARCon
             targets = verify(dec.model, st, slot, lookup.seq[-1:] + draft, cfg.temperature, len(out))
         forwards += 1
         n = accepted(draft, targets)
-        if fused:  # the group whose context is right: the guess group when its guess was the bonus token
+        if fused and m > 0:  # the group whose context is right: the guess group when its guess was the bonus token
             g = len(draft) + 1 + n if n < len(guesses) and guesses[n] == targets[n] else n
             ahead, second = drafts[g], seconds[g]
         new = targets[: n + 1]

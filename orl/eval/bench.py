@@ -35,6 +35,8 @@ import torch
 
 from orl.engine import DecodeConfig, Engine
 from orl.engine.ar import ARConfig, ARDecoder
+from orl.engine.config import UnsupportedSetting
+from orl.engine.self_draft import check_self_draft
 from orl.eval import metrics
 from orl.eval.peers import hf_generate, llada_reference, prefix_cache
 from orl.eval.runner import MAX_DRAWS, EvalSpec, _samples, _tasks, prompt_id
@@ -64,8 +66,8 @@ NOTES = (
     "With --compile, or on a GPU, dlmrt's formulation pays (docs/BENCHMARKS.md).",
     "(i) and (j): the base checkpoint's AR path decodes (its next-token read-out, trained by ar_aux), drafts "
     "come from its diffusion path, so (i) and (j) emit the same tokens as each other, not as (a); every forward "
-    "counts, drafts included. (j)'s forwards are (K + 1)^2 tokens long: cheap where a forward is latency bound "
-    "(a GPU at batch 1), not on a CPU core.",
+    "counts, drafts included. (j)'s forwards are (K + 1) + (2K + 1) K tokens long: cheap where a forward is "
+    "latency bound (a GPU at batch 1), not on a CPU core.",
     "TPF = all generated tokens up to and including EOS / all forwards (denoising + commit), a ratio of sums over "
     "the prompts; noEOS without the EOS tokens; acc % = percent of prompts the task's verifier accepts.",
 )
@@ -222,9 +224,14 @@ def _self_spec(engine: Engine, spec: BenchSpec) -> dict[str, System | str]:
     """(i), (j): the base checkpoint in orl's AR decoder, drafting with its own diffusion path."""
     if not spec.self_spec_tokens:
         return dict.fromkeys("ij", "n/a: --self-spec-tokens 0")
-    dec = ARDecoder(engine.model, engine.tokenizer, manifest=engine.manifest)
+    try:
+        check_self_draft(engine.model, engine.mask_id, engine.manifest.get("objective"))
+    except UnsupportedSetting as e:
+        return dict.fromkeys("ij", f"n/a: the base cannot draft for itself ({e})")
 
     def run(cfg: ARConfig) -> System:
+        dec = ARDecoder(engine.model, engine.tokenizer, manifest=engine.manifest)  # its own buffers per system
+
         def go(prompt: str) -> Output:
             g = dec.generate(prompt, cfg)[0]
             return Output(g.token_ids, g.text, g.forwards, g.total_s, g.finished)

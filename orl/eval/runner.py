@@ -134,7 +134,7 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
     self_draft = spec.ar.get("spec_draft") in SELF_DRAFTS and objective == Engine.objective
     if spec.ar and objective != ARDecoder.objective and not self_draft:
         raise ValueError(f"{', '.join(sorted(spec.ar))}: only for autoregressive checkpoints, or --spec-draft "
-                         f"diffusion on a block-diffusion one ({spec.model} is {objective})")
+                         f"diffusion | fused on a block-diffusion one ({spec.model} is {objective})")
     unused = (["thresholds"] if spec.thresholds else []) + sorted(set(spec.decode) - {"max_new_tokens",
                                                                                      "temperature", "stop"})
     if self_draft and unused:
