@@ -10,6 +10,8 @@
 #      generate, the prefix-cache loop, the roofline fraction); jobs in priority order, none started
 #      after its budget, rows printed and written to $OUT/scale.json as they come  [the rest]
 #   4. if time is left: benchmarks/latency.py on the shipped trained checkpoint (CUDA graphs)
+#   (before 3: benchmarks/forward_length.py, a forward of 145 positions against one of 9 at Qwen3 shapes:
+#   whether the fused self-draft pays on this GPU; <= 60 s)
 # Usage (repo root or anywhere):  bash benchmarks/gpu_check.sh      OUT=dir keeps the logs and JSON there.
 # PYTHON=... picks another interpreter. GPU_CHECK_CPU=1 runs the plumbing on a CPU machine (scale.py
 # --tiny, two shapes; the gpu tests are collected and skip) to test this script itself;
@@ -84,6 +86,18 @@ else
 fi
 
 LIMIT="${GPU_CHECK_LIMIT:-460}"
+# does the fused self-draft pay on a GPU? a forward of 145 positions against one of 9, at real shapes [<= 60 s]
+section "forward_length.py: the cost of a longer forward (fused self-speculative decoding)"
+if [ "$HAVE_CUDA" = "1" ]; then
+    for shape in qwen3-0.6b qwen3-4b; do
+        timeout 30 "$PY" benchmarks/forward_length.py --shape "$shape" --device cuda --dtype bfloat16 --context 1024 \
+            2>&1 | log_to forward_length.txt
+    done
+else
+    timeout 30 "$PY" benchmarks/forward_length.py --shape qwen3-0.6b --layers 1 --context 256 --repeats 2 \
+        2>&1 | log_to forward_length.txt
+fi
+
 section "scale.py: real shapes, batch 1, roofline, peers"
 JSON=(); [ -n "$OUT_DIR" ] && JSON=(--json "$OUT_DIR/scale.json")
 if [ "$HAVE_CUDA" = "1" ]; then

@@ -31,6 +31,9 @@ def test_gpu_check_runs_the_tiny_table_on_a_cpu(tmp_path):
                           text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "=== done, status 0" in (tmp_path / "gpu_check.log").read_text()
+    # the fused self-draft's question: rows for T = 1 .. 145 and the implied tokens/s ratio
+    lengths = (tmp_path / "forward_length.txt").read_text()
+    assert "   145 " in lengths and "fused vs two-forward self-speculative tokens/s" in lengths, lengths
     data = json.loads((tmp_path / "scale.json").read_text())
     rows = data["rows"]
     assert not [r for r in rows if "FAILED" in r.get("note", "")], [r for r in rows if "note" in r]
