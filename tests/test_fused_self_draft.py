@@ -136,3 +136,18 @@ def test_validation():
         ARConfig(spec_tokens=33, spec_draft="fused").validate()
     ARConfig(spec_tokens=33, spec_draft="diffusion").validate()
 
+
+
+def test_bf16_weights_keep_the_ar_paths_tokens():
+    """In bf16 the verify rows of a fused forward sit among ~150 positions instead of 9: on these prompts the
+    tokens are still plain bf16 AR decoding's (a float difference would show as a changed token)."""
+    from orl.checkpoint import load_checkpoint
+    from orl.engine.ar import ARDecoder
+    from test_self_draft import BASE, PROMPTS
+
+    model, tok, manifest = load_checkpoint(BASE, dtype=torch.bfloat16)
+    dec = ARDecoder(model, tok, manifest=manifest)
+    for p in PROMPTS[:4]:
+        want = dec.generate([p], ARConfig(max_new_tokens=40))[0].token_ids
+        for draft in ("diffusion", "fused"):
+            assert dec.generate([p], ARConfig(max_new_tokens=40, spec_tokens=8, spec_draft=draft))[0].token_ids == want
