@@ -51,6 +51,15 @@ def ar_batch(pairs: list[tuple[list[int], list[int]]], pad_id: int, eos_id: int)
     return Batch(tokens, pos, mask, targets, weight)
 
 
+def next_token_batch(rows: Tensor) -> Batch:
+    """Causal rows of plain text [B, T]: next-token loss at every position (the state at i predicts token
+    i + 1; no EOS is added: a window of text just stops). The convert recipe's `ar_aux` rows."""
+    B, T = rows.shape
+    mask = causal(T - 1)[None].expand(B, -1, -1)
+    pos = torch.arange(T - 1)[None].expand(B, -1)
+    return Batch(rows[:, :-1], pos, mask, rows[:, 1:], torch.ones(B, T - 1))
+
+
 def answer_blocks(answer: list[int], eos_id: int, length: int, eos: bool = True) -> tuple[Tensor, Tensor]:
     """answer + EOS padded with EOS to `length` -> tokens [length], weight [length]."""
     toks = torch.full((length,), eos_id, dtype=torch.long)

@@ -18,6 +18,12 @@ a chunk at a time with the gradients computed in the same pass (orl.train.chunke
 optionally frozen embeddings (with tied embeddings that freezes the head too, a third fewer head
 matmuls and no optimizer state for 168M of gemma-3-270m's 268M weights).
 
+`ar_aux` > 0 adds, for every stream's rows, the same windows as causal rows with a next-token loss at
+that weight (batches.next_token_batch): the lesson of issue 21 (hint4g2), where a next-token loss beside
+the diffusion loss kept the AR path's skill through stage 2. The converted checkpoint then carries the
+base's AR path as well as its new diffusion path, and can decode self-speculatively (`orl generate
+--spec-draft fused`: the AR path's tokens, drafted by the diffusion path).
+
 Resume, logs, cadence and atomic checkpoints are orl.train.loop.TrainLoop's; every batch and noise
 draw is a pure function of (seed, step), so a resumed run continues bit for bit.
 """
@@ -38,7 +44,7 @@ from tqdm import tqdm
 from orl.engine.layouts import LAYOUTS
 from orl.model.model import Transformer
 from orl.model.vocab import special_ids
-from orl.train.batches import Batch, diffusion_batch
+from orl.train.batches import Batch, diffusion_batch, next_token_batch
 from orl.train.chunked_ce import chunked_ce_sum, chunked_predict
 from orl.train.convert_base import base_digest, load_base, to_diffusion
 from orl.train.corpus import (STREAMS, CorpusConfig, build_corpus, corpus_key, corpus_summary, fixed_windows,
@@ -60,6 +66,7 @@ class ConvertConfig:
     context: int = 32
     mix: tuple[int, ...] = (8, 0, 0)    # rows per step from the code / tasks / distill streams
     noisy_copies: int = 1
+    ar_aux: float = 0.0                 # weight of a next-token loss on the same windows, causal (0: off)
     steps: int = 1000
     lr: float = 2e-5
     min_lr_frac: float = 0.1
@@ -85,7 +92,7 @@ class ConvertConfig:
     def __post_init__(self):
         problems = check_fields(self, positive=("block_len", "window", "context", "noisy_copies", "steps", "lr",
                                                 "grad_clip", "ce_chunk", "eval_every", "eval_windows", "save_every"),
-                                non_negative=("warmup", "weight_decay", "threads", "time_limit_s"))
+                                non_negative=("warmup", "weight_decay", "threads", "time_limit_s", "ar_aux"))
         if self.context >= self.window or (self.window - self.context) % self.block_len:
             problems.append(f"window - context ({self.window} - {self.context}) must be a positive multiple of "
                             f"block_len ({self.block_len})")
@@ -142,15 +149,20 @@ def row_pairs(rows: torch.Tensor, context: int) -> list[tuple[list[int], list[in
 
 
 def make_batches(cfg: ConvertConfig, streams: dict, ids, step: int, bos: int | None = None) -> list[Batch]:
-    """One micro-batch per stream with rows this step (each row starting with `bos`, if given)."""
+    """One micro-batch per stream with rows this step (each row starting with `bos`, if given); with
+    ar_aux, then the same rows as causal next-token rows at that weight."""
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-    out = []
+    out, aux = [], []
     for name, n in zip(STREAMS, cfg.mix):
         if n:
             rows = with_bos(windows(streams["code_train" if name == "code" else name], n, cfg.window, gen), bos)
             out.append(diffusion_batch(row_pairs(rows, cfg.context), cfg.block_len, ids, gen, cfg.noisy_copies,
                                        eos=False, grid=cfg.layout == "absolute_grid"))
-    return out
+            if cfg.ar_aux > 0:  # no draw from gen: the diffusion rows stay those of a run without it
+                b = next_token_batch(rows)
+                b.weight *= cfg.ar_aux
+                aux.append(b)
+    return out + aux
 
 
 def train_step(model, opt, batches: list[Batch], cfg: ConvertConfig, lr: float, dist: Dist = SINGLE) -> tuple[float, float]:
