@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from scale_shapes import SHAPES, build  # noqa: E402
+from scale_shapes import SHAPES, TINY, build  # noqa: E402
 
 
 def fused_len(k: int) -> int:
@@ -60,6 +60,7 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--model", help="a checkpoint directory (default: random weights at --shape)")
     p.add_argument("--shape", default="qwen3-0.6b", choices=sorted(SHAPES))
     p.add_argument("--layers", type=int, help="fewer layers than the shape's (a quick run)")
+    p.add_argument("--tiny", action="store_true", help="the shape shrunk to 2 layers of width 64 (a plumbing check)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--context", type=int, default=512, help="KV cache slots attended over")
@@ -75,10 +76,11 @@ def main(argv=None) -> list[dict]:
         model = load_checkpoint(a.model, device=a.device, dtype=dtype)[0].eval()
         name = Path(a.model).name
     else:
-        kw = dict(SHAPES[a.shape], max_seq_len=a.context)
+        kw = dict(SHAPES[a.shape], max_seq_len=a.context, **(TINY if a.tiny else {}))
         if a.layers:
             kw["n_layers"] = a.layers
-        model, name = build(kw, dtype, device), a.shape + (f" ({a.layers} layers)" if a.layers else "")
+        model = build(kw, dtype, device)
+        name = a.shape + (" (tiny)" if a.tiny else "") + (f" ({a.layers} layers)" if a.layers else "")
     lengths = sorted({1, a.k + 1, 2 * (a.k + 1), 4 * (a.k + 1), fused_len(a.k)})
     if max(lengths) > a.context:
         p.error(f"--context {a.context} is shorter than the fused forward ({fused_len(a.k)} positions)")

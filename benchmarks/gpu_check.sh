@@ -92,10 +92,12 @@ if [ "$HAVE_CUDA" = "1" ]; then
     for shape in qwen3-0.6b qwen3-4b; do
         timeout 30 "$PY" benchmarks/forward_length.py --shape "$shape" --device cuda --dtype bfloat16 --context 1024 \
             2>&1 | log_to forward_length.txt
+        rc=${PIPESTATUS[0]}; echo "forward_length.py ($shape) exit code $rc (124: timed out)"; [ "$rc" -ne 0 ] && STATUS=1
     done
 else
-    timeout 30 "$PY" benchmarks/forward_length.py --shape qwen3-0.6b --layers 1 --context 256 --repeats 2 \
+    timeout 60 "$PY" benchmarks/forward_length.py --shape qwen3-0.6b --tiny --context 256 --repeats 2 \
         2>&1 | log_to forward_length.txt
+    rc=${PIPESTATUS[0]}; echo "forward_length.py exit code $rc (124: timed out)"; [ "$rc" -ne 0 ] && STATUS=1
 fi
 
 section "scale.py: real shapes, batch 1, roofline, peers"
