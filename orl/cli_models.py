@@ -50,8 +50,9 @@ def generate_autoregressive(args: argparse.Namespace, model, tok, manifest: dict
     if unused:
         flags = ", ".join("--" + name.replace("_", "-") for name in unused)
         raise ValueError(f"{flags}: not used by the autoregressive decoder, which decodes {args.model} (an "
-                         "autoregressive model, or --spec-draft diffusion | fused); it takes --max-new-tokens, --temperature, "
-                         "--chunk-steps, --compile, --stop, --seed, --spec-tokens, --spec-ngram, --spec-draft")
+                         "autoregressive model, or --spec-draft diffusion | fused); it takes --max-new-tokens, "
+                         "--temperature, --chunk-steps, --compile, --stop, --seed, --spec-tokens, --spec-ngram, "
+                         "--spec-draft")
     given = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
                  chunk_steps=args.chunk_steps, compile=args.compile, stop=args.stop, **ar_overrides(args))
     cfg = ARConfig(**{k: v for k, v in given.items() if v is not None})  # a flag not given: ARConfig's default

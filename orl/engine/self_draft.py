@@ -17,11 +17,11 @@ query reads them. Draft forwards count as forwards (TPF = tokens / all forwards)
 `spec_draft = "fused"` drops the draft forward (fused_verify): the verify forward over [last, d_1..d_k] also
 carries, for every acceptance length a = 0..k, a group of m masks at the slots after d_a, so whatever the
 verify accepts, the next round's draft is already there. A round is then ONE forward of (k + 1) + (2k + 1) m
-tokens (m = k, cut to what the answer can still use) (a batch-1 forward on a GPU is latency bound, so its cost grows far less than its length; on a CPU core
-it does not), and the output is
-still exactly the AR path's. Group a cannot see the bonus token the verify will pick after d_a (it is not
-known before the forward), so that slot is a mask too, and the draft is read from the position after it:
-one token further ahead than the two-forward drafter, which sees the last token. k more groups put the
+positions (m = k, cut to what the answer can still use); a batch-1 forward on a GPU is latency bound, so its
+cost grows far less than its length (on a CPU core it does not), and the output is still exactly the AR
+path's. Group a cannot see the bonus token the verify will pick after d_a (it is not known before the
+forward), so that slot is a mask too, and the draft is read from the position after it: one token further
+ahead than the two-forward drafter, which sees the last token. k more groups put the
 previous draft's second choice at that slot instead (a rejected draft token's bonus token is often it):
 when the verify's bonus token is that guess, the next draft is that group's.
 """

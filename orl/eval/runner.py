@@ -138,8 +138,8 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
     unused = (["thresholds"] if spec.thresholds else []) + sorted(set(spec.decode) - {"max_new_tokens",
                                                                                      "temperature", "stop"})
     if self_draft and unused:
-        raise ValueError(f"{', '.join(unused)}: not used with --spec-draft {spec.ar['spec_draft']} (the AR path decodes, its drafts "
-                         "are greedy); it takes max_new_tokens, temperature, stop, spec_tokens")
+        raise ValueError(f"{', '.join(unused)}: not used with --spec-draft {spec.ar['spec_draft']} (the AR path "
+                         "decodes, its drafts are greedy); it takes max_new_tokens, temperature, stop, spec_tokens")
     if objective == CanvasDecoder.objective:  # DiffusionGemma: no mask token, no threshold
         engine, configs = _canvas(spec, model, tokenizer, manifest)
     elif objective == ARDecoder.objective or self_draft:
