@@ -27,6 +27,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from orl.cli_models import generate_autoregressive
     from orl.device import resolve_device
     from orl.engine import DecodeConfig, DoneEvent, Engine, StepEvent
+    from orl.engine.ar_step import SELF_DRAFTS
     from orl.model.families.common import dtype_from_name
 
     decode = decode_overrides(args)
@@ -47,7 +48,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     # a config.json without orl.json is a causal LM unless its family reader says it is a dLLM (objective)
     plain_causal = manifest.get("source") == "config.json" and manifest.get("objective") is None
     # --spec-draft diffusion: a block-diffusion checkpoint drafts for its own AR path (orl.engine.self_draft)
-    if manifest.get("objective") == "autoregressive" or plain_causal or args.spec_draft in ("diffusion", "fused"):
+    if manifest.get("objective") == "autoregressive" or plain_causal or args.spec_draft in SELF_DRAFTS:
         if plain_causal:
             print(f"note: {args.model} has no orl.json: a plain causal LM, not a diffusion model; "
                   "decoding it with the autoregressive decoder", file=sys.stderr)

@@ -41,7 +41,7 @@ def add_commands(sub) -> None:
 def generate_autoregressive(args: argparse.Namespace, model, tok, manifest: dict | None = None) -> int:
     """`orl generate` on an autoregressive checkpoint: orl's AR decoder (greedy unless --temperature)."""
     from orl.engine.ar import ARConfig, ARDecoder
-    from orl.engine.self_draft import SELF_DRAFTS
+    from orl.engine.ar_step import SELF_DRAFTS
 
     from orl.cli_decode import ar_overrides, decode_overrides
 

@@ -61,7 +61,7 @@ class ARDecoder(LoadedModel):
         if st is None or st.cache.max_len < need + extra:
             st = None  # the smaller buffers are freed before the larger ones are allocated
             dev, V = self.device, self.model.args.vocab_size
-            S = max(request_cache_len(need, self.max_len) + extra, need + extra)
+            S = request_cache_len(need, self.max_len) + extra
 
             def z(*shape, dtype=torch.long):
                 return torch.zeros(*shape, dtype=dtype, device=dev)

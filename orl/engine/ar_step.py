@@ -14,6 +14,8 @@ from orl.model.kv_cache import KVCache
 from orl.model.model import Transformer
 
 
+SPEC_DRAFTS = ("lookup", "diffusion", "fused")  # ARConfig.spec_draft's values
+SELF_DRAFTS = ("diffusion", "fused")  # those that draft with the checkpoint itself (orl.engine.self_draft)
 MAX_FUSED_TOKENS = 32  # spec_draft "fused": a round is ~2 k^2 positions, 2,113 at k = 32 (orl.engine.self_draft)
 
 
@@ -40,8 +42,8 @@ class ARConfig:
                                             + stop_problems(self.stop))
         if not problems and (self.spec_tokens < 0 or self.spec_ngram < 1):
             problems.append(f"spec_tokens must be >= 0 and spec_ngram >= 1, got {self.spec_tokens}, {self.spec_ngram}")
-        self_draft = self.spec_draft in ("diffusion", "fused")
-        if not problems and self.spec_draft not in ("lookup", "diffusion", "fused"):
+        self_draft = self.spec_draft in SELF_DRAFTS
+        if not problems and self.spec_draft not in SPEC_DRAFTS:
             problems.append(f"spec_draft must be 'lookup', 'diffusion' or 'fused', got {self.spec_draft!r}")
         if not problems and self_draft and not self.spec_tokens:
             problems.append(f"spec_draft {self.spec_draft!r} drafts spec_tokens tokens per round: set spec_tokens > 0")

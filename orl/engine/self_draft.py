@@ -32,8 +32,6 @@ import torch
 from orl.engine.ar_step import ARState, next_tokens
 from orl.engine.config import UnsupportedSetting
 
-SELF_DRAFTS = ("diffusion", "fused")  # ARConfig.spec_draft values that draft with the checkpoint itself
-
 
 def scratch_slots(k: int, max_new_tokens: int) -> int:
     """Cache slots a fused round needs past the request's own: at most 2k + 1 groups of at most k
@@ -93,28 +91,23 @@ def fused_verify(model, st: ARState, slot: int, tokens: list[int], guesses: list
     dev = st.cache.length.device
     T, S = len(tokens), st.cache.max_len
     G = T + len(guesses)
+    R = S - G * m  # the groups' K/V go to the last G m slots; R: the slots before them, the sequence's
     a = torch.arange(T, device=dev)
-    j = torch.arange(m, device=dev)
+    j = torch.arange(m, device=dev).repeat(G)                                                 # [G m] index in group
     anchor = torch.cat([a, a[:len(guesses)]])                                                 # [G] sees up to d_a
-    g_pos = (slot + 1 + anchor[:, None] + j).flatten()                                        # [G m]
-    g_store = S - G * m + torch.arange(G * m, device=dev)                                     # [G m] scratch
-    pos = torch.cat([slot + a, g_pos])                                                        # [N], N = T + G m
-    slots = torch.cat([slot + a, g_store])
-    keys = torch.arange(S, device=dev)
-    g_id = torch.arange(G, device=dev).repeat_interleave(m)                                   # [G m]
+    pos = torch.cat([slot + a, (slot + 1 + anchor).repeat_interleave(m) + j])                 # [N], N = T + G m
+    slots = torch.cat([slot + a, torch.arange(R, S, device=dev)])
     seen_to = torch.cat([slot + a, (slot + anchor).repeat_interleave(m)])                     # [N]
+    keys = torch.arange(R, device=dev)
+    seq = (keys <= seen_to[:, None]) & (keys >= st.pad[:, None])                              # [N, R]
+    g_id = torch.arange(G, device=dev).repeat_interleave(m)                                   # [G m]
     group = torch.cat([torch.full((T,), -1, device=dev), g_id])                               # [N] -1: verify
-    clean = torch.zeros(T + G * m, dtype=torch.bool, device=dev)
-    clean[:T] = True
-    clean[T + (T + torch.arange(len(guesses), device=dev)) * m] = True                        # the guesses
-    key_group = torch.full((S,), -2, device=dev)
-    key_group[g_store] = g_id
-    key_first = torch.zeros(S, dtype=torch.bool, device=dev)
-    key_first[g_store] = j.repeat(G) == 0
-    # verify rows: causal. Group rows: the sequence up to d_a and their own group, bidirectionally, except a
-    # clean guess, which sees only itself there (a clean position never attends to noisy ones in training)
-    own = (key_group == group[:, None]) & (~clean[:, None] | key_first)
-    mask = ((keys <= seen_to[:, None]) | own) & (keys >= st.pad[:, None])                     # [N, S]
+    guess = torch.zeros(T + G * m, dtype=torch.bool, device=dev)                              # [N]
+    guess[T + (T + torch.arange(len(guesses), device=dev)) * m] = True
+    # verify rows: causal, no group. Group rows: the sequence up to d_a and their own group, bidirectionally,
+    # except a clean guess, which sees only itself there (a clean position never attends to noisy ones)
+    own = (group[:, None] == g_id) & (~guess[:, None] | (j == 0))                            # [N, G m]
+    mask = torch.cat([seq, own], 1)                                                           # [N, S]
     x = torch.tensor([tokens + [mask_id] * (T * m) + [t for g in guesses for t in [g] + [mask_id] * (m - 1)]],
                      device=dev)
     logits = model(x, pos[None] - st.pad[:, None], mask[None], cache=st.cache, slots=slots)[0]  # [N, V]

@@ -37,10 +37,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from orl.engine.ar_step import ARConfig, ARState, next_tokens
+from orl.engine.ar_step import SELF_DRAFTS, ARConfig, ARState, next_tokens
 from orl.engine.config import UnsupportedSetting
 from orl.engine.request import Clock
-from orl.engine.self_draft import SELF_DRAFTS, check_self_draft, diffusion_draft, fused_verify, scratch_slots
+from orl.engine.self_draft import check_self_draft, diffusion_draft, fused_verify, scratch_slots
 from orl.engine.sequence import Generation
 from orl.engine.stops import Stops
 
@@ -136,11 +136,10 @@ def generate_speculative(dec: ARDecoder, prompt_ids: list[list[int]], cfg: ARCon
             draft, guesses = ahead[:k], second[:k]
             targets, drafts, seconds = fused_verify(dec.model, st, slot, lookup.seq[-1:] + draft, guesses, m,
                                                     mask_id, cfg.temperature, len(out))
-        elif fused:  # the last round: nothing left to draft for
-            draft = ahead[:k]
-            targets = verify(dec.model, st, slot, lookup.seq[-1:] + draft, cfg.temperature, len(out))
         else:
-            if cfg.spec_draft == "diffusion":
+            if fused:  # the last round: nothing left to draft for
+                draft = ahead[:k]
+            elif cfg.spec_draft == "diffusion":
                 draft = diffusion_draft(dec.model, st, slot, lookup.seq[-1], k, mask_id)
                 forwards += bool(draft)
             else:

@@ -68,6 +68,7 @@ def code_identity() -> dict:
 # decoding did before the knob existed (a historical fact, not the knob's current default: records
 # from before the fused commit are unfused). A knob at that value stays out of the id, so an eval
 # file written before it existed still resumes and pools with new records. Add every new knob here.
+SELF_DRAFT_LABELS = {"diffusion": "self-draft", "fused": "fused self-draft"}  # ARConfig.spec_draft -> label
 LATER_KNOBS = {"fused_commit": False, "layout": "prompt_block", "confidence": "prob", "cfg_scale": 0.0,
                "full_sequence_cache": "none", "editing_threshold": 0.9, "max_post_steps": 16,
                "num_to_transfer": 1, "small_block_size": 8, "top_k": 0, "top_p": 1.0, "alg_temp": 0.0,
@@ -93,9 +94,9 @@ def decoder_label(decode: dict) -> str:
     """Name of a speed-quality curve: the decoder settings other than the swept threshold."""
     label = "AR" if decode["rule"] == "ar" else f"{decode['rule']} L{decode['block_len']}"
     if decode.get("spec_tokens"):  # the same tokens as plain AR, other forwards and timings: its own curve
-        label += (f" +self-draft k{decode['spec_tokens']}" if decode.get("spec_draft") == "diffusion"
-                  else f" +fused self-draft k{decode['spec_tokens']}" if decode.get("spec_draft") == "fused"
-                  else f" +lookup k{decode['spec_tokens']} n{decode['spec_ngram']}")
+        draft = decode.get("spec_draft", "lookup")
+        label += (f" +lookup k{decode['spec_tokens']} n{decode['spec_ngram']}" if draft == "lookup"
+                  else f" +{SELF_DRAFT_LABELS[draft]} k{decode['spec_tokens']}")
     if decode["residual"] != "off":
         label += f" +{decode['residual']}"
     if decode.get("stop"):  # other tokens and forwards than the same decoder without: its own curve

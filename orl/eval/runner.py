@@ -21,8 +21,8 @@ from tqdm import tqdm
 
 from orl.engine import DecodeConfig, Engine, Generation
 from orl.engine.ar import ARConfig, ARDecoder
+from orl.engine.ar_step import SELF_DRAFTS
 from orl.engine.canvas import CanvasConfig, CanvasDecoder
-from orl.engine.self_draft import SELF_DRAFTS
 from orl.engine.stops import with_stop
 from orl.eval import metrics
 from orl.eval.humaneval import HumanEval
