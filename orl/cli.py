@@ -59,6 +59,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from orl.cli_decode import ar_overrides
+    from orl.engine.ar_step import ARConfig
     from orl.serve import ServerConfig, serve
 
     def names(text: str | None) -> tuple[str, ...]:
@@ -68,7 +70,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         host=args.host, port=args.port, queue_size=args.queue_size, timeout_s=args.timeout,
         read_timeout_s=args.read_timeout, api_key=args.api_key, allowed_hosts=names(args.allowed_hosts),
         cors_origins=names(args.cors_origins), docs=args.docs)
-    serve(args.model, config, device=args.device, dtype=args.dtype)
+    ar = ar_overrides(args)  # speculative decoding: the AR decoder serves (orl.serve.server.decoder_for)
+    serve(args.model, config, device=args.device, dtype=args.dtype, ar=ARConfig(**ar) if ar else None)
     return 0
 
 
@@ -129,7 +132,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from orl.cli_bench import add_command as add_bench  # bench (speed and accuracy, one table)
-    from orl.cli_decode import add_decode_flags  # the decode flags of generate and eval
+    from orl.cli_decode import AR_FLAGS, add_decode_flags  # the decode flags of generate, eval (and serve)
     from orl.cli_generate import add_command as add_generate  # generate (dLLMs, AR and canvas models)
     from orl.cli_tasks import add_task_flags  # --task-module / --tasks-file of train and eval
 
@@ -190,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cors-origins", help="comma-separated origins whose pages may call the API, e.g. "
                                           "https://app.example.com ('*': any); default none")
     s.add_argument("--docs", action="store_true", help="serve /docs and /openapi.json (off by default)")
+    add_decode_flags(s, AR_FLAGS)  # the AR decoder's speculative settings: the server's, not a request's
     s.set_defaults(func=cmd_serve)
     s = sub.add_parser("eval", help="evaluate a checkpoint on tasks; one JSONL record per sample (resumable)")
     s.add_argument("--model", required=True, help="checkpoint directory")

@@ -72,8 +72,8 @@ def unescape(text: str) -> str:
     return "".join(out)
 
 
-def add_decode_flags(parser: argparse.ArgumentParser) -> None:
-    for flag, kind, text in DECODE_FLAGS + AR_FLAGS:
+def add_decode_flags(parser: argparse.ArgumentParser, flags=DECODE_FLAGS + AR_FLAGS) -> None:
+    for flag, kind, text in flags:
         if kind is None:
             parser.add_argument(flag, action="store_true", default=None, help=text)
         elif kind == "append":

@@ -23,13 +23,18 @@ peer that dlmrt is measured against, on the same model code, cache and timing di
 """
 from __future__ import annotations
 
+from typing import Iterator
+
 import torch
 
-from orl.engine.ar_step import ARConfig, ARState, ar_step, next_tokens
+from orl.engine.ar_step import SELF_DRAFTS, ARConfig, ARState, ar_step, next_tokens
+from orl.engine.config import UnsupportedSetting
+from orl.engine.events import BlockEvent, DoneEvent, Event
 from orl.engine.loaded import LoadedModel
 from orl.engine.request import Clock, check_request, encode_prompts, request_cache_len
 from orl.engine.sequence import Generation
-from orl.engine.speculative import generate_speculative
+from orl.engine.self_draft import check_self_draft
+from orl.engine.speculative import run_speculative
 from orl.engine.stops import RowStops, Stops
 from orl.model.masks import see_self_if_blind
 from orl.model.model import Transformer
@@ -105,16 +110,46 @@ class ARDecoder(LoadedModel):
             self._compiled = torch.compile(ar_step, fullgraph=True, dynamic=False)
         return self._compiled
 
+    def encode(self, prompt: str) -> list[int]:
+        return self.tokenizer.encode(prompt)
+
+    def check(self, cfg: ARConfig | None, trace: bool = False) -> ARConfig:
+        """cfg validated and checked against this checkpoint (ValueError naming the problem), with no work
+        done: run() starts with it, the server calls it before queueing."""
+        cfg = (cfg or ARConfig()).validate()
+        if trace:  # the web page's step stream shows denoising steps; an AR decode has none
+            raise UnsupportedSetting("autoregressive decoding has no denoising steps to trace or stream as steps: "
+                                     "stream its tokens with /v1/completions (stream: true) instead")
+        if cfg.spec_draft in SELF_DRAFTS:
+            check_self_draft(self.model, getattr(self.tokenizer, "mask_id", None), self.manifest.get("objective"),
+                             cfg.spec_draft)
+        return cfg
+
     def generate(self, prompts: str | list[str], cfg: ARConfig | None = None, *,
                  seeds: list[int] | None = None) -> list[Generation]:
         return self.generate_ids(encode_prompts(self.tokenizer, prompts), cfg, seeds=seeds)
 
-    @torch.no_grad()
     def generate_ids(self, prompt_ids: list[list[int]], cfg: ARConfig | None = None, *,
                      seeds: list[int] | None = None) -> list[Generation]:
-        cfg = (cfg or ARConfig()).validate()
+        # no BlockEvents: their token read-back and text decoding would be timed host work nobody reads
+        for event in self._run(prompt_ids, cfg, seeds, emit=False):
+            if isinstance(event, DoneEvent):
+                return event.generations
+        raise AssertionError("ARDecoder.run ended without a DoneEvent")
+
+    def run(self, prompt_ids: list[list[int]], cfg: ARConfig | None = None, *, trace: bool = False,
+            seeds: list[int] | None = None, step_events: bool = False) -> Iterator[Event]:
+        """Engine.run's events for the server and the CLI: a BlockEvent per chunk of chunk_steps decode steps
+        (per verify round when speculative) with every row's tokens and text so far, then a DoneEvent."""
+        yield from self._run(prompt_ids, self.check(cfg, trace), seeds, emit=True)
+
+    @torch.no_grad()
+    def _run(self, prompt_ids: list[list[int]], cfg: ARConfig | None, seeds: list[int] | None,
+             emit: bool) -> Iterator[Event]:
+        cfg = self.check(cfg)
         if cfg.spec_tokens:
-            return generate_speculative(self, prompt_ids, cfg, seeds)
+            yield from run_speculative(self, prompt_ids, cfg, seeds, emit)
+            return
         clock = Clock(self.device)
         st = self.setup(prompt_ids, cfg, seeds)
         prefill_s = clock()
@@ -122,7 +157,7 @@ class ARDecoder(LoadedModel):
         B, P = len(prompt_ids), max(len(p) for p in prompt_ids)
         done_at: list[float | None] = [None] * B
         stops = RowStops(Stops(self.tokenizer, cfg.stop), B, {self.eos_id, *self.eos_ids})
-        n_steps = 0
+        n_steps, chunk = 0, 0
         while n_steps < cfg.max_new_tokens:
             k = min(cfg.chunk_steps, cfg.max_new_tokens - n_steps)
             for _ in range(k):
@@ -135,18 +170,30 @@ class ARDecoder(LoadedModel):
                 done = [d or h is not None for d, h in zip(done, stops.hits)]
             now = clock()
             done_at = [t if t is not None or not d else now for t, d in zip(done_at, done)]
+            if emit:
+                rows = [self._answer(ids, hit) for ids, hit in zip(st.out[:, :n_steps].tolist(), stops.hits)]
+                # forwards: the first row's, one per token it kept (as its Generation counts them)
+                yield BlockEvent(chunk, k, [ids for ids, _, _ in rows], [text for _, text, _ in rows], len(rows[0][0]))
+            chunk += 1
             if all(done):
                 break
         out = st.out[:, :n_steps].tolist()
         end = clock()
         gens = []
         for b in range(B):
-            ids, hit = out[b], stops.hits[b]
-            eos_at = next((i for i, t in enumerate(ids) if t in self.eos_ids or t == self.eos_id), None)
-            finished = eos_at is not None or hit is not None
-            ids = ids[: hit.n_tokens] if hit else ids[: eos_at + 1] if eos_at is not None else ids
+            ids, text, finished = self._answer(out[b], stops.hits[b])
+            hit = stops.hits[b]
             gens.append(Generation(
-                prompt_ids=list(prompt_ids[b]), token_ids=ids, text=hit.text if hit else self.tokenizer.decode(ids),
+                prompt_ids=list(prompt_ids[b]), token_ids=ids, text=text,
                 finished=finished, prefill_forwards=int(P > 1), step_forwards=len(ids), commit_forwards=0,
                 prefill_s=prefill_s, total_s=done_at[b] if done_at[b] is not None else end, stop=hit and hit.stop))
-        return gens
+        yield DoneEvent(gens)
+
+    def _answer(self, ids: list[int], hit) -> tuple[list[int], str, bool]:
+        """A row's decoded tokens cut at its first EOS (kept) or its stop string (hit: orl.engine.stops)
+        -> (tokens, text, finished)."""
+        eos_at = next((i for i, t in enumerate(ids) if t in self.eos_ids or t == self.eos_id), None)
+        if hit is not None:
+            return ids[: hit.n_tokens], hit.text, True
+        ids = ids[: eos_at + 1] if eos_at is not None else ids
+        return ids, self.tokenizer.decode(ids), eos_at is not None

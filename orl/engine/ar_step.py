@@ -58,6 +58,11 @@ class ARConfig:
                             "(their length varies with the draft)")
         return checked(self, problems)
 
+    @property
+    def draws(self) -> bool:
+        """Whether the seed decides the answer (sampling), as DecodeConfig.draws."""
+        return self.temperature > 0
+
     def to_dict(self) -> dict:
         return asdict(self)
 

@@ -1,5 +1,5 @@
 """Prompt-lookup speculative decoding (Saxena 2023) for the AR decoder: the AR peer at its fastest exact
-setting, with no draft model. `ARConfig.spec_tokens = k > 0` turns it on (ARDecoder.generate_ids).
+setting, with no draft model. `ARConfig.spec_tokens = k > 0` turns it on (ARDecoder.run).
 
 Each verify step:
 - draft: the longest n-gram (n <= spec_ngram) ending the sequence so far (prompt + generated) is looked up
@@ -33,14 +33,15 @@ advance unevenly. Eager only: the verify length changes with the draft.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 import torch
 
-from orl.engine.ar_step import SELF_DRAFTS, ARConfig, ARState, next_tokens
+from orl.engine.ar_step import ARConfig, ARState, next_tokens
+from orl.engine.events import BlockEvent, DoneEvent, Event
 from orl.engine.config import UnsupportedSetting
 from orl.engine.request import Clock
-from orl.engine.self_draft import check_self_draft, diffusion_draft, fused_verify, scratch_slots
+from orl.engine.self_draft import diffusion_draft, fused_verify, scratch_slots
 from orl.engine.sequence import Generation
 from orl.engine.stops import Stops
 
@@ -104,17 +105,16 @@ if TYPE_CHECKING:  # orl.engine.ar imports this module, not the other way round
     from orl.engine.ar import ARDecoder
 
 
-def generate_speculative(dec: ARDecoder, prompt_ids: list[list[int]], cfg: ARConfig,
-                         seeds: list[int] | None = None) -> list[Generation]:
-    """ARDecoder.generate_ids with cfg.spec_tokens > 0 (cfg validated): one prompt."""
+def run_speculative(dec: ARDecoder, prompt_ids: list[list[int]], cfg: ARConfig, seeds: list[int] | None = None,
+                    emit: bool = False) -> Iterator[Event]:
+    """ARDecoder.run with cfg.spec_tokens > 0 (cfg checked: ARDecoder.check), one prompt: a BlockEvent per
+    verify round when emit (the tokens and text so far), then the DoneEvent."""
     if len(prompt_ids) != 1:
         raise UnsupportedSetting(f"speculative decoding (spec_tokens {cfg.spec_tokens}) runs at batch 1, got "
                                  f"{len(prompt_ids)} prompts: decode them one at a time (orl eval: --batch-size 1)",
                                  field="spec_tokens")
     mask_id = getattr(dec.tokenizer, "mask_id", None)
     fused = cfg.spec_draft == "fused"
-    if cfg.spec_draft in SELF_DRAFTS:
-        check_self_draft(dec.model, mask_id, dec.manifest.get("objective"), cfg.spec_draft)
     clock = Clock(dec.device)
     # checks the request, prefills prompt[:-1]; a fused round's draft groups need scratch slots
     extra = scratch_slots(cfg.spec_tokens, cfg.max_new_tokens) if fused else 0
@@ -125,7 +125,7 @@ def generate_speculative(dec: ARDecoder, prompt_ids: list[list[int]], cfg: ARCon
     lookup = PromptLookup(prompt, cfg.spec_ngram)
     strings, hit = Stops(dec.tokenizer, cfg.stop), None
     out: list[int] = []
-    slot, forwards = len(prompt) - 1, 0  # slot: where the last known token (first: the prompt's) goes
+    slot, forwards, rounds = len(prompt) - 1, 0, 0  # slot: where the last known token (first: the prompt's) goes
     ahead: list[int] = []   # fused: the draft the last round's forward made for this one,
     second: list[int] = []  # and its second choices (the guesses of the bonus token after a rejection)
     while len(out) < cfg.max_new_tokens and not (out and out[-1] in stops) and hit is None:
@@ -158,9 +158,12 @@ def generate_speculative(dec: ARDecoder, prompt_ids: list[list[int]], cfg: ARCon
         out += new
         lookup.extend(new)
         slot += len(new)  # the rollback: rejected draft slots are overwritten by the next verify before use
+        if emit:
+            yield BlockEvent(rounds, len(new), [list(out)], [hit.text if hit else dec.tokenizer.decode(out)], forwards)
+        rounds += 1
     st.cache.length.fill_(slot)  # the state as ar_step would leave it (a host value written, not read)
     total_s = clock()
-    return [Generation(prompt_ids=prompt, token_ids=out, text=hit.text if hit else dec.tokenizer.decode(out),
-                       finished=out[-1] in stops or hit is not None, prefill_forwards=int(len(prompt) > 1),
-                       step_forwards=forwards, commit_forwards=0, prefill_s=prefill_s, total_s=total_s,
-                       stop=hit and hit.stop)]
+    yield DoneEvent([Generation(prompt_ids=prompt, token_ids=out, text=hit.text if hit else dec.tokenizer.decode(out),
+                                finished=out[-1] in stops or hit is not None, prefill_forwards=int(len(prompt) > 1),
+                                step_forwards=forwards, commit_forwards=0, prefill_s=prefill_s, total_s=total_s,
+                                stop=hit and hit.stop)])

@@ -1,5 +1,5 @@
-"""OpenAI-compatible HTTP API over one dlmrt Engine (or a DiffusionGemma CanvasDecoder: defaults a
-CanvasConfig), plus the live denoising page at `/`.
+"""OpenAI-compatible HTTP API over one decoder: a dlmrt Engine, a DiffusionGemma CanvasDecoder or an ARDecoder
+(plain, prompt-lookup or self-speculative: orl.serve.decoders), plus the live denoising page at `/`.
 
 Every request is validated, tokenized and checked against the context and the model before it is
 queued, so the worker only ever sees runnable jobs and a request cannot produce a 500. See
@@ -8,9 +8,7 @@ docs/SERVING.md for the API, the extra fields, the queueing model and the securi
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import math
-import secrets
 import time
 from contextlib import asynccontextmanager
 from functools import partial
@@ -25,15 +23,15 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response as PlainResponse
 
 from orl.engine import DecodeConfig, DoneEvent, Engine, Generation
+from orl.engine.ar import ARConfig, ARDecoder
 from orl.engine.canvas import CanvasConfig, CanvasDecoder
-from orl.engine.config import RULES
-from orl.model.residual import RESIDUAL_MODES
 from orl.serve.chat import render_chat
 from orl.serve.config import ServerConfig
+from orl.serve.decoders import served
 from orl.serve.parse import parse_body
 from orl.serve.protocol import (APIError, ChatChoice, ChatCompletionRequest, ChatMessage, CompletionChoice,
-                                CompletionRequest, DlmParams, DlmStreamRequest, OpenAIParams, Response, Usage,
-                                finish_reason, new_id, request_field)
+                                CompletionRequest, DlmStreamRequest, OpenAIParams, Response, Usage,
+                                finish_reason, new_id)
 from orl.serve.security import Guard
 from orl.serve.streams import JobStreamingResponse, dlm_stream, next_event, openai_stream
 from orl.serve.worker import EngineWorker, Job, QueueFull
@@ -53,27 +51,15 @@ async def until_disconnected(request: Request) -> None:
         pass
 
 
-def runnable(engine: Engine, defaults: DecodeConfig, rule: str) -> bool:
-    """Whether a request may choose this rule on this model and layout (/v1/dlm/info lists only those, so
-    the page offers no rule that is a 400: fast_dllm_v2 needs a shifted model, llada21 / fast_dllm_v2 the
-    block layouts, dream_origin the confidence 'random' no request sets); its sub-block length aside."""
-    try:
-        engine.check(dataclasses.replace(defaults, rule=rule, small_block_size=defaults.block_len))
-    except ValueError:
-        return False
-    return True
-
-
-def create_app(engine: Engine | CanvasDecoder, model_name: str, *,
-               defaults: DecodeConfig | CanvasConfig | None = None, config: ServerConfig | None = None) -> FastAPI:
-    defaults = (defaults or DecodeConfig()).validate()
+def create_app(engine: Engine | CanvasDecoder | ARDecoder, model_name: str, *,
+               defaults: DecodeConfig | CanvasConfig | ARConfig | None = None,
+               config: ServerConfig | None = None) -> FastAPI:
+    """defaults: the decoder's own config type (None: its defaults); orl.serve.decoders knows each kind."""
+    decoder = served(engine, defaults)
+    defaults = decoder.defaults
     config = (config or ServerConfig()).validate()
     worker = EngineWorker(engine, config.queue_size)
     created = int(time.time())
-    canvas = isinstance(defaults, CanvasConfig)  # the engine is a CanvasDecoder: its own knobs, blocks of its canvas
-    has_adapter = getattr(engine.model, "residual_adapter", None) is not None
-    residual_modes = [] if canvas else [m for m in RESIDUAL_MODES if m != "adapter" or has_adapter]
-    rules = ["canvas"] if canvas else [r for r in RULES if runnable(engine, defaults, r)]
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -152,44 +138,21 @@ def create_app(engine: Engine | CanvasDecoder, model_name: str, *,
             raise APIError(404, f"model {name!r} does not exist; this server serves {model_name!r}",
                            param="model", code="model_not_found")
 
-    def prepare(prompt: str, cfg: DecodeConfig | CanvasConfig, param: str) -> list[int]:
+    def prepare(prompt: str, cfg: DecodeConfig | CanvasConfig | ARConfig, param: str) -> list[int]:
         try:
             ids = engine.encode(prompt)
         except ValueError as e:  # TokenizerError: a character or byte the vocabulary cannot express
             raise APIError(400, f"cannot tokenize the {param}: {e}", param=param, code="invalid_prompt") from e
         if not ids:
             raise APIError(400, f"the {param} is empty after tokenization", param=param, code="invalid_prompt")
-        block_len = engine.canvas if canvas else cfg.block_len
-        n_blocks = math.ceil(cfg.max_new_tokens / block_len) if canvas else cfg.n_blocks
-        need = len(ids) + n_blocks * block_len
+        slots, rounding = decoder.answer_slots(cfg)
+        need = len(ids) + slots
         if need > engine.max_len:
-            raise APIError(400, f"prompt ({len(ids)} tokens) + max_tokens {cfg.max_new_tokens} (rounded up to "
-                                f"{n_blocks} blocks of {block_len}) = {need} tokens exceeds the model's context "
+            raise APIError(400, f"prompt ({len(ids)} tokens) + max_tokens {cfg.max_new_tokens}"
+                                f"{' ' + rounding if rounding else ''} = {need} tokens exceeds the model's context "
                                 f"of {engine.max_len} tokens", param="max_tokens" if len(ids) < engine.max_len else param,
                            code="context_length_exceeded")
         return ids
-
-    def decode_config(req: DlmParams, steps: bool = False) -> DecodeConfig | CanvasConfig:
-        """The request's decode settings, checked against this model (and, steps: the step stream's
-        traces); sampling without a seed gets a fresh one (returned with the answer, so the sample can
-        be reproduced). Canvas decoding always samples."""
-        cfg = req.canvas_config(defaults) if canvas else req.decode_config(defaults)
-        try:  # what the engine would refuse only once the job runs (a rule the model cannot run, ...)
-            engine.check(cfg, trace=steps)
-        except ValueError as e:  # an UnsupportedSetting names its field; traces (/v1/dlm/stream) have none
-            raise APIError(400, str(e), param=request_field(getattr(e, "field", None)), code="unsupported_value") from e
-        if canvas:
-            return dataclasses.replace(cfg, seed=secrets.randbits(63)) if req.seed is None else cfg
-        if cfg.residual == "adapter" and not has_adapter:
-            raise APIError(400, f"residual mode 'adapter' needs a model with adapter weights, and {model_name!r} has "
-                                f"none; use one of {residual_modes}", param="residual", code="unsupported_value")
-        if cfg.steps_per_block > cfg.block_len:  # also keeps huge ints out of the engine's tensor arithmetic
-            raise APIError(400, f"steps_per_block ({cfg.steps_per_block}) must be <= block_len ({cfg.block_len}): "
-                                "a block never takes more steps than it has positions",
-                           param="steps_per_block", code="less_than_equal")
-        if cfg.draws and req.seed is None:  # temperature > 0, or alg_temp's drawn positions
-            cfg = dataclasses.replace(cfg, seed=secrets.randbits(63))
-        return cfg
 
     def submit(ids: list[int], cfg: DecodeConfig | CanvasConfig, steps: bool) -> tuple[Job, partial]:
         loop = asyncio.get_running_loop()
@@ -219,7 +182,7 @@ def create_app(engine: Engine | CanvasDecoder, model_name: str, *,
     async def openai_request(request: Request, chat: bool):
         req: OpenAIParams = await read(request, ChatCompletionRequest if chat else CompletionRequest)
         check_model(req.model)
-        cfg = decode_config(req)
+        cfg = decoder.config(req, steps=False)
         prompt = render_chat(engine.tokenizer, req.messages) if chat else req.prompt
         ids = prepare(prompt, cfg, "messages" if chat else "prompt")
         job, events = submit(ids, cfg, steps=False)
@@ -251,7 +214,7 @@ def create_app(engine: Engine | CanvasDecoder, model_name: str, *,
     async def dlm(request: Request):
         req: DlmStreamRequest = await read(request, DlmStreamRequest)
         check_model(req.model)
-        cfg = decode_config(req, steps=True)
+        cfg = decoder.config(req, steps=True)
         ids = prepare(req.prompt, cfg, "prompt")
         job, events = submit(ids, cfg, steps=True)
         first = await first_event(request, job, events)
@@ -274,8 +237,8 @@ def create_app(engine: Engine | CanvasDecoder, model_name: str, *,
 
     @app.get("/v1/dlm/info")
     async def info():
-        return {"model": model_name, "max_context": engine.max_len, "defaults": defaults.to_dict(),
-                "rules": rules, "residual_modes": residual_modes}
+        return {"model": model_name, "max_context": engine.max_len, "decoder": decoder.kind,
+                "defaults": defaults.to_dict(), "rules": decoder.rules, "residual_modes": decoder.residual_modes}
 
     @app.get("/health")
     async def health():

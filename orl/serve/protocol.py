@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orl.engine import DecodeConfig, Generation
+from orl.engine.ar_step import ARConfig
 from orl.engine.canvas import CanvasConfig
 from orl.engine.config import RULES
 from orl.engine.stops import stop_problems
@@ -42,6 +43,9 @@ MAX_DENOISING_STEPS = 1024  # a canvas's decoder passes (DiffusionGemma's defaul
 # the knobs canvas decoding (DiffusionGemma) has, and their CanvasConfig names; any other is refused
 CANVAS_KNOBS = {"max_tokens": "max_new_tokens", "seed": "seed", "steps_per_block": "max_denoising_steps",
                 "entropy_bound": "entropy_bound"}
+# the knobs autoregressive decoding (plain or speculative: the server's ARConfig) has, and their ARConfig names
+AR_KNOBS = {"max_tokens": "max_new_tokens", "temperature": "temperature", "seed": "seed", "stop": "stop"}
+AR_NEUTRAL = {"top_p": 1.0, "top_k": 0}  # values OpenAI clients send by default that change nothing
 
 
 class DlmParams(BaseModel):
@@ -90,14 +94,19 @@ class DlmParams(BaseModel):
         except ValueError as e:
             raise APIError(400, str(e)) from e
 
+    def _only(self, knobs: dict, decoder: str, neutral: dict | None = None) -> None:
+        """Any knob set outside `knobs` (other than its neutral value) is a 400 naming it, not ignored."""
+        for name in DlmParams.model_fields:
+            value = getattr(self, name)
+            if name not in knobs and value not in (None, []) and (neutral or {}).get(name, object()) != value:
+                raise APIError(400, f"{name} does not apply to {decoder}; it takes {', '.join(knobs)}",
+                               param=name, code="unsupported_value")  # `stop: []` is no stop
+
     def canvas_config(self, defaults: CanvasConfig) -> CanvasConfig:
         """The request's settings for canvas decoding (a DiffusionGemma server): max_tokens, seed,
         steps_per_block (its max denoising steps per canvas; 0: the default) and entropy_bound; any other
         knob is a 400 naming it, not ignored."""
-        for name in DlmParams.model_fields:
-            if name not in CANVAS_KNOBS and getattr(self, name) not in (None, []):  # `stop: []` is no stop
-                raise APIError(400, f"{name} does not apply to canvas decoding (diffusion_gemma); it takes "
-                                    f"{', '.join(CANVAS_KNOBS)}", param=name, code="unsupported_value")
+        self._only(CANVAS_KNOBS, "canvas decoding (diffusion_gemma)")
         if (self.steps_per_block or 0) > MAX_DENOISING_STEPS:
             raise APIError(400, f"steps_per_block ({self.steps_per_block}) must be <= {MAX_DENOISING_STEPS}: each "
                                 "denoising step of a canvas is a forward", param="steps_per_block",
@@ -109,6 +118,18 @@ class DlmParams(BaseModel):
             return dataclasses.replace(defaults, **values).validate()
         except ValueError as e:  # entropy_bound 0: CanvasConfig needs > 0
             raise APIError(400, str(e), param="entropy_bound" if "entropy_bound" in str(e) else None) from e
+
+
+    def ar_config(self, defaults: ARConfig) -> ARConfig:
+        """The request's settings for autoregressive decoding (an AR checkpoint, or a block-diffusion one served
+        self-speculatively): max_tokens, temperature, seed and stop; the drafter and its length are the
+        server's (`orl serve --spec-tokens / --spec-draft`). Any other knob is a 400 naming it."""
+        self._only(AR_KNOBS, "autoregressive decoding", AR_NEUTRAL)
+        values = {AR_KNOBS[k]: getattr(self, k) for k in AR_KNOBS if getattr(self, k) is not None}
+        try:
+            return dataclasses.replace(defaults, **values).validate()
+        except ValueError as e:
+            raise APIError(400, str(e)) from e
 
 
 def request_field(setting: str | None) -> str | None:
@@ -230,6 +251,9 @@ class ChatCompletionRequest(OpenAIParams):
 
     def canvas_config(self, defaults: CanvasConfig) -> CanvasConfig:
         return DlmParams.canvas_config(self.one_max(), defaults)
+
+    def ar_config(self, defaults: ARConfig) -> ARConfig:
+        return DlmParams.ar_config(self.one_max(), defaults)
 
 
 class DlmStreamRequest(DlmParams):

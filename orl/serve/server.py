@@ -9,16 +9,22 @@ import socket
 
 from orl.device import resolve_device
 from orl.engine import DecodeConfig, Engine
+from orl.engine.ar import ARConfig, ARDecoder
+from orl.engine.ar_step import SELF_DRAFTS
 from orl.engine.canvas import CanvasConfig, CanvasDecoder
 from orl.serve.app import create_app
 from orl.serve.config import ServerConfig
 from orl.serve.connection import timed_protocol
 
 
-def warm_up(engine: Engine | CanvasDecoder, cfg: DecodeConfig | CanvasConfig) -> None:
+def warm_up(engine: Engine | CanvasDecoder | ARDecoder, cfg: DecodeConfig | CanvasConfig | ARConfig) -> None:
     """One short decode before the first request: allocates the static buffers of the default shape and
     runs every kernel once. Two blocks where the context allows, so the commit forward runs too. The
     prompt is a single EOS token because it exists in every vocabulary."""
+    if isinstance(engine, ARDecoder):  # a few rounds: a speculative decoder's verify (and fused groups) run too
+        engine.generate_ids([[engine.eos_id]], dataclasses.replace(cfg, max_new_tokens=min(
+            cfg.max_new_tokens, 2 * (cfg.spec_tokens + 1), engine.max_len - 1), stop=()))
+        return
     if isinstance(engine, CanvasDecoder):  # two canvases (the re-encode runs too) of two denoising steps
         n_canvas = 2 if 1 + 2 * engine.canvas <= engine.max_len else 1
         engine.generate_ids([[engine.eos_ids[0]]], dataclasses.replace(
@@ -52,29 +58,50 @@ def uvicorn_server(app, config: ServerConfig, log_level: str = "info"):
                                          http=timed_protocol(config.read_timeout_s)))
 
 
+def decoder_for(model_dir: str, model, tokenizer, manifest: dict, ar: ARConfig | None):
+    """-> (decoder, its defaults) for a loaded checkpoint. ar: the AR decoder's settings from the command line
+    (speculative decoding), for an autoregressive checkpoint, or for a block-diffusion one drafting for its own
+    AR path (spec_draft 'diffusion' | 'fused'); refused by name for any other."""
+    from orl.checkpoint import require_objective
+
+    objective = manifest.get("objective")
+    # a config.json without orl.json is a causal LM unless its family reader says it is a dLLM (as orl generate)
+    causal = objective == ARDecoder.objective or (manifest.get("source") == "config.json" and objective is None)
+    if ar is not None and not causal and (ar.spec_draft not in SELF_DRAFTS or objective == CanvasDecoder.objective):
+        raise ValueError(f"--spec-tokens / --spec-draft / --spec-ngram: only for autoregressive checkpoints, or "
+                         f"--spec-draft diffusion | fused on a block-diffusion one ({model_dir} is "
+                         f"{objective or 'a block-diffusion model'})")
+    if causal or ar is not None:
+        return ARDecoder(model, tokenizer, manifest=manifest), (ar or ARConfig())
+    if objective == CanvasDecoder.objective:  # DiffusionGemma: generation_config.json's defaults
+        from orl.engine.canvas_defaults import canvas_decoder
+
+        return canvas_decoder(model_dir, model, tokenizer, manifest)
+    require_objective(manifest, Engine.objective, model_dir)
+    # the block length and residual mode it was trained for
+    return Engine(model, tokenizer, manifest=manifest), DecodeConfig.from_manifest(manifest)
+
+
 def serve(model_dir: str, config: ServerConfig | None = None, *, device: str | None = None,
-          dtype: str | None = None) -> None:
+          dtype: str | None = None, ar: ARConfig | None = None) -> None:
     """dtype: cast the weights at load (as `orl generate` / `orl eval --dtype`); the served model id is
-    then '<dir name>-<dtype>', as eval records name a cast model."""
+    then '<dir name>-<dtype>', as eval records name a cast model. ar: serve with the AR decoder
+    (decoder_for)."""
     from pathlib import Path
 
-    from orl.checkpoint import load_checkpoint, require_objective
+    from orl.checkpoint import load_checkpoint
     from orl.model.families.common import dtype_from_name
 
     config = (config or ServerConfig()).validate()
+    ar = ar.validate() if ar is not None else None
     dev = resolve_device(device)
     cast = dtype_from_name(dtype) if dtype else None  # an unknown name fails before the port and the load
     sock = bind(config.host, config.port)
     try:
         model, tokenizer, manifest = load_checkpoint(model_dir, device=dev, dtype=cast)
-        if manifest.get("objective") == CanvasDecoder.objective:  # DiffusionGemma: generation_config.json's defaults
-            from orl.engine.canvas_defaults import canvas_decoder
-
-            engine, defaults = canvas_decoder(model_dir, model, tokenizer, manifest)
-        else:
-            require_objective(manifest, Engine.objective, model_dir)
-            engine = Engine(model, tokenizer, manifest=manifest)
-            defaults = DecodeConfig.from_manifest(manifest)  # the block length and residual mode it was trained for
+        engine, defaults = decoder_for(model_dir, model, tokenizer, manifest, ar)
+        if isinstance(engine, ARDecoder):
+            defaults = engine.check(defaults)  # a self-draft this checkpoint cannot make: refused before serving
         warm_up(engine, defaults)
         name = Path(model_dir).resolve().name + (f"-{dtype}" if dtype else "")
         server = uvicorn_server(create_app(engine, name, defaults=defaults, config=config), config)

@@ -1,0 +1,115 @@
+"""What the server needs from each kind of decoder it serves, so the app has no branch per kind:
+a request's settings checked against the decoder (an APIError naming the problem, before queueing),
+the context slots a request takes, and what /v1/dlm/info lists.
+
+- BlockServed: dlmrt's Engine over a block-diffusion checkpoint (DecodeConfig; the live page's decoder).
+- CanvasServed: a DiffusionGemma CanvasDecoder (CanvasConfig: max_tokens, seed, steps, entropy bound).
+- ARServed: the ARDecoder (ARConfig) over an autoregressive checkpoint, plain or prompt-lookup speculative,
+  or over a block-diffusion checkpoint decoding self-speculatively (its AR path's tokens). The drafter and
+  its length are the server's; a request sets max_tokens, temperature, seed and stop.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import secrets
+
+from orl.engine import DecodeConfig, Engine
+from orl.engine.ar import ARConfig, ARDecoder
+from orl.engine.canvas import CanvasConfig, CanvasDecoder
+from orl.engine.config import RULES
+from orl.model.residual import RESIDUAL_MODES
+from orl.serve.protocol import APIError, DlmParams, request_field
+
+
+def checked(engine, cfg, steps: bool):
+    """cfg checked by the decoder itself (what it would refuse only once the job runs: a rule the model cannot
+    run, a self-draft without a diffusion path, ...); steps: the step stream's traces."""
+    try:
+        return engine.check(cfg, trace=steps)
+    except ValueError as e:  # an UnsupportedSetting names its field; traces (/v1/dlm/stream) have none
+        raise APIError(400, str(e), param=request_field(getattr(e, "field", None)), code="unsupported_value") from e
+
+
+def fresh_seed(cfg, req: DlmParams):
+    """Sampling without a seed gets a fresh one (returned with the answer, so the sample can be reproduced)."""
+    return dataclasses.replace(cfg, seed=secrets.randbits(63)) if cfg.draws and req.seed is None else cfg
+
+
+class BlockServed:
+    kind = "block_diffusion"
+
+    def __init__(self, engine: Engine, defaults: DecodeConfig):
+        self.engine, self.defaults = engine, defaults.validate()
+        self.has_adapter = getattr(engine.model, "residual_adapter", None) is not None
+        self.residual_modes = [m for m in RESIDUAL_MODES if m != "adapter" or self.has_adapter]
+        self.rules = [r for r in RULES if self.runnable(r)]
+
+    def runnable(self, rule: str) -> bool:
+        """Whether a request may choose this rule on this model and layout (/v1/dlm/info lists only those, so
+        the page offers no rule that is a 400: fast_dllm_v2 needs a shifted model, llada21 / fast_dllm_v2 the
+        block layouts, dream_origin the confidence 'random' no request sets); its sub-block length aside."""
+        try:
+            self.engine.check(dataclasses.replace(self.defaults, rule=rule, small_block_size=self.defaults.block_len))
+        except ValueError:
+            return False
+        return True
+
+    def config(self, req: DlmParams, steps: bool) -> DecodeConfig:
+        cfg = checked(self.engine, req.decode_config(self.defaults), steps)
+        if cfg.residual == "adapter" and not self.has_adapter:
+            raise APIError(400, f"residual mode 'adapter' needs a model with adapter weights, and this one has "
+                                f"none; use one of {self.residual_modes}", param="residual", code="unsupported_value")
+        if cfg.steps_per_block > cfg.block_len:  # also keeps huge ints out of the engine's tensor arithmetic
+            raise APIError(400, f"steps_per_block ({cfg.steps_per_block}) must be <= block_len ({cfg.block_len}): "
+                                "a block never takes more steps than it has positions",
+                           param="steps_per_block", code="less_than_equal")
+        return fresh_seed(cfg, req)  # temperature > 0, or alg_temp's drawn positions
+
+    def answer_slots(self, cfg: DecodeConfig) -> tuple[int, str]:
+        return cfg.n_blocks * cfg.block_len, f"(rounded up to {cfg.n_blocks} blocks of {cfg.block_len})"
+
+
+class CanvasServed:
+    kind = "canvas"
+    rules = ["canvas"]
+    residual_modes: list[str] = []
+
+    def __init__(self, engine: CanvasDecoder, defaults: CanvasConfig):
+        self.engine, self.defaults = engine, defaults.validate()
+
+    def config(self, req: DlmParams, steps: bool) -> CanvasConfig:
+        cfg = checked(self.engine, req.canvas_config(self.defaults), steps)
+        return fresh_seed(cfg, req)  # canvas decoding always samples
+
+    def answer_slots(self, cfg: CanvasConfig) -> tuple[int, str]:
+        n = math.ceil(cfg.max_new_tokens / self.engine.canvas)
+        return n * self.engine.canvas, f"(rounded up to {n} canvases of {self.engine.canvas})"
+
+
+class ARServed:
+    kind = "autoregressive"
+    rules: list[str] = []
+    residual_modes: list[str] = []
+
+    def __init__(self, engine: ARDecoder, defaults: ARConfig):
+        self.engine, self.defaults = engine, engine.check(defaults)  # a self-draft the checkpoint cannot make: now
+
+    def config(self, req: DlmParams, steps: bool) -> ARConfig:
+        return fresh_seed(checked(self.engine, req.ar_config(self.defaults), steps), req)
+
+    def answer_slots(self, cfg: ARConfig) -> tuple[int, str]:
+        # the fused self-draft's scratch slots lie past the context (storage, no positions): not counted
+        return cfg.max_new_tokens, ""
+
+
+Served = BlockServed | CanvasServed | ARServed
+
+
+def served(engine, defaults=None) -> Served:
+    """The serving side of a decoder; defaults: the decoder's config type (None: its defaults)."""
+    if isinstance(engine, CanvasDecoder):
+        return CanvasServed(engine, defaults or CanvasConfig())
+    if isinstance(engine, ARDecoder):
+        return ARServed(engine, defaults or ARConfig())
+    return BlockServed(engine, defaults or DecodeConfig())
