@@ -26,6 +26,9 @@ def add_command(sub) -> None:
                    help="(i), (j): the base decodes self-speculatively, its diffusion path drafting K tokens a round "
                         "for its AR path ((j): fused, one forward a round); needs a base trained with ar_aux "
                         "(default 0: off)")
+    s.add_argument("--self-spec-groups", type=int, default=3,
+                   help="(k): (j) with only this many draft groups a round, the likeliest by the draft's own "
+                        "confidences (default 3; 0: no (k))")
     s.add_argument("--compile", action="store_true", help="torch.compile the steps of dlmrt and (e)")
     s.add_argument("--device", default="cpu")
     s.add_argument("--seed", type=int, default=0, help="sample selection")
@@ -40,7 +43,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                      limit=args.limit, threshold=args.threshold, max_new_tokens=args.max_new_tokens,
                      ref_steps=args.ref_steps, chunk_steps=args.chunk_steps, ar_chunk_steps=args.ar_chunk_steps,
                      ar_spec_tokens=args.ar_spec_tokens, ar_spec_ngram=args.ar_spec_ngram,
-                     self_spec_tokens=args.self_spec_tokens,
+                     self_spec_tokens=args.self_spec_tokens, self_spec_groups=args.self_spec_groups,
                      compile=args.compile, device=args.device, seed=args.seed, out=args.out)
     print(run_bench(spec)[1])
     return 0

@@ -54,6 +54,8 @@ AR_FLAGS = (
     ("--spec-draft", str, "who drafts for --spec-tokens: lookup (default) | diffusion (a block-diffusion checkpoint's "
                           "own diffusion path, verified by its AR path: the AR path's tokens; orl.engine.self_draft) | "
                           "fused (diffusion, drafted inside the previous verify forward: one forward per round)"),
+    ("--spec-groups", int, "--spec-draft fused: draft groups per round, the most likely by the draft's confidences "
+                           "(default 0: all 2K + 1; fewer: a shorter forward, for a CPU or a large K)"),
 )
 AR_FIELDS = tuple(flag[2:].replace("-", "_") for flag, _, _ in AR_FLAGS)
 

@@ -87,7 +87,7 @@ def test_bench_table_has_every_system_and_consistent_ratios(ckpts, tmp_path, cap
     assert partial[LABELS["b"]][0] == "n/a: no --orl given"
     assert partial[LABELS["f"]][0].startswith("n/a: not exportable") and "learned_pos" in partial[LABELS["f"]][0]
     assert partial[LABELS["e"]][col["TPF"]] == "1.00"
-    assert partial[LABELS["i"]][0] == partial[LABELS["j"]][0] == "n/a: --self-spec-tokens 0"
+    assert partial[LABELS["i"]][0] == partial[LABELS["j"]][0] == partial[LABELS["k"]][0] == "n/a: --self-spec-tokens 0"
     assert "Peers: (a), (c) and (d)" in text and "Why a loop can match or beat dlmrt on a CPU" in text
 
 
@@ -108,7 +108,7 @@ def test_bench_rows_and_settings(ckpts):
 
 
 def test_self_spec_systems(ckpts):
-    """(i) and (j) emit the same tokens as the base's own AR decoding, (j) in at most as many forwards here;
+    """(i), (j) and (k) emit the same tokens as the base's own AR decoding;
     a base that cannot draft for itself gets n/a rows that say why, not a failed run."""
     from orl.engine import Engine
     from orl.engine.ar import ARConfig, ARDecoder
@@ -119,8 +119,10 @@ def test_self_spec_systems(ckpts):
     plain = ARDecoder(engine.model, engine.tokenizer, manifest=engine.manifest)
     for prompt in ("12+34=", "sort:cba="):
         want = plain.generate(prompt, ARConfig(max_new_tokens=16))[0].token_ids
-        i, j = systems["i"](prompt), systems["j"](prompt)
-        assert i.token_ids == j.token_ids == want
+        i, j, k = systems["i"](prompt), systems["j"](prompt), systems["k"](prompt)
+        assert i.token_ids == j.token_ids == k.token_ids == want
+    no_k = _self_spec(engine, BenchSpec(base="", self_spec_tokens=4, self_spec_groups=0))
+    assert no_k["k"] == "n/a: --self-spec-groups 0"
     unshifted = _self_spec(Engine.from_checkpoint(str(ckpts["base"])), BenchSpec(base="", self_spec_tokens=4))
     assert unshifted["i"] == unshifted["j"] and "cannot draft for itself" in unshifted["i"]
     assert "shifted read-out" in unshifted["i"]

@@ -7,7 +7,7 @@ import torch
 
 import orl.engine.speculative as spec
 from orl.engine.ar import ARConfig
-from orl.engine.self_draft import fused_verify, scratch_slots
+from orl.engine.self_draft import all_groups, fused_verify, likely_groups, scratch_slots
 from orl.engine.speculative import verify
 from test_self_draft import base  # noqa: F401  (the shipped base as an ARDecoder, a module fixture)
 
@@ -33,8 +33,8 @@ def test_verify_rows_do_not_see_the_groups(base):
     prompt, draft = tok.encode("cumsum:8773476="), tok.encode("8,15,22")
     cfg = ARConfig(max_new_tokens=16)
     st = base.setup([prompt], cfg, extra=scratch_slots(len(draft), 16))
-    targets, _, _ = fused_verify(base.model, st, len(prompt) - 1, prompt[-1:] + draft, tok.encode("9.3"),
-                                 len(draft), tok.mask_id, 0.0, 0)
+    targets = fused_verify(base.model, st, len(prompt) - 1, prompt[-1:] + draft, tok.encode("9.3"),
+                           len(draft), tok.mask_id, 0.0, 0).targets
     st = base.setup([prompt], cfg)
     assert targets == verify(base.model, st, len(prompt) - 1, prompt[-1:] + draft, 0.0, 0)
 
@@ -58,8 +58,8 @@ def test_groups_are_the_diffusion_read_out_after_d_a(base):
     model, tok = base.model, base.tokenizer
     prompt, draft, guesses, m = tok.encode("sort:dcba="), tok.encode("a,b"), tok.encode("b;"), 4
     st = base.setup([prompt], ARConfig(max_new_tokens=12), extra=scratch_slots(m, 12))
-    _, drafts, seconds = fused_verify(model, st, len(prompt) - 1, prompt[-1:] + draft, guesses, m, tok.mask_id,
-                                      0.0, 0)
+    r = fused_verify(model, st, len(prompt) - 1, prompt[-1:] + draft, guesses, m, tok.mask_id, 0.0, 0)
+    drafts, seconds = r.drafts, r.seconds
     T = len(draft) + 1
     assert len(drafts) == T + len(guesses) and all(len(d) == m for d in drafts)
     for a in range(T):
@@ -81,14 +81,15 @@ def test_a_right_guess_takes_its_group(base, monkeypatch):
         # the round drafts what the rule picked, and guesses that group's second choices
         assert tokens[1:] == expect["draft"][:len(tokens) - 1]
         assert guesses == expect["guesses"][:len(tokens) - 1] and len(guesses) == len(tokens) - 1
-        t, d, s = real(model, st, slot, tokens, guesses, *rest)
+        r = real(model, st, slot, tokens, guesses, *rest)
+        t, d, s = r.targets, r.drafts, r.seconds
         n = spec.accepted(tokens[1:], t)
         right = n < len(guesses) and guesses[n] == t[n]
         if n < len(guesses):
             picks["guess" if right else "mask"] += 1
         g = len(tokens) + n if right else n
         expect["draft"], expect["guesses"] = d[g], s[g]
-        return t, d, s
+        return r
     monkeypatch.setattr(spec, "fused_verify", spy)
     p = ["cumsum:877347649366134=", "cumsum:93581726354=", "sort:j5,e4,a3,b4,d3,h2,i3="]
     for q in p:
@@ -135,6 +136,65 @@ def test_validation():
     with pytest.raises(ValueError, match="at most 32"):
         ARConfig(spec_tokens=33, spec_draft="fused").validate()
     ARConfig(spec_tokens=33, spec_draft="diffusion").validate()
+    with pytest.raises(ValueError, match="spec_groups"):
+        ARConfig(spec_tokens=4, spec_draft="diffusion", spec_groups=2).validate()
+    with pytest.raises(ValueError, match="spec_groups"):
+        ARConfig(spec_tokens=4, spec_draft="fused", spec_groups=-1).validate()
+    ARConfig(spec_tokens=4, spec_draft="fused", spec_groups=3).validate()
+
+
+def test_likely_groups_by_hand():
+    """probs [[0.75, 0.125], [0.5, 0.375]]: after 0 accepted, reject d_1 with a bonus other than the guess
+    1 - 0.875 = 0.125 (mask group 0), the guess 0.125 (guess group 0); after d_1 (0.75): 0.75 * 0.125 = 0.09375
+    (mask 1), 0.75 * 0.375 = 0.28125 (guess 1); all accepted 0.75 * 0.5 = 0.375 (mask 2). Ties: the shorter
+    acceptance, mask first (binary fractions: the sums are exact)."""
+    probs = [[0.75, 0.125], [0.5, 0.375]]
+    assert likely_groups(probs, 2) == [(2, False), (1, True)]
+    assert likely_groups(probs, 9) == [(2, False), (1, True), (0, False), (0, True), (1, False)]
+    assert likely_groups([], 4) == [(0, False)]  # no draft: the one group after the last token
+    assert all_groups(3, 2) == [(0, False), (1, False), (2, False), (0, True), (1, True)]
+
+
+def test_a_subset_of_groups_drafts_as_in_the_full_round(base):
+    """Groups never see each other: a round with some of them drafts (and scores) each exactly as the round with
+    all of them does; the probabilities are the draft's top two, in order."""
+    tok = base.tokenizer
+    prompt, draft, guesses, m = tok.encode("cumsum:8773476="), tok.encode("8,15,22"), tok.encode("9.3"), 5
+    cfg = ARConfig(max_new_tokens=16)
+    st = base.setup([prompt], cfg, extra=scratch_slots(len(draft), 16))
+    args = (base.model, st, len(prompt) - 1, prompt[-1:] + draft, guesses, m, tok.mask_id, 0.0, 0)
+    full = fused_verify(*args, probs=True)
+    groups = all_groups(len(draft) + 1, len(guesses))
+    some = [(3, False), (1, True), (0, False)]
+    part = fused_verify(*args, some, probs=True)
+    assert part.targets == full.targets
+    for i, grp in enumerate(some):
+        g = groups.index(grp)
+        assert (part.drafts[i], part.seconds[i]) == (full.drafts[g], full.seconds[g]), grp
+        assert [p for pq in part.probs[i] for p in pq] == pytest.approx([p for pq in full.probs[g] for p in pq], abs=2e-6)
+    assert all(1 >= p >= q >= 0 and p + q <= 1 + 1e-5 for g in full.probs for p, q in g)
+
+
+@pytest.mark.parametrize("groups", [1, 2, 3, 6])
+def test_fewer_groups_keep_the_ar_paths_tokens_in_shorter_forwards(base, monkeypatch, groups):
+    """spec_groups: the tokens are still plain AR decoding's (greedy and sampled), each fused round carries at
+    most that many groups, and with 3 groups of the 17 the tiny base still accepts more than a token a forward."""
+    from test_self_draft import PROMPTS
+
+    sizes = []
+    real = spec.fused_verify
+    monkeypatch.setattr(spec, "fused_verify", lambda *a, **kw: sizes.append(len(a[9])) or real(*a, **kw))
+    tokens = forwards = 0
+    for p in PROMPTS:
+        for t, seed in ((0.0, 0), (1.0, 1)):
+            plain = base.generate([p], ARConfig(max_new_tokens=40, temperature=t, seed=seed))[0]
+            g = base.generate([p], ARConfig(max_new_tokens=40, temperature=t, seed=seed, spec_tokens=8,
+                                            spec_draft="fused", spec_groups=groups))[0]
+            assert g.token_ids == plain.token_ids, (p, t)
+            tokens, forwards = tokens + g.n_tokens, forwards + g.forwards
+    assert sizes and max(sizes) <= groups
+    if groups >= 3:
+        assert tokens / forwards > 1.5, tokens / forwards
 
 
 

@@ -125,8 +125,10 @@ def test_eval_refuses_block_decoder_settings(tmp_path):
     assert not (tmp_path / "r.jsonl").exists()
 
 
-@pytest.mark.parametrize("draft, label", [("diffusion", "AR +self-draft k8"), ("fused", "AR +fused self-draft k8")])
-def test_cli_generate_and_eval(tmp_path, capsys, draft, label):
+@pytest.mark.parametrize("draft, label, groups", [("diffusion", "AR +self-draft k8", []),
+                                                  ("fused", "AR +fused self-draft k8", []),
+                                                  ("fused", "AR +fused self-draft k8 g3", ["--spec-groups", "3"])])
+def test_cli_generate_and_eval(tmp_path, capsys, draft, label, groups):
     """`orl generate` and `orl eval` on the shipped base with --spec-draft diffusion | fused: the AR path's text,
     the record labelled and its TPF above one; a block-decoder flag beside it is refused by name."""
     from orl.cli import main
@@ -142,7 +144,7 @@ def test_cli_generate_and_eval(tmp_path, capsys, draft, label):
     rec = tmp_path / "r.jsonl"
     assert main(["eval", "--model", str(BASE), "--tasks", "long", "--limit", "2", "--batch-size", "1",
                  "--spec-tokens", "8", "--spec-draft", draft, "--max-new-tokens", "60", "--out", str(rec),
-                 "--no-progress"]) == 0
+                 "--no-progress", *groups]) == 0
     recs = read_records(rec)
     assert len(recs) == 2 and all(r["decode"]["spec_draft"] == draft for r in recs)
     assert decoder_label(recs[0]["decode"]) == label

@@ -32,6 +32,8 @@ class ARConfig:
     spec_draft: str = "lookup" # who drafts: "lookup" (prompt lookup) | "diffusion" (a block-diffusion checkpoint's
                                # own diffusion path, orl.engine.self_draft; verified by its AR path) | "fused"
                                # (the same drafts made inside the previous verify forward: one forward a round)
+    spec_groups: int = 0       # spec_draft "fused": draft groups per round, the most likely by the draft's own
+                               # confidences (orl.engine.self_draft.likely_groups; 0: all 2k + 1, the longest forward)
     stop: tuple[str, ...] = () # stop strings (OpenAI's `stop`, orl.engine.stops): checked per chunk on the host
 
     def __post_init__(self):
@@ -50,6 +52,9 @@ class ARConfig:
         if not problems and self_draft and self.spec_ngram != 2:
             problems.append(f"spec_ngram ({self.spec_ngram}) is the prompt-lookup drafter's; spec_draft "
                             f"{self.spec_draft!r} does not look anything up")
+        if not problems and self.spec_groups and (self.spec_groups < 0 or self.spec_draft != "fused"):
+            problems.append(f"spec_groups ({self.spec_groups}) must be >= 0 and is for spec_draft 'fused' only (the "
+                            "groups a fused round drafts in), got spec_draft {self.spec_draft!r}")
         if not problems and self.spec_draft == "fused" and self.spec_tokens > MAX_FUSED_TOKENS:
             problems.append(f"spec_tokens ({self.spec_tokens}) with spec_draft 'fused': at most {MAX_FUSED_TOKENS} (a "
                             "fused round holds ~2 k^2 positions; use spec_draft 'diffusion' for longer drafts)")

@@ -27,6 +27,8 @@ when the verify's bonus token is that guess, the next draft is that group's.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from orl.engine.ar_step import ARState, next_tokens
@@ -76,25 +78,54 @@ def diffusion_draft(model, st: ARState, slot: int, last: int, k: int, mask_id: i
     return scores.argmax(-1).tolist()
 
 
+class FusedRound(NamedTuple):
+    targets: list[int]             # the AR path's token after each input token
+    drafts: list[list[int]]        # per group: its greedy m-token draft
+    seconds: list[list[int]]       # per group: the second choice at each draft position (the next guesses)
+    probs: list[list[float]]       # per group, when asked: [p(draft), p(second)] at each position; else []
+
+
+def all_groups(T: int, n_guesses: int) -> list[tuple[int, bool]]:
+    """Every group a fused round can carry: a mask group per acceptance length a = 0..T-1, then a guess group
+    per a < n_guesses (groups are (a, with the guess))."""
+    return [(a, False) for a in range(T)] + [(a, True) for a in range(n_guesses)]
+
+
+def likely_groups(probs: list[list[float]], n: int) -> list[tuple[int, bool]]:
+    """The n groups most likely to be the one the next round continues from, judged by the draft's own
+    confidences probs[i] = [p(d_{i+1}), p(second choice at i+1)] (the diffusion path's, a proxy for the AR
+    path's acceptance): after a accepted tokens (probability prod p(d_1..d_a)), the verify rejects d_{a+1} and
+    its bonus token is the guess (p(second)) -> guess group a; is something else (1 - p(d) - p(second)) -> mask
+    group a; or everything is accepted -> mask group T - 1. Ties go to the shorter acceptance, mask first."""
+    scored, reach = [], 1.0
+    for a, (p, q) in enumerate(probs):
+        scored += [(reach * max(0.0, 1.0 - p - q), a, False), (reach * q, a, True)]
+        reach *= p
+    scored.append((reach, len(probs), False))
+    return [(a, g) for _, a, g in sorted(scored, key=lambda t: (-t[0], t[1], t[2]))[:n]]
+
+
 @torch.no_grad()
 def fused_verify(model, st: ARState, slot: int, tokens: list[int], guesses: list[int], m: int, mask_id: int,
-                 temperature: float, index: int) -> tuple[list[int], list[list[int]], list[list[int]]]:
+                 temperature: float, index: int, groups: list[tuple[int, bool]] | None = None,
+                 probs: bool = False) -> FusedRound:
     """One forward: the verify of tokens (last accepted token, then the draft d_1..d_{T-1}) at slots slot..
-    as in orl.engine.speculative.verify, plus draft groups of m positions each:
-      group a (a = 0..T-1): m masks at slots slot + a + 1 .., seeing the sequence up to d_a;
-      group T + a (a < len(guesses)): the same with guesses[a], a clean guess of the bonus token should the
-        verify reject d_{a+1}, in place of the first mask (the guess sees only what precedes it).
+    as in orl.engine.speculative.verify, plus draft groups of m positions each, by default all of them
+    (all_groups; `groups` picks some, e.g. likely_groups):
+      group (a, False): m masks at slots slot + a + 1 .., seeing the sequence up to d_a;
+      group (a, True): the same with guesses[a], a clean guess of the bonus token should the verify reject
+        d_{a+1}, in place of the first mask (the guess sees only what precedes it).
     Position j of a group predicts slot + a + 2 + j (shifted read-out): the m-token draft that follows the
-    bonus token. -> (the AR path's token after each of tokens; per group its greedy draft; per group its
-    second choices, the next round's guesses). The groups' K/V go to the scratch slots at the end of the
-    cache (sized by scratch_slots), never to a slot the sequence owns."""
+    bonus token. The groups' K/V go to the scratch slots at the end of the cache (sized by scratch_slots),
+    never to a slot the sequence owns. probs: also each draft position's top-2 probabilities."""
     dev = st.cache.length.device
     T, S = len(tokens), st.cache.max_len
-    G = T + len(guesses)
+    groups = all_groups(T, len(guesses)) if groups is None else groups
+    G = len(groups)
     R = S - G * m  # the groups' K/V go to the last G m slots; R: the slots before them, the sequence's
     a = torch.arange(T, device=dev)
     j = torch.arange(m, device=dev).repeat(G)                                                 # [G m] index in group
-    anchor = torch.cat([a, a[:len(guesses)]])                                                 # [G] sees up to d_a
+    anchor = torch.tensor([g for g, _ in groups], dtype=torch.long, device=dev)                # [G] sees up to d_a
     pos = torch.cat([slot + a, (slot + 1 + anchor).repeat_interleave(m) + j])                 # [N], N = T + G m
     slots = torch.cat([slot + a, torch.arange(R, S, device=dev)])
     seen_to = torch.cat([slot + a, (slot + anchor).repeat_interleave(m)])                     # [N]
@@ -102,21 +133,26 @@ def fused_verify(model, st: ARState, slot: int, tokens: list[int], guesses: list
     seq = (keys <= seen_to[:, None]) & (keys >= st.pad[:, None])                              # [N, R]
     g_id = torch.arange(G, device=dev).repeat_interleave(m)                                   # [G m]
     group = torch.cat([torch.full((T,), -1, device=dev), g_id])                               # [N] -1: verify
-    guess = torch.zeros(T + G * m, dtype=torch.bool, device=dev)                              # [N]
-    guess[T + (T + torch.arange(len(guesses), device=dev)) * m] = True
+    is_guess = torch.tensor([g for _, g in groups], dtype=torch.bool, device=dev)             # [G]
+    guess = torch.cat([torch.zeros(T, dtype=torch.bool, device=dev), is_guess[g_id] & (j == 0)])  # [N]
     # verify rows: causal, no group. Group rows: the sequence up to d_a and their own group, bidirectionally,
     # except a clean guess, which sees only itself there (a clean position never attends to noisy ones)
     own = (group[:, None] == g_id) & (~guess[:, None] | (j == 0))                            # [N, G m]
     mask = torch.cat([seq, own], 1)                                                           # [N, S]
-    x = torch.tensor([tokens + [mask_id] * (T * m) + [t for g in guesses for t in [g] + [mask_id] * (m - 1)]],
-                     device=dev)
+    x = torch.tensor([tokens + [t for g, with_guess in groups for t in
+                                ([guesses[g]] if with_guess else [mask_id]) + [mask_id] * (m - 1)]], device=dev)
     logits = model(x, pos[None] - st.pad[:, None], mask[None], cache=st.cache, slots=slots)[0]  # [N, V]
     targets = next_tokens(logits[:T], st.banned, temperature, st.seed.expand(T), index + a)
     scores = logits[T:].masked_fill(st.banned, float("-inf"))                                 # [G m, V]
     scores[:, mask_id] = float("-inf")
-    top = scores.topk(2, -1).indices.view(G, m, 2)
+    top = scores.topk(2, -1)
+    parts = [targets, top.indices.flatten()]
+    if probs:  # in millionths, so that the same transfer carries them
+        parts.append((top.values - scores.logsumexp(-1, keepdim=True)).exp().mul(1e6).round().long().flatten())
     # the one host sync per round: the acceptance decides the next round's start and draft
-    host = torch.cat([targets, top.flatten()]).tolist()
-    flat = host[T:]
-    return (host[:T], [flat[2 * m * g: 2 * m * (g + 1): 2] for g in range(G)],
-            [flat[2 * m * g + 1: 2 * m * (g + 1): 2] for g in range(G)])
+    host = torch.cat(parts).tolist()
+    flat, conf = host[T:T + 2 * G * m], host[T + 2 * G * m:]
+    return FusedRound(host[:T], [flat[2 * m * g: 2 * m * (g + 1): 2] for g in range(G)],
+                      [flat[2 * m * g + 1: 2 * m * (g + 1): 2] for g in range(G)],
+                      [[[p / 1e6 for p in conf[2 * (m * g + i): 2 * (m * g + i) + 2]] for i in range(m)]
+                       for g in range(G)] if probs else [])

@@ -41,7 +41,7 @@ from orl.engine.ar_step import ARConfig, ARState, next_tokens
 from orl.engine.events import BlockEvent, DoneEvent, Event
 from orl.engine.config import UnsupportedSetting
 from orl.engine.request import Clock
-from orl.engine.self_draft import diffusion_draft, fused_verify, scratch_slots
+from orl.engine.self_draft import all_groups, diffusion_draft, fused_verify, likely_groups, scratch_slots
 from orl.engine.sequence import Generation
 from orl.engine.stops import Stops
 
@@ -128,14 +128,19 @@ def run_speculative(dec: ARDecoder, prompt_ids: list[list[int]], cfg: ARConfig, 
     slot, forwards, rounds = len(prompt) - 1, 0, 0  # slot: where the last known token (first: the prompt's) goes
     ahead: list[int] = []   # fused: the draft the last round's forward made for this one,
     second: list[int] = []  # and its second choices (the guesses of the bonus token after a rejection)
+    conf: list[list[float]] = []  # and (spec_groups) its top-2 probabilities, which pick the next groups
     while len(out) < cfg.max_new_tokens and not (out and out[-1] in stops) and hit is None:
         k = min(cfg.spec_tokens, cfg.max_new_tokens - len(out) - 1)
         # fused: the groups draft for the next round, which can use at most this many tokens
         m = min(cfg.spec_tokens, cfg.max_new_tokens - len(out) - 2)
         if fused and m > 0:
             draft, guesses = ahead[:k], second[:k]
-            targets, drafts, seconds = fused_verify(dec.model, st, slot, lookup.seq[-1:] + draft, guesses, m,
-                                                    mask_id, cfg.temperature, len(out))
+            # spec_groups: only the groups the draft's confidences make likely, a shorter forward
+            groups = (likely_groups(conf[:len(draft)], cfg.spec_groups) if cfg.spec_groups
+                      else all_groups(len(draft) + 1, len(guesses)))
+            r = fused_verify(dec.model, st, slot, lookup.seq[-1:] + draft, guesses, m, mask_id, cfg.temperature,
+                             len(out), groups, bool(cfg.spec_groups))
+            targets = r.targets
         else:
             if fused:  # the last round: nothing left to draft for
                 draft = ahead[:k]
@@ -147,9 +152,12 @@ def run_speculative(dec: ARDecoder, prompt_ids: list[list[int]], cfg: ARConfig, 
             targets = verify(dec.model, st, slot, lookup.seq[-1:] + draft, cfg.temperature, len(out))
         forwards += 1
         n = accepted(draft, targets)
-        if fused and m > 0:  # the group whose context is right: the guess group when its guess was the bonus token
-            g = len(draft) + 1 + n if n < len(guesses) and guesses[n] == targets[n] else n
-            ahead, second = drafts[g], seconds[g]
+        if fused and m > 0:  # the group whose context is right: the guess group when its guess was the bonus token,
+            # else the mask group of this acceptance length (it reads past the bonus slot); none: no draft next round
+            hit_guess = n < len(guesses) and guesses[n] == targets[n] and (n, True) in groups
+            g = groups.index((n, hit_guess)) if hit_guess or (n, False) in groups else None
+            ahead, second, conf = ([], [], []) if g is None else (r.drafts[g], r.seconds[g],
+                                                                  r.probs[g] if r.probs else [])
         new = targets[: n + 1]
         stop = next((i for i, t in enumerate(new) if t in stops), None)
         new = new if stop is None else new[: stop + 1]

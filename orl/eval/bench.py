@@ -11,6 +11,7 @@ prompts at batch 1 and greedy, with the same max_new_tokens:
   (i) the base dLLM decoding self-speculatively: its diffusion path drafts K, its AR path verifies
       (orl.engine.self_draft, two forwards a round)                                 --self-spec-tokens K
   (j) (i) fused: each verify forward also drafts the next round (one forward a round)
+  (k) (j) with only the G likeliest draft groups a round (a shorter forward)             --self-spec-groups G
 
 Per system: tokens/s mean and median over prompts (batch 1), TPF as a ratio of sums (all tokens incl.
 EOS / all forwards) and without the EOS tokens, latency p50 / p90, accuracy in % (the task verifiers),
@@ -46,7 +47,8 @@ LABELS = {"a": "(a) dLLM base, dlmrt", "b": "(b) dLLM + ORL, dlmrt", "c": "(c) L
           "d": "(d) prefix-cache loop (base)", "e": "(e) AR, orl.engine.ar", "f": "(f) AR, transformers generate",
           "g": "(g) AR + prompt-lookup speculative, orl.engine.ar",
           "h": "(h) AR + prompt-lookup speculative, transformers generate",
-          "i": "(i) dLLM base, self-speculative (AR path verifies)", "j": "(j) dLLM base, fused self-speculative"}
+          "i": "(i) dLLM base, self-speculative (AR path verifies)", "j": "(j) dLLM base, fused self-speculative",
+          "k": "(k) dLLM base, fused self-speculative, likeliest groups"}
 COLUMNS = ("system", "n", "tok/s mean (batch 1)", "tok/s median (batch 1)", "TPF", "TPF noEOS", "latency p50 s",
            "latency p90 s", "acc %", "tok/s vs (a)", "TPF vs (a)", "p50 vs (a)")
 NOTES = (
@@ -67,7 +69,8 @@ NOTES = (
     "(i) and (j): the base checkpoint's AR path decodes (its next-token read-out, trained by ar_aux), drafts "
     "come from its diffusion path, so (i) and (j) emit the same tokens as each other, not as (a); every forward "
     "counts, drafts included. (j)'s forwards are (K + 1) + (2K + 1) K tokens long: cheap where a forward is "
-    "latency bound (a GPU at batch 1), not on a CPU core.",
+    "latency bound (a GPU at batch 1), not on a CPU core. (k) is (j) with only the G groups its draft's own "
+    "confidences make likeliest: (K + 1) + G K tokens a forward, the same tokens.",
     "TPF = all generated tokens up to and including EOS / all forwards (denoising + commit), a ratio of sums over "
     "the prompts; noEOS without the EOS tokens; acc % = percent of prompts the task's verifier accepts.",
 )
@@ -95,6 +98,7 @@ class BenchSpec:
                                      # transformers' example value
     ar_spec_ngram: int = 2           # (g), (h): longest n-gram looked up (transformers' default)
     self_spec_tokens: int = 0        # (i), (j): drafted tokens per round of the base's self-speculation (0: off)
+    self_spec_groups: int = 3        # (k): (j) with this many draft groups a round (0: no (k))
     device: str = "cpu"
     seed: int = 0
     out: str | None = None
@@ -110,8 +114,9 @@ class BenchSpec:
             problems.append(f"threshold must be in (0, 1], got {self.threshold}")
         if self.chunk_steps <= 0 or self.ar_chunk_steps <= 0:
             problems.append("chunk_steps and ar_chunk_steps must be > 0")
-        if self.self_spec_tokens < 0:
-            problems.append(f"self_spec_tokens must be >= 0, got {self.self_spec_tokens}")
+        if self.self_spec_tokens < 0 or self.self_spec_groups < 0:
+            problems.append(f"self_spec_tokens and self_spec_groups must be >= 0, got {self.self_spec_tokens}, "
+                            f"{self.self_spec_groups}")
         if self.ar_spec_tokens < 0 or self.ar_spec_ngram < 1:
             problems.append(f"ar_spec_tokens must be >= 0 and ar_spec_ngram >= 1, got {self.ar_spec_tokens}, "
                             f"{self.ar_spec_ngram}")
@@ -221,13 +226,13 @@ def _ar(spec: BenchSpec) -> dict[str, System | str]:
 
 
 def _self_spec(engine: Engine, spec: BenchSpec) -> dict[str, System | str]:
-    """(i), (j): the base checkpoint in orl's AR decoder, drafting with its own diffusion path."""
+    """(i), (j), (k): the base checkpoint in orl's AR decoder, drafting with its own diffusion path."""
     if not spec.self_spec_tokens:
-        return dict.fromkeys("ij", "n/a: --self-spec-tokens 0")
+        return dict.fromkeys("ijk", "n/a: --self-spec-tokens 0")
     try:
         check_self_draft(engine.model, engine.mask_id, engine.manifest.get("objective"))
     except UnsupportedSetting as e:
-        return dict.fromkeys("ij", f"n/a: the base cannot draft for itself ({e})")
+        return dict.fromkeys("ijk", f"n/a: the base cannot draft for itself ({e})")
 
     def run(cfg: ARConfig) -> System:
         dec = ARDecoder(engine.model, engine.tokenizer, manifest=engine.manifest)  # its own buffers per system
@@ -236,8 +241,11 @@ def _self_spec(engine: Engine, spec: BenchSpec) -> dict[str, System | str]:
             g = dec.generate(prompt, cfg)[0]
             return Output(g.token_ids, g.text, g.forwards, g.total_s, g.finished)
         return go
-    return {key: run(ARConfig(max_new_tokens=spec.max_new_tokens, spec_tokens=spec.self_spec_tokens,
-                              spec_draft=draft).validate()) for key, draft in (("i", "diffusion"), ("j", "fused"))}
+    def cfg(draft: str, groups: int = 0) -> ARConfig:
+        return ARConfig(max_new_tokens=spec.max_new_tokens, spec_tokens=spec.self_spec_tokens, spec_draft=draft,
+                        spec_groups=groups).validate()
+    return {"i": run(cfg("diffusion")), "j": run(cfg("fused")),
+            "k": run(cfg("fused", spec.self_spec_groups)) if spec.self_spec_groups else "n/a: --self-spec-groups 0"}
 
 
 def build_systems(spec: BenchSpec) -> tuple[dict[str, System | str], Engine, DecodeConfig]:
@@ -298,7 +306,7 @@ def format_table(spec: BenchSpec, cfg: DecodeConfig, rows: dict[str, dict], syst
             f"block_len {cfg.block_len} (base), "
             f"chunk_steps {spec.chunk_steps} (dlmrt) / {spec.ar_chunk_steps} (AR), compile {spec.compile}; "
             f"AR speculative: prompt lookup K {spec.ar_spec_tokens}, n-gram {spec.ar_spec_ngram}; "
-            f"self-speculative K {spec.self_spec_tokens}; "
+            f"self-speculative K {spec.self_spec_tokens}, (k) {spec.self_spec_groups} groups; "
             f"{spec.device} ({device}, {torch.get_num_threads()} threads); warm-up excluded.", "",
             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines = []

@@ -72,7 +72,7 @@ SELF_DRAFT_LABELS = {"diffusion": "self-draft", "fused": "fused self-draft"}  # 
 LATER_KNOBS = {"fused_commit": False, "layout": "prompt_block", "confidence": "prob", "cfg_scale": 0.0,
                "full_sequence_cache": "none", "editing_threshold": 0.9, "max_post_steps": 16,
                "num_to_transfer": 1, "small_block_size": 8, "top_k": 0, "top_p": 1.0, "alg_temp": 0.0,
-               "spec_tokens": 0, "spec_ngram": 2, "spec_draft": "lookup",  # these three: ARConfig's (an AR record's)
+               "spec_tokens": 0, "spec_ngram": 2, "spec_draft": "lookup", "spec_groups": 0,  # ARConfig's (AR records)
                "stop": []}  # a tuple in a live config, a list once read back from JSON: compared as lists
 
 
@@ -97,6 +97,7 @@ def decoder_label(decode: dict) -> str:
         draft = decode.get("spec_draft", "lookup")
         label += (f" +lookup k{decode['spec_tokens']} n{decode['spec_ngram']}" if draft == "lookup"
                   else f" +{SELF_DRAFT_LABELS[draft]} k{decode['spec_tokens']}")
+        label += f" g{decode['spec_groups']}" if decode.get("spec_groups") else ""
     if decode["residual"] != "off":
         label += f" +{decode['residual']}"
     if decode.get("stop"):  # other tokens and forwards than the same decoder without: its own curve

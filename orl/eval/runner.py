@@ -35,7 +35,7 @@ PROMPT_STYLES = ("auto", "base", "chat")
 # draws per task: the samples (0.4 ms, 260 bytes each for `add`) and the todo list are built before the first
 # generation, so --limit 10**12 never started and grew without bound; a million is far past any run here
 MAX_DRAWS = 1_000_000
-AR_ONLY = ("spec_tokens", "spec_ngram", "spec_draft")  # EvalSpec.ar: speculative decoding (orl.engine.speculative)
+AR_ONLY = ("spec_tokens", "spec_ngram", "spec_draft", "spec_groups")  # EvalSpec.ar: speculative decoding (orl.engine.speculative)
 
 
 @dataclass
@@ -139,7 +139,8 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
                                                                                      "temperature", "stop"})
     if self_draft and unused:
         raise ValueError(f"{', '.join(unused)}: not used with --spec-draft {spec.ar['spec_draft']} (the AR path "
-                         "decodes, its drafts are greedy); it takes max_new_tokens, temperature, stop, spec_tokens")
+                         "decodes, its drafts are greedy); it takes max_new_tokens, temperature, stop, spec_tokens, "
+                         "spec_groups")
     if objective == CanvasDecoder.objective:  # DiffusionGemma: no mask token, no threshold
         engine, configs = _canvas(spec, model, tokenizer, manifest)
     elif objective == ARDecoder.objective or self_draft:
