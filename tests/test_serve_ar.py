@@ -97,16 +97,23 @@ def test_sampling_reports_a_seed_that_reproduces(ar_server):
     assert c.completions.create(model=AR.name, prompt="x", max_tokens=4).model_extra["seed"] is None  # greedy
 
 
-def test_stop_strings_and_neutral_openai_values(ar_server):
-    dec = decoder(AR)
-    full = dec.generate([PROMPTS[1]], ARConfig(max_new_tokens=24))[0].text
-    stop = full[3:5]
-    r = client(ar_server).completions.create(model=AR.name, prompt=PROMPTS[1], max_tokens=24, stop=[stop],
-                                             top_p=1.0)
-    assert r.choices[0].text == full[: full.index(stop)] and r.choices[0].finish_reason == "stop"
+@pytest.mark.parametrize("which", ["ar", "fused"])
+def test_stop_strings_streamed_and_not(ar_server, fused_server, which):
+    """A stop string ends the answer before it, and a stream never sends a tail that becomes one (the text of
+    every chunk is a prefix of the final answer, Stops.visible), whatever the chunk boundaries."""
+    url, ckpt = (ar_server, AR) if which == "ar" else (fused_server, BASE)
+    full = decoder(ckpt).generate([PROMPTS[0]], ARConfig(max_new_tokens=40))[0].text
+    c = client(url)
+    for stop in (full[13:18], full[20:22], full[5:6]):
+        want = full[: full.index(stop)]
+        r = c.completions.create(model=ckpt.name, prompt=PROMPTS[0], max_tokens=40, stop=[stop], top_p=1.0)
+        assert r.choices[0].text == want and r.choices[0].finish_reason == "stop", stop
+        chunks = [ch.choices[0].text for ch in c.completions.create(model=ckpt.name, prompt=PROMPTS[0],
+                                                                    max_tokens=40, stop=[stop], stream=True)]
+        assert "".join(chunks) == want, (stop, chunks)
 
 
-@pytest.mark.parametrize("field, value", [("threshold", 0.5), ("rule", "dream"), ("block_len", 8),
+@pytest.mark.parametrize("field, value", [("temperature", 1e-300), ("threshold", 0.5), ("rule", "dream"), ("block_len", 8),
                                           ("residual", "rcd"), ("top_p", 0.9), ("top_k", 3),
                                           ("steps_per_block", 2), ("entropy_bound", 0.5)])
 def test_block_decoder_knobs_are_named_400s_before_queueing(ar_server, field, value):
@@ -114,7 +121,10 @@ def test_block_decoder_knobs_are_named_400s_before_queueing(ar_server, field, va
     code, out = post(ar_server, "/v1/completions", {"model": AR.name, "prompt": "hi", "max_tokens": 4, field: value})
     assert code == 400, out
     err = out["error"]
-    assert err["param"] == field and err["code"] == "unsupported_value" and "autoregressive" in err["message"]
+    if field == "temperature":  # 0 in float32: logits / T would be garbage, not greedy
+        assert "temperature must be 0 (greedy) or >= 1e-06" in err["message"], err
+    else:
+        assert err["param"] == field and err["code"] == "unsupported_value" and "autoregressive" in err["message"]
     assert counts(ar_server) == before
 
 
@@ -132,6 +142,8 @@ def test_other_refusals_before_queueing(ar_server):
     (AR, FUSED, "block-diffusion checkpoint"),                           # no diffusion path to draft with
     (BASE, ("--spec-tokens", "4"), "--spec-draft diffusion | fused"),    # prompt lookup: AR checkpoints only
     (BASE, ("--spec-draft", "fused"), "set spec_tokens > 0"),            # a drafter without a draft length
+    (AR, ("--spec-ngram", "3"), "set spec_tokens > 0"),                  # a lookup knob without the lookup
+    (BASE, ("--spec-tokens", "4", "--spec-groups", "2"), "spec_groups"),  # groups are the fused drafter's
 ])
 def test_cli_refuses_what_the_checkpoint_cannot_run(ckpt, flags, words):
     out = subprocess.run([sys.executable, "-m", "orl.cli", "serve", "--model", str(ckpt), "--port", "0", *flags,

@@ -91,3 +91,24 @@ def test_page_with_an_api_key(served, tmp_path):
             assert page.is_hidden("#error")
         finally:
             browser.close()
+
+
+def test_page_on_an_autoregressive_server_says_so(tmp_path):
+    """An AR (or canvas) server has no denoising steps: the page names its decoder, points to the API and
+    offers no run, instead of failing with a 400 on every click."""
+    from pathlib import Path
+
+    from orl.engine.ar import ARDecoder
+
+    model, tok, manifest = load_checkpoint(Path(__file__).resolve().parents[1] / "checkpoints" / "orl-tiny-ar")
+    with ThreadedServer(create_app(ARDecoder(model, tok, manifest=manifest), "ar")) as url:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            try:
+                page = browser.new_page()
+                page.goto(url + "/")
+                page.wait_for_selector("#error:not([hidden])", timeout=30_000)
+                assert "autoregressive decoder has no denoising steps" in page.text_content("#error")
+                assert page.is_disabled("#run")
+            finally:
+                browser.close()

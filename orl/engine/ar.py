@@ -171,9 +171,11 @@ class ARDecoder(LoadedModel):
             now = clock()
             done_at = [t if t is not None or not d else now for t, d in zip(done_at, done)]
             if emit:
-                rows = [self._answer(ids, hit) for ids, hit in zip(st.out[:, :n_steps].tolist(), stops.hits)]
+                rows = [self._answer(ids, hit)[0] for ids, hit in zip(st.out[:, :n_steps].tolist(), stops.hits)]
+                # text: what a stream may show, without a tail that may still become a stop string (Stops.visible);
                 # forwards: the first row's, one per token it kept (as its Generation counts them)
-                yield BlockEvent(chunk, k, [ids for ids, _, _ in rows], [text for _, text, _ in rows], len(rows[0][0]))
+                yield BlockEvent(chunk, k, rows, [stops.stops.visible(ids, hit) for ids, hit in zip(rows, stops.hits)],
+                                 len(rows[0]))
             chunk += 1
             if all(done):
                 break

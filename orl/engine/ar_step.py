@@ -42,6 +42,8 @@ class ARConfig:
     def validate(self) -> "ARConfig":
         problems = field_problems(self) or (decoding_problems(self.max_new_tokens, self.temperature, self.chunk_steps)
                                             + stop_problems(self.stop))
+        if not problems and self.spec_ngram != 2 and not self.spec_tokens:
+            problems.append(f"spec_ngram ({self.spec_ngram}) is prompt-lookup speculative decoding's: set spec_tokens > 0")
         if not problems and (self.spec_tokens < 0 or self.spec_ngram < 1):
             problems.append(f"spec_tokens must be >= 0 and spec_ngram >= 1, got {self.spec_tokens}, {self.spec_ngram}")
         self_draft = self.spec_draft in SELF_DRAFTS

@@ -14,6 +14,9 @@ LAYOUTS = ("prompt_block", "absolute_grid", "full_sequence")  # orl.engine.layou
 FULL_SEQUENCE_CACHES = ("none", "prefix", "dual")  # exact, then Fast-dLLM v1's approximations (full_sequence.py)
 
 
+MIN_TEMPERATURE = 1e-6  # the smallest sampling temperature: logits / T stays far from float32's overflow
+
+
 def decoding_problems(max_new_tokens: int, temperature: float, chunk_steps: int) -> list[str]:
     """Checks of the settings every decoder's config has (DecodeConfig, orl.engine.ar.ARConfig)."""
     problems = []
@@ -21,6 +24,8 @@ def decoding_problems(max_new_tokens: int, temperature: float, chunk_steps: int)
         problems.append(f"max_new_tokens must be > 0, got {max_new_tokens}")
     if temperature < 0:
         problems.append(f"temperature must be >= 0, got {temperature}")
+    elif 0 < temperature < MIN_TEMPERATURE:  # logits / T would overflow (T is 0 in float32): garbage, not greedy
+        problems.append(f"temperature must be 0 (greedy) or >= {MIN_TEMPERATURE:g}, got {temperature:g}")
     if chunk_steps <= 0:
         problems.append(f"chunk_steps must be > 0, got {chunk_steps}")
     return problems

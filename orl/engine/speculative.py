@@ -167,7 +167,7 @@ def run_speculative(dec: ARDecoder, prompt_ids: list[list[int]], cfg: ARConfig, 
         lookup.extend(new)
         slot += len(new)  # the rollback: rejected draft slots are overwritten by the next verify before use
         if emit:
-            yield BlockEvent(rounds, len(new), [list(out)], [hit.text if hit else dec.tokenizer.decode(out)], forwards)
+            yield BlockEvent(rounds, len(new), [list(out)], [strings.visible(out, hit)], forwards)  # stop-safe text
         rounds += 1
     st.cache.length.fill_(slot)  # the state as ar_step would leave it (a host value written, not read)
     total_s = clock()

@@ -55,7 +55,7 @@ def create_app(engine: Engine | CanvasDecoder | ARDecoder, model_name: str, *,
                defaults: DecodeConfig | CanvasConfig | ARConfig | None = None,
                config: ServerConfig | None = None) -> FastAPI:
     """defaults: the decoder's own config type (None: its defaults); orl.serve.decoders knows each kind."""
-    decoder = served(engine, defaults)
+    decoder = served(engine, defaults, model_name)
     defaults = decoder.defaults
     config = (config or ServerConfig()).validate()
     worker = EngineWorker(engine, config.queue_size)

@@ -39,8 +39,8 @@ def fresh_seed(cfg, req: DlmParams):
 class BlockServed:
     kind = "block_diffusion"
 
-    def __init__(self, engine: Engine, defaults: DecodeConfig):
-        self.engine, self.defaults = engine, defaults.validate()
+    def __init__(self, engine: Engine, defaults: DecodeConfig, name: str = "this model"):
+        self.engine, self.defaults, self.name = engine, defaults.validate(), name
         self.has_adapter = getattr(engine.model, "residual_adapter", None) is not None
         self.residual_modes = [m for m in RESIDUAL_MODES if m != "adapter" or self.has_adapter]
         self.rules = [r for r in RULES if self.runnable(r)]
@@ -58,8 +58,8 @@ class BlockServed:
     def config(self, req: DlmParams, steps: bool) -> DecodeConfig:
         cfg = checked(self.engine, req.decode_config(self.defaults), steps)
         if cfg.residual == "adapter" and not self.has_adapter:
-            raise APIError(400, f"residual mode 'adapter' needs a model with adapter weights, and this one has "
-                                f"none; use one of {self.residual_modes}", param="residual", code="unsupported_value")
+            raise APIError(400, f"residual mode 'adapter' needs a model with adapter weights, and {self.name!r} "
+                                f"has none; use one of {self.residual_modes}", param="residual", code="unsupported_value")
         if cfg.steps_per_block > cfg.block_len:  # also keeps huge ints out of the engine's tensor arithmetic
             raise APIError(400, f"steps_per_block ({cfg.steps_per_block}) must be <= block_len ({cfg.block_len}): "
                                 "a block never takes more steps than it has positions",
@@ -106,10 +106,11 @@ class ARServed:
 Served = BlockServed | CanvasServed | ARServed
 
 
-def served(engine, defaults=None) -> Served:
-    """The serving side of a decoder; defaults: the decoder's config type (None: its defaults)."""
+def served(engine, defaults=None, name: str = "this model") -> Served:
+    """The serving side of a decoder; defaults: the decoder's config type (None: its defaults); name: the
+    served model id, for errors."""
     if isinstance(engine, CanvasDecoder):
         return CanvasServed(engine, defaults or CanvasConfig())
     if isinstance(engine, ARDecoder):
         return ARServed(engine, defaults or ARConfig())
-    return BlockServed(engine, defaults or DecodeConfig())
+    return BlockServed(engine, defaults or DecodeConfig(), name)

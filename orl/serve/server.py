@@ -108,8 +108,12 @@ def serve(model_dir: str, config: ServerConfig | None = None, *, device: str | N
         host, port = sock.getsockname()[:2]
         # uvicorn announces the address only for sockets it bound itself
         url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
-        logging.getLogger("uvicorn.error").info("orl serve: model id %r; API %s/v1 ; live page %s/ (docs/SERVING.md)",
-                                                name, url, url)
+        log = logging.getLogger("uvicorn.error")
+        if isinstance(engine, Engine):
+            log.info("orl serve: model id %r; API %s/v1 ; live page %s/ (docs/SERVING.md)", name, url, url)
+        else:  # the page shows denoising steps, which canvas and AR decoding do not stream
+            log.info("orl serve: model id %r; API %s/v1 ; no live page for the %s decoder (docs/SERVING.md)", name,
+                     url, "canvas" if isinstance(engine, CanvasDecoder) else "autoregressive")
         server.run(sockets=[sock])
     finally:
         sock.close()

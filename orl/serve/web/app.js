@@ -203,6 +203,11 @@ async function init() {
   }
   const info = await resp.json();
   $("model").textContent = `${info.model} · context ${info.max_context}`;
+  if (info.decoder !== "block_diffusion") {  // canvas and AR decoding stream no denoising steps
+    $("run").disabled = true;
+    fail(`this server's ${info.decoder} decoder has no denoising steps to show: use the API (/v1/completions)`);
+    return;
+  }
   const d = info.defaults;
   for (const [id, options, value] of [["rule", info.rules, d.rule], ["residual", info.residual_modes, d.residual]]) {
     $(id).replaceChildren(...options.map((o) => new Option(o, o, o === value, o === value)));
