@@ -47,7 +47,7 @@ def main() -> None:
                 g = dec.generate([s.prompt], cfg)[0]
                 cpu += time.process_time() - start
                 tokens, forwards = tokens + g.n_tokens, forwards + g.forwards
-            width = (args.k + 1) + (G or 2 * args.k + 1) * args.k
+            width = (args.k + 1) + min(G or 2 * args.k + 1, 2 * args.k + 1) * args.k
             print(f"| {task} {split} | {G or 'all'} | {width} | {tokens / forwards:.2f} | {1000 * cpu / tokens:.2f} |",
                   flush=True)
 

@@ -62,7 +62,8 @@ def generate_autoregressive(args: argparse.Namespace, model, tok, manifest: dict
     gen = decoder.generate_ids([prompt], cfg)[0]
     print(args.prompt + gen.text)
     stop = f"stop string {gen.stop!r}" if gen.stop else "EOS" if gen.finished else "max_new_tokens"
-    spec = ("" if not cfg.spec_tokens else f", self-speculative ({cfg.spec_draft} drafts) k={cfg.spec_tokens}"
+    groups = f" groups={cfg.spec_groups}" if cfg.spec_groups else ""
+    spec = ("" if not cfg.spec_tokens else f", self-speculative ({cfg.spec_draft} drafts) k={cfg.spec_tokens}{groups}"
             if cfg.spec_draft in SELF_DRAFTS else f", prompt-lookup speculative k={cfg.spec_tokens} n={cfg.spec_ngram}")
     print(f"tokens: {len(gen.token_ids)}  forwards: {gen.forwards}  TPF: {gen.tpf:.2f}  tokens/s: "
           f"{gen.tokens_per_s:.1f}  stop: {stop}  [autoregressive{spec}]")

@@ -71,31 +71,36 @@ def test_groups_are_the_diffusion_read_out_after_d_a(base):
         assert (drafts[T + a], seconds[T + a]) == want, a
 
 
-def test_a_right_guess_takes_its_group(base, monkeypatch):
+@pytest.mark.parametrize("n_groups", [0, 2, 3])
+def test_a_right_guess_takes_its_group(base, monkeypatch, n_groups):
     """After a rejection at d_{a+1}, the next draft comes from guess group a when the guess is the verify's
-    bonus token, else from mask group a: both paths are taken on the shipped base's cumsum."""
-    picks, expect = {"guess": 0, "mask": 0}, {"draft": [], "guesses": []}
+    bonus token (and the round carried that group), else from mask group a (if carried), else there is none:
+    the loop's choice, re-derived from each round's groups, for all groups and for spec_groups 2 and 3."""
+    picks, expect = {"guess": 0, "mask": 0, "none": 0}, {"draft": [], "guesses": []}
     real = spec.fused_verify
 
     def spy(model, st, slot, tokens, guesses, *rest):
         # the round drafts what the rule picked, and guesses that group's second choices
         assert tokens[1:] == expect["draft"][:len(tokens) - 1]
         assert guesses == expect["guesses"][:len(tokens) - 1] and len(guesses) == len(tokens) - 1
+        groups = rest[4]
+        assert len(groups) <= (n_groups or 2 * len(tokens) - 1)
         r = real(model, st, slot, tokens, guesses, *rest)
         t, d, s = r.targets, r.drafts, r.seconds
         n = spec.accepted(tokens[1:], t)
-        right = n < len(guesses) and guesses[n] == t[n]
-        if n < len(guesses):
-            picks["guess" if right else "mask"] += 1
-        g = len(tokens) + n if right else n
-        expect["draft"], expect["guesses"] = d[g], s[g]
+        right = n < len(guesses) and guesses[n] == t[n] and (n, True) in groups
+        g = groups.index((n, right)) if right or (n, False) in groups else None
+        if n < len(guesses) or g is None:
+            picks["guess" if right else "mask" if g is not None else "none"] += 1
+        expect["draft"], expect["guesses"] = (d[g], s[g]) if g is not None else ([], [])
         return r
     monkeypatch.setattr(spec, "fused_verify", spy)
     p = ["cumsum:877347649366134=", "cumsum:93581726354=", "sort:j5,e4,a3,b4,d3,h2,i3="]
     for q in p:
         expect["draft"], expect["guesses"] = [], []
-        base.generate([q], ARConfig(max_new_tokens=40, spec_tokens=8, spec_draft="fused"))
-    assert picks["guess"] > 0 and picks["mask"] > 0, picks
+        base.generate([q], ARConfig(max_new_tokens=40, spec_tokens=8, spec_draft="fused", spec_groups=n_groups))
+    # every path is taken: with all groups a round always has one to continue from, with fewer sometimes none
+    assert picks["mask"] > 0 and (picks["guess"] > 0 or n_groups) and (picks["none"] > 0) == (n_groups > 0), picks
 
 
 def test_scratch_beyond_the_context_leaves_the_sequence_alone(base):
@@ -138,19 +143,24 @@ def test_validation():
     ARConfig(spec_tokens=33, spec_draft="diffusion").validate()
     with pytest.raises(ValueError, match="spec_groups"):
         ARConfig(spec_tokens=4, spec_draft="diffusion", spec_groups=2).validate()
-    with pytest.raises(ValueError, match="spec_groups"):
+    with pytest.raises(ValueError, match=r"spec_groups must be in 0\.\.8"):
         ARConfig(spec_tokens=4, spec_draft="fused", spec_groups=-1).validate()
-    ARConfig(spec_tokens=4, spec_draft="fused", spec_groups=3).validate()
+    with pytest.raises(ValueError, match=r"spec_groups must be in 0\.\.8"):  # 9 = all: say 0
+        ARConfig(spec_tokens=4, spec_draft="fused", spec_groups=9).validate()
+    ARConfig(spec_tokens=4, spec_draft="fused", spec_groups=8).validate()
+    assert scratch_slots(8, 100, 3) == 3 * 8 and scratch_slots(8, 100, 0) == scratch_slots(8, 100, 17) == 17 * 8
 
 
 def test_likely_groups_by_hand():
-    """probs [[0.75, 0.125], [0.5, 0.375]]: after 0 accepted, reject d_1 with a bonus other than the guess
-    1 - 0.875 = 0.125 (mask group 0), the guess 0.125 (guess group 0); after d_1 (0.75): 0.75 * 0.125 = 0.09375
-    (mask 1), 0.75 * 0.375 = 0.28125 (guess 1); all accepted 0.75 * 0.5 = 0.375 (mask 2). Ties: the shorter
-    acceptance, mask first (binary fractions: the sums are exact)."""
+    """probs [[0.75, 0.125], [0.5, 0.375]]: d_1 rejected: 1 - 0.75 = 0.25 (mask group 0, any bonus token), its guess
+    0.125 (guess group 0); d_1 accepted (0.75), d_2 rejected: 0.75 * 0.5 = 0.375 (mask 1), its guess 0.75 * 0.375 =
+    0.28125 (guess 1); both accepted 0.75 * 0.5 = 0.375 (mask 2). Ties: the shorter acceptance, mask first
+    (binary fractions: the products are exact)."""
     probs = [[0.75, 0.125], [0.5, 0.375]]
-    assert likely_groups(probs, 2) == [(2, False), (1, True)]
-    assert likely_groups(probs, 9) == [(2, False), (1, True), (0, False), (0, True), (1, False)]
+    assert likely_groups(probs, 2) == [(1, False), (2, False)]
+    assert likely_groups(probs, 9) == [(1, False), (2, False), (1, True), (0, False), (0, True)]
+    # a guess group never ranks above its own mask group (its guess is one of the bonus tokens the mask serves)
+    assert likely_groups([[0.1, 0.9]], 1) == [(0, False)]
     assert likely_groups([], 4) == [(0, False)]  # no draft: the one group after the last token
     assert all_groups(3, 2) == [(0, False), (1, False), (2, False), (0, True), (1, True)]
 

@@ -35,11 +35,12 @@ from orl.engine.ar_step import ARState, next_tokens
 from orl.engine.config import UnsupportedSetting
 
 
-def scratch_slots(k: int, max_new_tokens: int) -> int:
-    """Cache slots a fused round needs past the request's own: at most 2k + 1 groups of at most k
-    positions, k cut to what the answer can still use."""
+def scratch_slots(k: int, max_new_tokens: int, groups: int = 0) -> int:
+    """Cache slots a fused round needs past the request's own: at most 2k + 1 groups (or `groups`, when fewer:
+    ARConfig.spec_groups) of at most k positions, k cut to what the answer can still use. Every fused forward
+    attends over the whole cache, so the scratch is no larger than the groups a round carries."""
     k = max(0, min(k, max_new_tokens - 1))
-    return (2 * k + 1) * k
+    return min(groups or 2 * k + 1, 2 * k + 1) * k
 
 
 def check_self_draft(model, mask_id: int | None, objective: str | None, draft: str = "diffusion") -> None:
@@ -92,14 +93,17 @@ def all_groups(T: int, n_guesses: int) -> list[tuple[int, bool]]:
 
 
 def likely_groups(probs: list[list[float]], n: int) -> list[tuple[int, bool]]:
-    """The n groups most likely to be the one the next round continues from, judged by the draft's own
-    confidences probs[i] = [p(d_{i+1}), p(second choice at i+1)] (the diffusion path's, a proxy for the AR
-    path's acceptance): after a accepted tokens (probability prod p(d_1..d_a)), the verify rejects d_{a+1} and
-    its bonus token is the guess (p(second)) -> guess group a; is something else (1 - p(d) - p(second)) -> mask
-    group a; or everything is accepted -> mask group T - 1. Ties go to the shorter acceptance, mask first."""
+    """The n groups likeliest to serve the next round, judged by the draft's own confidences probs[i] =
+    [p(d_{i+1}), p(second choice at i+1)] (the diffusion path's, a proxy for the AR path's acceptance). With
+    reach_a = p(d_1)...p(d_a), the chance that exactly a draft tokens are accepted and d_{a+1} is rejected is
+    reach_a (1 - p(d_{a+1})): mask group a serves every such round (its draft reads past the bonus slot, whatever
+    the bonus token), so that is its score; mask group k (all accepted) scores reach_k. Guess group a serves
+    the share of them whose bonus token is its guess, with a better draft (the two-forward drafter's): it scores
+    reach_a p(second), never above its own mask group, so it is carried only beside it. Ties go to the shorter
+    acceptance, mask first."""
     scored, reach = [], 1.0
     for a, (p, q) in enumerate(probs):
-        scored += [(reach * max(0.0, 1.0 - p - q), a, False), (reach * q, a, True)]
+        scored += [(reach * (1.0 - p), a, False), (reach * q, a, True)]
         reach *= p
     scored.append((reach, len(probs), False))
     return [(a, g) for _, a, g in sorted(scored, key=lambda t: (-t[0], t[1], t[2]))[:n]]

@@ -117,7 +117,7 @@ def run_speculative(dec: ARDecoder, prompt_ids: list[list[int]], cfg: ARConfig, 
     fused = cfg.spec_draft == "fused"
     clock = Clock(dec.device)
     # checks the request, prefills prompt[:-1]; a fused round's draft groups need scratch slots
-    extra = scratch_slots(cfg.spec_tokens, cfg.max_new_tokens) if fused else 0
+    extra = scratch_slots(cfg.spec_tokens, cfg.max_new_tokens, cfg.spec_groups) if fused else 0
     st = dec.setup(prompt_ids, cfg, seeds, extra=extra)
     prefill_s = clock()
     prompt = list(prompt_ids[0])

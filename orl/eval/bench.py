@@ -244,8 +244,11 @@ def _self_spec(engine: Engine, spec: BenchSpec) -> dict[str, System | str]:
     def cfg(draft: str, groups: int = 0) -> ARConfig:
         return ARConfig(max_new_tokens=spec.max_new_tokens, spec_tokens=spec.self_spec_tokens, spec_draft=draft,
                         spec_groups=groups).validate()
-    return {"i": run(cfg("diffusion")), "j": run(cfg("fused")),
-            "k": run(cfg("fused", spec.self_spec_groups)) if spec.self_spec_groups else "n/a: --self-spec-groups 0"}
+    k = ("n/a: --self-spec-groups 0" if not spec.self_spec_groups else
+         f"n/a: --self-spec-groups {spec.self_spec_groups} carries every group (2K + 1 = "
+         f"{2 * spec.self_spec_tokens + 1}): (j)" if spec.self_spec_groups > 2 * spec.self_spec_tokens else
+         run(cfg("fused", spec.self_spec_groups)))
+    return {"i": run(cfg("diffusion")), "j": run(cfg("fused")), "k": k}
 
 
 def build_systems(spec: BenchSpec) -> tuple[dict[str, System | str], Engine, DecodeConfig]:
