@@ -163,7 +163,8 @@ def test_bf16_model_runs(residual):
 
 def test_self_speculative_on_cuda_is_the_ar_paths_tokens():
     """The shipped base on CUDA: both self-drafters (two forwards a round, and fused into one with its
-    scratch slots past the request) emit plain AR decoding's tokens, with fewer forwards when fused."""
+    scratch slots past the request, also with 3 of its groups) emit plain AR decoding's tokens, with fewer forwards
+    when fused."""
     from pathlib import Path
 
     from orl.checkpoint import load_checkpoint
@@ -177,5 +178,6 @@ def test_self_speculative_on_cuda_is_the_ar_paths_tokens():
         plain = dec.generate([p], ARConfig(max_new_tokens=40))[0]
         two = dec.generate([p], ARConfig(max_new_tokens=40, spec_tokens=8, spec_draft="diffusion"))[0]
         fused = dec.generate([p], ARConfig(max_new_tokens=40, spec_tokens=8, spec_draft="fused"))[0]
-        assert two.token_ids == plain.token_ids == fused.token_ids, p
+        few = dec.generate([p], ARConfig(max_new_tokens=40, spec_tokens=8, spec_draft="fused", spec_groups=3))[0]
+        assert two.token_ids == plain.token_ids == fused.token_ids == few.token_ids, p
         assert fused.step_forwards <= two.step_forwards, p
