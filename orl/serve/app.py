@@ -29,9 +29,8 @@ from orl.serve.chat import render_chat
 from orl.serve.config import ServerConfig
 from orl.serve.decoders import served
 from orl.serve.parse import parse_body
-from orl.serve.protocol import (APIError, ChatChoice, ChatCompletionRequest, ChatMessage, CompletionChoice,
-                                CompletionRequest, DlmStreamRequest, OpenAIParams, Response, Usage,
-                                finish_reason, new_id)
+from orl.serve.protocol import APIError, ChatCompletionRequest, CompletionRequest, DlmStreamRequest, OpenAIParams
+from orl.serve.responses import ChatChoice, ChatMessage, CompletionChoice, Response, Usage, finish_reason, new_id
 from orl.serve.security import Guard
 from orl.serve.streams import JobStreamingResponse, dlm_stream, next_event, openai_stream
 from orl.serve.worker import EngineWorker, Job, QueueFull

@@ -1,4 +1,5 @@
-"""Wire format of the OpenAI-compatible API: request models, validation, response bodies, errors.
+"""Wire format of the OpenAI-compatible API's requests: request models, validation, errors (the response
+bodies: orl.serve.responses).
 
 Requests are validated strictly (no type coercion, unknown fields rejected, no NaN or infinity) so a
 client learns about a typo or an unsupported option instead of silently getting default behaviour.
@@ -7,13 +8,11 @@ Bodies are parsed by orl.serve.parse.
 from __future__ import annotations
 
 import dataclasses
-import time
-import uuid
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from orl.engine import DecodeConfig, Generation
+from orl.engine import DecodeConfig
 from orl.engine.ar_step import ARConfig
 from orl.engine.canvas import CanvasConfig
 from orl.engine.config import RULES
@@ -261,62 +260,3 @@ class DlmStreamRequest(DlmParams):
 
     prompt: str = Field(min_length=1)
     model: str | None = None
-
-
-class Usage(BaseModel):
-    """OpenAI's token counts (completion tokens include a final EOS, as in DESIGN section 5) plus the
-    dLLM cost: model forwards (denoising + commit) and tokens per forward."""
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-    forwards: int
-    tpf: float
-
-    @classmethod
-    def of(cls, gen: Generation) -> "Usage":
-        return cls(prompt_tokens=len(gen.prompt_ids), completion_tokens=gen.n_tokens,
-                   total_tokens=len(gen.prompt_ids) + gen.n_tokens, forwards=gen.forwards, tpf=round(gen.tpf, 4))
-
-
-class CompletionChoice(BaseModel):
-    index: int = 0
-    text: str
-    logprobs: None = None
-    finish_reason: Literal["stop", "length"] | None = None
-
-
-class ChatMessage(BaseModel):
-    role: Literal["assistant"] = "assistant"
-    content: str
-
-
-class ChatChoice(BaseModel):
-    index: int = 0
-    message: ChatMessage
-    logprobs: None = None
-    finish_reason: Literal["stop", "length"]
-
-
-class ChatDeltaChoice(BaseModel):
-    index: int = 0
-    delta: dict[str, str]
-    logprobs: None = None
-    finish_reason: Literal["stop", "length"] | None = None
-
-
-class Response(BaseModel):
-    id: str
-    object: Literal["text_completion", "chat.completion", "chat.completion.chunk"]
-    created: int = Field(default_factory=lambda: int(time.time()))
-    model: str
-    choices: list[CompletionChoice] | list[ChatChoice] | list[ChatDeltaChoice]
-    usage: Usage | None = None
-    seed: int | None = None  # dLLM field: the sampling seed used (drawn fresh when none was given); None when greedy
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex}"
-
-
-def finish_reason(gen: Generation) -> Literal["stop", "length"]:
-    return "stop" if gen.finished else "length"

@@ -11,7 +11,8 @@ from starlette.types import Receive, Scope, Send
 
 from orl.engine import BlockEvent, DoneEvent, Event, StepEvent
 from orl.model.kv_cache import CacheBudgetError
-from orl.serve.protocol import (APIError, ChatDeltaChoice, CompletionChoice, Response, Usage, finish_reason)
+from orl.serve.protocol import APIError
+from orl.serve.responses import ChatDeltaChoice, CompletionChoice, Response, Usage, finish_reason
 from orl.serve.worker import EngineWorker, ErrorEvent, Job
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
