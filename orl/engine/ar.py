@@ -171,7 +171,7 @@ class ARDecoder(LoadedModel):
             now = clock()
             done_at = [t if t is not None or not d else now for t, d in zip(done_at, done)]
             if emit:
-                rows = [self._answer(ids, hit)[0] for ids, hit in zip(st.out[:, :n_steps].tolist(), stops.hits)]
+                rows = [self._cut(ids, hit)[0] for ids, hit in zip(st.out[:, :n_steps].tolist(), stops.hits)]
                 # text: what a stream may show, without a tail that may still become a stop string (Stops.visible);
                 # forwards: the first row's, one per token it kept (as its Generation counts them)
                 yield BlockEvent(chunk, k, rows, [stops.stops.visible(ids, hit) for ids, hit in zip(rows, stops.hits)],
@@ -183,19 +183,18 @@ class ARDecoder(LoadedModel):
         end = clock()
         gens = []
         for b in range(B):
-            ids, text, finished = self._answer(out[b], stops.hits[b])
             hit = stops.hits[b]
+            ids, finished = self._cut(out[b], hit)
             gens.append(Generation(
-                prompt_ids=list(prompt_ids[b]), token_ids=ids, text=text,
+                prompt_ids=list(prompt_ids[b]), token_ids=ids, text=hit.text if hit else self.tokenizer.decode(ids),
                 finished=finished, prefill_forwards=int(P > 1), step_forwards=len(ids), commit_forwards=0,
                 prefill_s=prefill_s, total_s=done_at[b] if done_at[b] is not None else end, stop=hit and hit.stop))
         yield DoneEvent(gens)
 
-    def _answer(self, ids: list[int], hit) -> tuple[list[int], str, bool]:
-        """A row's decoded tokens cut at its first EOS (kept) or its stop string (hit: orl.engine.stops)
-        -> (tokens, text, finished)."""
-        eos_at = next((i for i, t in enumerate(ids) if t in self.eos_ids or t == self.eos_id), None)
+    def _cut(self, ids: list[int], hit) -> tuple[list[int], bool]:
+        """A row's decoded tokens cut at its stop string (hit: orl.engine.stops) or its first EOS (kept)
+        -> (tokens, finished)."""
         if hit is not None:
-            return ids[: hit.n_tokens], hit.text, True
-        ids = ids[: eos_at + 1] if eos_at is not None else ids
-        return ids, self.tokenizer.decode(ids), eos_at is not None
+            return ids[: hit.n_tokens], True
+        eos_at = next((i for i, t in enumerate(ids) if t in self.eos_ids or t == self.eos_id), None)
+        return (ids, False) if eos_at is None else (ids[: eos_at + 1], True)
