@@ -132,7 +132,7 @@ class ARDecoder(LoadedModel):
     def generate_ids(self, prompt_ids: list[list[int]], cfg: ARConfig | None = None, *,
                      seeds: list[int] | None = None) -> list[Generation]:
         # no BlockEvents: their token read-back and text decoding would be timed host work nobody reads
-        for event in self._run(prompt_ids, cfg, seeds, emit=False):
+        for event in self._run(prompt_ids, self.check(cfg), seeds, emit=False):
             if isinstance(event, DoneEvent):
                 return event.generations
         raise AssertionError("ARDecoder.run ended without a DoneEvent")
@@ -144,9 +144,9 @@ class ARDecoder(LoadedModel):
         yield from self._run(prompt_ids, self.check(cfg, trace), seeds, emit=True)
 
     @torch.no_grad()
-    def _run(self, prompt_ids: list[list[int]], cfg: ARConfig | None, seeds: list[int] | None,
+    def _run(self, prompt_ids: list[list[int]], cfg: ARConfig, seeds: list[int] | None,
              emit: bool) -> Iterator[Event]:
-        cfg = self.check(cfg)
+        """run() and generate_ids(), cfg checked (check)."""
         if cfg.spec_tokens:
             yield from run_speculative(self, prompt_ids, cfg, seeds, emit)
             return

@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Iterator
 import torch
 
 from orl.engine.ar_step import ARConfig, ARState, next_tokens
-from orl.engine.events import BlockEvent, DoneEvent, Event
 from orl.engine.config import UnsupportedSetting
+from orl.engine.events import BlockEvent, DoneEvent, Event
 from orl.engine.request import Clock
 from orl.engine.self_draft import all_groups, diffusion_draft, fused_verify, likely_groups, scratch_slots
 from orl.engine.sequence import Generation

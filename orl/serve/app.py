@@ -153,7 +153,7 @@ def create_app(engine: Engine | CanvasDecoder | ARDecoder, model_name: str, *,
                            code="context_length_exceeded")
         return ids
 
-    def submit(ids: list[int], cfg: DecodeConfig | CanvasConfig, steps: bool) -> tuple[Job, partial]:
+    def submit(ids: list[int], cfg: DecodeConfig | CanvasConfig | ARConfig, steps: bool) -> tuple[Job, partial]:
         loop = asyncio.get_running_loop()
         job = Job(ids, cfg, steps, loop)
         try:

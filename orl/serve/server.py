@@ -100,9 +100,7 @@ def serve(model_dir: str, config: ServerConfig | None = None, *, device: str | N
     try:
         model, tokenizer, manifest = load_checkpoint(model_dir, device=dev, dtype=cast)
         engine, defaults = decoder_for(model_dir, model, tokenizer, manifest, ar)
-        if isinstance(engine, ARDecoder):
-            defaults = engine.check(defaults)  # a self-draft this checkpoint cannot make: refused before serving
-        warm_up(engine, defaults)
+        warm_up(engine, defaults)  # its decode checks the settings: a self-draft the checkpoint cannot make fails here
         name = Path(model_dir).resolve().name + (f"-{dtype}" if dtype else "")
         server = uvicorn_server(create_app(engine, name, defaults=defaults, config=config), config)
         host, port = sock.getsockname()[:2]
