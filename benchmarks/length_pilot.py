@@ -18,7 +18,11 @@ SSA form): the tasks long7x and prog7x. hintsp: the same with the answer's first
 character (long7xp, prog7xp). hintsph: the xp family next to its helper (prog7xph, long7xph in
 orl/eval/tasks/hint_helpers.py), as in assoc.
 For long and prog families the pilot also prints the shape: answers whose skeleton (numbers replaced by '#') is
-the reference's, i.e. keys, separators and length right whatever the values, and the values right in those."""
+the reference's, i.e. keys, separators and length right whatever the values, and the values right in those.
+Modifiers (session 26) combine with any variant after a '+': `+logn` (scalable softmax, ModelArgs.attn_logn: each
+head's logits times a learned s_h * ln(number of keys seen)), `+rstride`, `+half`, `+min` (as above), e.g.
+`hintsp+logn long7 1500`. For the hinted long and prog families the pilot also prints each split's running steps
+(judged against the model's own previous value, benchmarks/length_table.py --steps) by element index < 21 / >= 21."""
 import sys, time
 from dataclasses import replace
 import torch
@@ -29,17 +33,24 @@ from orl.eval.shape import has_shape, shape_counts
 from orl.eval.tasks import HELPERS, HINT_HELPERS, get_task
 from orl.engine.ar import ARConfig, ARDecoder
 from orl.tokenizer import CharTokenizer
+sys.path.insert(0, __import__("os").path.dirname(__file__))
+from length_table import STEPPERS  # noqa: E402
 
 variant, family, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
-if variant in ("hints", "hintsp", "hintsph"):  # the library's hinted families (orl/eval/tasks/hinted.py)
-    family += "x" if variant == "hints" else "xp"
+kind, *mods = variant.split("+")
+unknown = set(mods) - {"logn", "rstride", "half", "min"}
+assert not unknown, f"unknown modifiers {unknown}"
+if kind in ("hints", "hintsp", "hintsph"):  # the library's hinted families (orl/eval/tasks/hinted.py)
+    family += "x" if kind == "hints" else "xp"
 # the helper the assoc variants train beside each family; named for the hinted ones, since long7xp has two
 AUX = {**{h.family: h.name for h in HELPERS}, "prog7xp": "prog7xph", "long7xp": "long7xph"}
 assert set(AUX.values()) <= {h.name for h in HELPERS + HINT_HELPERS}
-assoc = variant in ("assoc", "hintsph")
+assoc = kind in ("assoc", "hintsph")
+rotary = [m for m in (kind, *mods) if m in ("half", "min")]
 torch.set_num_threads(1)
-model = replace(tiny_model7(), learned_pos=False, rotary_fraction={"half": 0.5, "min": 2 / 32}.get(variant, 1.0))
-if variant == "rstride":
+model = replace(tiny_model7(), learned_pos=False, rotary_fraction={"half": 0.5, "min": 2 / 32}.get(rotary[0] if rotary else "", 1.0),
+              attn_logn="logn" in mods)
+if "rstride" in (kind, *mods):
     def strided(b, max_len, frac, gen):
         B, T = b.pos.shape
         steps_ = torch.randint(1, 4, (B, T), generator=gen)
@@ -49,7 +60,7 @@ if variant == "rstride":
 tasks, mix = ((family, AUX[family]), (16, 16)) if assoc else ((family,), ())
 cfg = PretrainConfig(model=model, tasks=tasks, mix=mix, batch_size=32, ar_steps=steps, diffusion_steps=0, lr=3e-3,
                      warmup=50, eval_every=10**6, eval_samples=5, save_every=10**6, bf16=False, threads=1,
-                     pos_offset=1.0 if variant == "rstride" else 0.0)
+                     pos_offset=1.0 if "rstride" in (kind, *mods) else 0.0)
 out = f"runs/pilot2/{family}-{variant}" + (f"-{steps}" if steps != 1500 else "")
 t0 = time.time()
 m = pretrain(cfg, out, log=lambda *a: None)  # a finished run in `out` is loaded, not retrained
@@ -68,3 +79,12 @@ for name, split in [(family, "heldout"), (family, "beyond")] + ([(AUX[family], "
     if has_shape(name):  # answers with the reference's skeleton, and the right values in those (orl/eval/shape.py)
         shaped, right, total = shape_counts([(s.answer, g.text) for s, g in zip(ss, gens)])
         print(variant, name, split, "shape", f"{shaped}/{len(ss)}", "values right in those", f"{right}/{total}", flush=True)
+    if name in STEPPERS:  # running steps by element index: alignment past the range vs values
+        cells = {}
+        for s, g in zip(ss, gens):
+            for k, _, right in STEPPERS[name](s.prompt, g.text):
+                cell = cells.setdefault(k >= 21, [0, 0])
+                cell[0] += right
+                cell[1] += 1
+        print(variant, name, split, "steps k<21", "/".join(map(str, cells.get(False, [0, 0]))),
+              "k>=21", "/".join(map(str, cells.get(True, [0, 0]))), flush=True)

@@ -30,6 +30,8 @@ def describe(directory: str | os.PathLike) -> str:
         model += f", experts {a.n_experts} top-{a.n_experts_per_tok} ffn {a.moe_ffn_dim} every {a.moe_every}"
     if a.learned_pos:
         model += f", learned_pos {a.max_seq_len}"
+    if a.attn_logn:
+        model += ", scalable softmax (logits x s_h ln n)"
     if a.shift_logits:
         model += ", shifted read-out (token i from position i-1)"
     if a.adapter_dim:

@@ -14,6 +14,7 @@ VARIANTS = {
     "mha": dict(n_kv_heads=4, qk_norm=False),
     "gqa_qknorm": dict(n_kv_heads=2, qk_norm=True),
     "learned_pos_partial_rope": dict(n_kv_heads=2, learned_pos=True, rotary_fraction=0.5),
+    "logn": dict(n_kv_heads=2, attn_logn=True),  # n, the keys a query sees, must not count stale or padded slots
     "moe": dict(n_kv_heads=1, n_experts=4, n_experts_per_tok=2, moe_ffn_dim=24,
                 shared_expert_ffn_dim=16, moe_every=2),
 }
@@ -27,7 +28,7 @@ def tiny_model(**kw) -> Transformer:
     # unit norm weights would hide a norm applied to the wrong axis; perturb them
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
+            if name.endswith("norm.weight") or name.endswith("logn_scale"):
                 p.add_(0.3 * torch.randn_like(p))
     return model
 

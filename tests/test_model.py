@@ -72,6 +72,39 @@ def test_partial_rotary_by_hand():
     assert not torch.allclose(out[0, 0, 1, :rot], x[0, 0, 1, :rot])  # position 3 does rotate
 
 
+def test_attn_logn_scales_each_head_by_log_keys_seen_by_hand():
+    # SSMax: softmax(s_h ln(n) q.k / sqrt(d)) with n the keys a query's mask admits; one head, no rotation
+    from orl.model.model import Attention
+    args = tiny_args(dim=8, n_heads=2, n_kv_heads=2, head_dim=4, qk_norm=False, attn_logn=True)
+    torch.manual_seed(0)
+    att = Attention(args, 0).eval()
+    with torch.no_grad():
+        att.logn_scale.copy_(torch.tensor([0.7, 1.9]))
+    T = 4
+    x = torch.randn(1, T, 8)
+    cos, sin = torch.ones(1, 1, T, 4), torch.zeros(1, 1, T, 4)
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))[None]
+    mask[0, 3, 0] = False  # the last query sees 3 keys, not 4
+    with torch.no_grad():
+        got = att(x, cos, sin, mask, None, None)
+        q = att.q_proj(x).view(1, T, 2, 4).transpose(1, 2)
+        k = att.k_proj(x).view(1, T, 2, 4).transpose(1, 2)
+        v = att.v_proj(x).view(1, T, 2, 4).transpose(1, 2)
+        ys = torch.zeros(1, 2, T, 4)
+        for h in range(2):
+            for t in range(T):
+                seen = [j for j in range(T) if mask[0, t, j]]
+                scale = att.logn_scale[h].item() * math.log(len(seen)) / math.sqrt(4)
+                w = torch.softmax(torch.stack([scale * (q[0, h, t] @ k[0, h, j]) for j in seen]), 0)
+                ys[0, h, t] = sum(wj * v[0, h, j] for wj, j in zip(w, seen))
+        expect = att.o_proj(ys.transpose(1, 2).reshape(1, T, 8))
+    torch.testing.assert_close(got, expect, atol=1e-5, rtol=1e-5)
+    plain = Attention(tiny_args(dim=8, n_heads=2, n_kv_heads=2, head_dim=4, qk_norm=False), 0).eval()
+    plain.load_state_dict({k: v for k, v in att.state_dict().items() if k != "logn_scale"})
+    with torch.no_grad():  # not vacuous: without the scale the output differs
+        assert not torch.allclose(plain(x, cos, sin, mask, None, None), got, atol=1e-3)
+
+
 def test_rope_scores_depend_only_on_relative_position():
     q, k = torch.randn(1, 1, 1, 8), torch.randn(1, 1, 1, 8)
 

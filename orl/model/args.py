@@ -27,6 +27,9 @@ class ModelArgs:
     max_seq_len: int = 512
     # tiny models learn positional tasks much faster with an absolute position table on top of RoPE
     learned_pos: bool = False
+    # Scalable softmax (SSMax, Nakanishi 2025): each head's attention logits times s_h * ln(n), n the keys the
+    # query sees and s_h learned, so attention does not flatten as contexts grow past the trained lengths
+    attn_logn: bool = False
     # Shifted read-out (Dream): the logits for token i come from the hidden state at position i - 1, as
     # in the AR model a base is converted from, so the conversion keeps the next-token skill where the
     # AR stage put it. The first token of a block is then read off the last clean position before it.

@@ -12,6 +12,8 @@ narrow that mask by RoPE position distance themselves.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -73,6 +75,8 @@ class Attention(nn.Module):
         self.q_norm = norm() if args.qk_norm else nn.Identity()
         self.k_norm = norm() if args.qk_norm else nn.Identity()
         self.v_norm = norm(with_scale=False) if args.v_norm else nn.Identity()
+        # SSMax's s_h [H], 1 / ln 64 at init: a query that sees 64 keys starts with the plain logits
+        self.logn_scale = nn.Parameter(torch.full((args.n_heads,), 1 / math.log(64))) if args.attn_logn else None
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor,
                 cache: KVCache | None, slots: Tensor | None) -> Tensor:
@@ -84,6 +88,9 @@ class Attention(nn.Module):
         v = k_raw if self.v_proj is None else self.v_proj(x).view(B, T, kv, hd)
         v = self.v_norm(v).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if self.logn_scale is not None:  # scaling q scales the logits; n from the mask, so padding never counts
+            n = mask.sum(-1, keepdim=True).clamp(min=1).log()[:, None].to(q.dtype)  # [B, 1, T, 1]
+            q = q * (self.logn_scale.to(q.dtype)[:, None, None] * n)
         if cache is not None:
             k, v = cache.update(self.layer, slots, k, v)
             k, v = k.to(q.dtype), v.to(q.dtype)

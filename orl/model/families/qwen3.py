@@ -80,7 +80,7 @@ def config_from_args(args: ModelArgs, dtype: torch.dtype) -> dict:
     # features Qwen3 cannot express: transformers would load such a directory as a different model,
     # so say so where a person reads it; orl.json is what orl loads them from
     plain = ModelArgs()
-    extras = {k: getattr(args, k) for k in ("learned_pos", "shift_logits", "adapter_dim", "shared_expert_ffn_dim",
+    extras = {k: getattr(args, k) for k in ("learned_pos", "attn_logn", "shift_logits", "adapter_dim", "shared_expert_ffn_dim",
                                             "qkv_bias", "first_dense_layers", "router", "router_bias", "n_group",
                                             "topk_group", "routed_scaling")
               if getattr(args, k) != getattr(plain, k)}
