@@ -233,8 +233,22 @@ def test_step_compiles_fullgraph_and_matches_eager():
 
 # ---------------------------------------------------------------- export
 
+def test_scalable_softmax_cache_matches_full_recompute():
+    # attn_logn counts the keys each query's mask admits: the static cache's empty and padded slots must not count
+    model = tiny_ar(False, attn_logn=True)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.logn_scale.uniform_(0.2, 1.5)
+    dec, cfg = ARDecoder(model, TOK), ARConfig(max_new_tokens=N, chunk_steps=3)
+    want = [naive_greedy(model, TOK.encode(p), N) for p in PROMPTS]
+    assert [g.token_ids for g in dec.generate(PROMPTS, cfg)] == want
+    plain = [naive_greedy(tiny_ar(False), TOK.encode(p), N) for p in PROMPTS]
+    assert plain != want  # the scale changes what the same weights say
+
+
 def test_plain_export_refuses_what_qwen3_cannot_express(tmp_path):
-    for kw, name in ((dict(learned_pos=True), "learned_pos"), (dict(adapter_dim=8), "adapter_dim")):
+    for kw, name in ((dict(learned_pos=True), "learned_pos"), (dict(adapter_dim=8), "adapter_dim"),
+                     (dict(attn_logn=True), "attn_logn")):
         with pytest.raises(ExportError, match=name):
             export_hf(tiny_ar(False, **kw), TOK, tmp_path / name, remote_code=False)
         assert not (tmp_path / name).exists()

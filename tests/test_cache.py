@@ -193,7 +193,7 @@ def test_cache_buffers_shape_and_length_is_device_tensor():
     assert cache.length.item() == 0 and not cache.k.any() and not cache.v.any()
 
 
-@pytest.mark.parametrize("variant", ["gqa_qknorm", "moe"])
+@pytest.mark.parametrize("variant", ["gqa_qknorm", "moe", "logn"])
 def test_fused_commit_forward_equals_commit_then_step(variant):
     """The fused forward over [clean block k | masked block k + 1] (staircase mask) writes the same
     K/V as the commit forward of block k followed by the first step of block k + 1, and gives the
