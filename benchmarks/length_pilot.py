@@ -22,7 +22,7 @@ the reference's, i.e. keys, separators and length right whatever the values, and
 Modifiers (session 26) combine with any variant after a '+': `+logn` (scalable softmax, ModelArgs.attn_logn: each
 head's logits times a learned s_h * ln(number of keys seen)), `+rstride`, `+half`, `+min` (as above), e.g.
 `hintsp+logn long7 1500`. For the hinted long and prog families the pilot also prints each split's running steps
-(judged against the model's own previous value, benchmarks/length_table.py --steps) by element index < 21 / >= 21."""
+(judged against the model's own previous value, benchmarks/length_table.py --steps) by element index, cut at the first index past the family's range (long 21, prog 8)."""
 import sys, time
 from dataclasses import replace
 import torch
@@ -38,19 +38,23 @@ from length_table import STEPPERS  # noqa: E402
 
 variant, family, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 kind, *mods = variant.split("+")
-unknown = set(mods) - {"logn", "rstride", "half", "min"}
-assert not unknown, f"unknown modifiers {unknown}"
+MODIFIERS = {"logn", "rstride", "half", "min"}
+if kind not in {"rope", "assoc", "hints", "hintsp", "hintsph"} | MODIFIERS or set(mods) - MODIFIERS:
+    sys.exit(f"unknown variant {variant!r}: rope|assoc|hints|hintsp|hintsph|logn|rstride|half|min, then +modifiers")
+mods = [kind, *mods]  # a modifier alone is a variant too (`logn long7 1500`)
+if "half" in mods and "min" in mods:
+    sys.exit("half and min are two rotary fractions: take one")
 if kind in ("hints", "hintsp", "hintsph"):  # the library's hinted families (orl/eval/tasks/hinted.py)
     family += "x" if kind == "hints" else "xp"
 # the helper the assoc variants train beside each family; named for the hinted ones, since long7xp has two
 AUX = {**{h.family: h.name for h in HELPERS}, "prog7xp": "prog7xph", "long7xp": "long7xph"}
 assert set(AUX.values()) <= {h.name for h in HELPERS + HINT_HELPERS}
 assoc = kind in ("assoc", "hintsph")
-rotary = [m for m in (kind, *mods) if m in ("half", "min")]
+rotary = [m for m in mods if m in ("half", "min")]
 torch.set_num_threads(1)
 model = replace(tiny_model7(), learned_pos=False, rotary_fraction={"half": 0.5, "min": 2 / 32}.get(rotary[0] if rotary else "", 1.0),
               attn_logn="logn" in mods)
-if "rstride" in (kind, *mods):
+if "rstride" in mods:
     def strided(b, max_len, frac, gen):
         B, T = b.pos.shape
         steps_ = torch.randint(1, 4, (B, T), generator=gen)
@@ -60,7 +64,7 @@ if "rstride" in (kind, *mods):
 tasks, mix = ((family, AUX[family]), (16, 16)) if assoc else ((family,), ())
 cfg = PretrainConfig(model=model, tasks=tasks, mix=mix, batch_size=32, ar_steps=steps, diffusion_steps=0, lr=3e-3,
                      warmup=50, eval_every=10**6, eval_samples=5, save_every=10**6, bf16=False, threads=1,
-                     pos_offset=1.0 if "rstride" in (kind, *mods) else 0.0)
+                     pos_offset=1.0 if "rstride" in mods else 0.0)
 out = f"runs/pilot2/{family}-{variant}" + (f"-{steps}" if steps != 1500 else "")
 t0 = time.time()
 m = pretrain(cfg, out, log=lambda *a: None)  # a finished run in `out` is loaded, not retrained
@@ -79,12 +83,12 @@ for name, split in [(family, "heldout"), (family, "beyond")] + ([(AUX[family], "
     if has_shape(name):  # answers with the reference's skeleton, and the right values in those (orl/eval/shape.py)
         shaped, right, total = shape_counts([(s.answer, g.text) for s, g in zip(ss, gens)])
         print(variant, name, split, "shape", f"{shaped}/{len(ss)}", "values right in those", f"{right}/{total}", flush=True)
-    if name in STEPPERS:  # running steps by element index: alignment past the range vs values
-        cells = {}
+    if name in STEPPERS:  # running steps by element index, cut at the first index past the training range
+        cut, cells = task.sizes[1] + 1, {}
         for s, g in zip(ss, gens):
             for k, _, right in STEPPERS[name](s.prompt, g.text):
-                cell = cells.setdefault(k >= 21, [0, 0])
+                cell = cells.setdefault(k >= cut, [0, 0])
                 cell[0] += right
                 cell[1] += 1
-        print(variant, name, split, "steps k<21", "/".join(map(str, cells.get(False, [0, 0]))),
-              "k>=21", "/".join(map(str, cells.get(True, [0, 0]))), flush=True)
+        print(variant, name, split, f"steps k<{cut}", "/".join(map(str, cells.get(False, [0, 0]))),
+              f"k>={cut}", "/".join(map(str, cells.get(True, [0, 0]))), flush=True)

@@ -1,6 +1,7 @@
 """Export an orl checkpoint as a Hugging Face repo that transformers loads with equal logits.
 
-- A model Qwen3 can express (no learned positions, no shifted read-out, no adapter, q/k norm on) is
+- A model Qwen3 can express (no learned positions, no scalable softmax, no shifted read-out, no adapter,
+  q/k norm on) is
   written as a plain Qwen3 / Qwen3-MoE directory: `AutoModelForCausalLM.from_pretrained(dir)`.
 - Any other orl model (the tiny dLLMs, ORL models with their adapter) ships orl's own model code as
   modeling_orl.py (orl/export_bundle.py): `AutoModelForCausalLM.from_pretrained(dir,

@@ -106,3 +106,13 @@ def test_a_quantized_model_is_refused(tmp_path):
     with pytest.raises(ExportError, match="quantized"):
         export_hf(quantize(dllm(), "int8"), TOK, tmp_path / "q")
     assert not (tmp_path / "q").exists()
+
+
+@pytest.mark.parametrize("gemma", [False, True])
+def test_scalable_softmax_has_no_plain_transformers_equivalent(gemma):
+    # transformers would drop logn_scale and load different logits: both families must say so
+    from orl.export import not_exportable
+    from orl.model import ModelArgs
+    kw = dict(norm_unit_offset=True, sandwich_norm=True, scale_embeddings=True, hidden_act="gelu_tanh") if gemma else {}
+    assert not_exportable(ModelArgs(**kw)) is None
+    assert "attn_logn=True" in not_exportable(ModelArgs(attn_logn=True, **kw))

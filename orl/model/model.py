@@ -89,8 +89,10 @@ class Attention(nn.Module):
         v = self.v_norm(v).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if self.logn_scale is not None:  # scaling q scales the logits; n from the mask, so padding never counts
-            n = mask.sum(-1, keepdim=True).clamp(min=1).log()[:, None].to(q.dtype)  # [B, 1, T, 1]
-            q = q * (self.logn_scale.to(q.dtype)[:, None, None] * n)
+            if mask.dtype != torch.bool:  # an additive float mask would sum to -inf: n must count visible keys
+                raise TypeError(f"attn_logn needs a boolean attention mask, got {mask.dtype}")
+            log_n = mask.sum(-1, keepdim=True).clamp(min=1).float().log()[:, None]  # [B, 1, T, 1]
+            q = q * (self.logn_scale.float()[:, None, None] * log_n).to(q.dtype)  # the factor in fp32, as in bf16 runs
         if cache is not None:
             k, v = cache.update(self.layer, slots, k, v)
             k, v = k.to(q.dtype), v.to(q.dtype)

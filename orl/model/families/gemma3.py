@@ -107,7 +107,7 @@ def config_from_args(args: ModelArgs, dtype: torch.dtype) -> dict:
     }
     # switches Gemma3TextConfig has no key for: orl.json carries them, transformers would drop them
     plain = dict(norm_unit_offset=True, scale_embeddings=True, qk_norm=True, rotary_fraction=1.0, n_experts=0,
-                 learned_pos=False, shift_logits=False, adapter_dim=0)
+                 learned_pos=False, attn_logn=False, shift_logits=False, adapter_dim=0)
     extras = {k: getattr(args, k) for k, v in plain.items() if getattr(args, k) != v}
     if extras:
         cfg["orl_extensions"] = extras
