@@ -1,5 +1,5 @@
-"""benchmarks/gpu_lengths.sh end to end on the CPU: the issue-21 device call (the hint4g3 recipe with and without
-scalable softmax, trained side by side, then threshold and fused evaluations) with a few steps of a smaller model
+"""benchmarks/gpu_lengths.sh end to end on the CPU: the issue-21 device call (the hint4g3 recipe's variants and
+training seeds, trained side by side, then threshold and fused evaluations) with a few steps of a smaller model
 and one prompt per cell, so that a lent GPU's one call does not fail on its plumbing. On a GPU, `-k cuda` is that
 call's preflight."""
 import json
@@ -19,27 +19,52 @@ SMALL = ("--set threads=1 --set eval_samples=1 --set model.dim=32 --set model.n_
 @pytest.mark.slow
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[
     pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")])])
-def test_both_variants_train_evaluate_and_come_back_in_at_most_eight_files(tmp_path, device):
+def test_variants_train_evaluate_and_come_back_in_at_most_eight_files(tmp_path, device):
     out = tmp_path / "out"
     env = {**os.environ, "OUT": str(out), "WORK": str(tmp_path / "work"), "DEVICE": device, "AR_STEPS": "2",
            "DIFF_STEPS": "2", "LIMIT": "1", "SEEDS": "0", "DEADLINE_S": "500", "EVAL_RESERVE": "200",
+           "VARIANTS": "plain@0 pflogn@1 logn", "WEIGHTS": "2",
            "EXTRA_SET": SMALL, "PYTHON": str(Path(os.sys.executable)), "OMP_NUM_THREADS": "1"}
     run = subprocess.run(["bash", str(ROOT / "benchmarks/gpu_lengths.sh")], env=env, capture_output=True, text=True,
                          timeout=600)
     log = (out / "log.txt").read_text()
     assert run.returncode == 0, log[-3000:]
     files = sorted(p.name for p in out.iterdir())
-    assert files == ["fused-logn.jsonl", "fused-plain.jsonl", "log.txt", "run-logn.tar", "run-plain.tar",
-                     "thr-logn.jsonl", "thr-plain.jsonl"]  # a device call brings back eight at most
-    for v, logn in (("plain", False), ("logn", True)):
-        assert f"gpu-{v} step 4" in log  # 2 AR + 2 diffusion steps, the step reported before the evaluations
-        with tarfile.open(out / f"run-{v}.tar") as tar:
-            names = set(tar.getnames())
-            assert f"gpu-{v}/model.safetensors" in names and f"gpu-{v}/trainer_state.pt" not in names
-            manifest = json.load(tar.extractfile(f"gpu-{v}/orl.json"))
+    # weights of the first WEIGHTS runs only: a device call brings back eight files at most
+    assert files == ["fused.jsonl", "log.txt", "logs.tar", "run-gpu-pflogn-s1.tar", "run-gpu-plain-s0.tar",
+                     "thr.jsonl"]
+    assert "gpu-logn-s0: weights left on the device" in log
+    thr = [json.loads(line) for line in (out / "thr.jsonl").read_text().splitlines()]
+    fused = [json.loads(line) for line in (out / "fused.jsonl").read_text().splitlines()]
+    with tarfile.open(out / "logs.tar") as tar:
+        logs = {name: tar.extractfile(name) for name in tar.getnames() if name.endswith("orl.json")}
+        manifests = {name.split("/")[0]: json.load(f) for name, f in logs.items()}
+    for run, logn, helper, seed in (("gpu-plain-s0", False, False, 0), ("gpu-pflogn-s1", True, True, 1),
+                                    ("gpu-logn-s0", True, False, 0)):
+        assert f"{run} step 4" in log  # 2 AR + 2 diffusion steps, the step reported before the evaluations
+        manifest = manifests[run]
         assert manifest["model_args"]["attn_logn"] is logn and manifest["layout"] == "absolute_grid"
-        thr = [json.loads(line) for line in (out / f"thr-{v}.jsonl").read_text().splitlines()]
-        fused = [json.loads(line) for line in (out / f"fused-{v}.jsonl").read_text().splitlines()]
+        config = manifest["recipe"]["config"]
+        assert config["seed"] == seed and ("prog7xpf" in config["tasks"]) is helper
         # one prompt per family and split: long7xp and prog7xp, in range and beyond
-        assert len(thr) == 4 and len(fused) == 4
-        assert {r["task"] for r in thr} == {"long7xp", "prog7xp"}
+        mine = [r for r in thr if r["model"]["name"] == run]
+        assert len(mine) == 4 and {r["task"] for r in mine} == {"long7xp", "prog7xp"}
+        assert len([r for r in fused if r["model"]["name"] == run]) == 4
+    for run in ("gpu-plain-s0", "gpu-pflogn-s1"):
+        with tarfile.open(out / f"run-{run}.tar") as tar:
+            names = set(tar.getnames())
+        assert f"{run}/model.safetensors" in names and f"{run}/trainer_state.pt" not in names
+
+
+@pytest.mark.parametrize("variants, message", [("plain@0 nope@1", "unknown recipe in nope@1"),
+                                               ("plain@x", "bad seed in plain@x"),
+                                               ("pf@1 pf@1", "pf@1 is listed twice")])
+def test_a_bad_variant_stops_before_anything_trains(tmp_path, variants, message):
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "WORK": str(tmp_path / "work"), "VARIANTS": variants, "DEVICE": "cpu",
+           "PYTHON": str(Path(os.sys.executable))}
+    run = subprocess.run(["bash", str(ROOT / "benchmarks/gpu_lengths.sh")], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 2
+    assert message in (out / "log.txt").read_text()
+    assert not list((tmp_path / "work").iterdir())  # nothing trained
