@@ -4,38 +4,40 @@
 # weight 2) from scratch, once per variant, the variants trained side by side on the one GPU (one process each),
 # then each evaluated on long7xp / prog7xp in range and beyond (prompt seeds SEEDS, LIMIT prompts per family and
 # split): threshold 0.9 (batch 16) and the fused self-speculative decoder (k 8, 3 groups, batch 1). On these
-# 2 CPU cores one variant takes a whole session and runs do not survive between sessions; on a GPU the steps are
-# cheap. A run still training at its limit stops there (it saves every 100 steps) and its last checkpoint is
-# evaluated: each record names the model's step (orl.json's recipe.step) beside its id.
+# 2 CPU cores one variant takes a whole session, and how fast the GPU runs several side by side is not measured
+# yet. A run still training at its limit stops there (it saves every 100 steps) and its last checkpoint is
+# evaluated; log.txt names each run's step, and a run that did not reach AR_STEPS + DIFF_STEPS makes the exit
+# status 1 (one still in its AR stage is decoded by the AR decoder whatever the threshold asks).
 #
 # A variant is RECIPE@SEED (the training seed; "@SEED" left out means 0). RECIPE is one of
 #   plain   hint4g3's tasks: long7xp,prog7xp,long7xph,prog7xph,long7xpf, mix 12,12,6,6,6
 #   logn    plain with model.attn_logn (scalable softmax)
 #   pf      plain plus 6 rows of prog7xpf (prog7xp's distance helper, run hint6 in docs/TRAINING.md)
 #   pflogn  pf with model.attn_logn
-# The run of RECIPE@SEED is gpu-RECIPE-sSEED. Why several seeds: on the CPU (session 27) the same recipe moved
-# prog7xp in range from 16% to 90% between training seeds, more than any recipe change did.
+# The run of RECIPE@SEED is gpu-RECIPE-sSEED. Why several seeds: on the CPU (docs/TRAINING.md, "Session 27") one
+# recipe's AR stage scored 90% and 16% on prog7xp in range with training seeds 0 and 1.
 #
 #   DEVICE=cuda DEADLINE_S=540 bash benchmarks/gpu_lengths.sh       (on the device; OUT is set there)
 #   python benchmarks/length_table.py OUT/thr.jsonl --paired "gpu-pf-s0/threshold L16/0.9" "gpu-plain-s0/threshold L16/0.9"
 #
-# $OUT gets at most 8 files: log.txt; thr.jsonl and fused.jsonl (every variant's eval records); logs.tar (each
-# run's manifest, training log and console output); run-RECIPE-sSEED.tar (weights, manifest, tokenizer: about
-# 10 MB) for the first WEIGHTS variants listed (default and most 4: a device call brings back 8 files). Exit 0 only
-# when every variant's evaluations ran.
-# Env: VARIANTS (default "plain@0 plain@1 plain@2 pf@0 pf@1 pf@2"), DEVICE (default cuda when torch sees one;
-# pass it on the device so a machine without CUDA stops at once), DEADLINE_S (seconds from the start by which
-# everything must be written; default 540), EVAL_RESERVE (kept for the evaluations, default 200), AR_STEPS
-# (3500), DIFF_STEPS (3000), LIMIT (100), SEEDS ("0 1 2"), FUSED_SEEDS ("0": batch-1 decoding is the slow part),
-# WEIGHTS (4), WORK (default /root/gpu_lengths), PYTHON (python3), EXTRA_SET (more `--set k=v` words),
-# OMP_NUM_THREADS (default 2: the processes share the machine's cores).
+# $OUT gets at most 8 files: log.txt; thr.jsonl and fused.jsonl (every run's eval records); logs.tgz (each run's
+# manifest, training log and console output); run-gpu-RECIPE-sSEED.tar (weights, manifest, tokenizer: about
+# 10 MB) for the first WEIGHTS runs listed (default and at most 4). Each call works in a new folder under WORK,
+# so nothing of an earlier call on a warm machine is resumed, mixed in or removed. Exit 0 only when every run
+# finished its steps and left threshold and fused records.
+# Env: VARIANTS (default "plain@0 pf@0 plain@1 pf@1", pairs first so the weights that come back pair; at most 6),
+# DEVICE (default cuda when torch sees one; pass it on the device so a machine without CUDA stops at once),
+# DEADLINE_S (seconds from the start by which everything must be written; default 540), EVAL_RESERVE (kept for
+# the evaluations, default 200), AR_STEPS (3500), DIFF_STEPS (3000), LIMIT (100), SEEDS ("0 1 2"), FUSED_SEEDS
+# ("0": batch-1 decoding is the slow part), WEIGHTS (4), WORK (default /root/gpu_lengths), PYTHON (python3),
+# EXTRA_SET (more `--set k=v` words, checked before anything trains), OMP_NUM_THREADS (default 2: the processes
+# share the machine's cores).
 # tests/test_gpu_lengths.py runs it on the CPU here with a few steps and prompts.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
 OUT="${OUT:-/tmp/gpu_lengths_out}"
-WORK="${WORK:-/root/gpu_lengths}"
-VARIANTS="${VARIANTS:-plain@0 plain@1 plain@2 pf@0 pf@1 pf@2}"
+VARIANTS="${VARIANTS:-plain@0 pf@0 plain@1 pf@1}"
 DEADLINE_S="${DEADLINE_S:-540}"
 EVAL_RESERVE="${EVAL_RESERVE:-200}"
 AR_STEPS="${AR_STEPS:-3500}"
@@ -46,7 +48,8 @@ FUSED_SEEDS="${FUSED_SEEDS:-0}"
 WEIGHTS="${WEIGHTS:-4}"
 EXTRA_SET="${EXTRA_SET:-}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
-mkdir -p "$OUT" "$WORK"
+mkdir -p "$OUT" "${WORK:-/root/gpu_lengths}"
+WORK="$(mktemp -d "${WORK:-/root/gpu_lengths}/call-XXXXXX")"
 exec > >(tee -a "$OUT/log.txt") 2>&1
 TEE=$!
 finish() { exec >&- 2>&-; wait "$TEE" 2>/dev/null; }  # log.txt complete before the call returns
@@ -55,61 +58,81 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 START=$(date +%s)
 stamp() { echo "=== $* (t=$(( $(date +%s) - START ))s)"; }
 left() { local l=$(( DEADLINE_S - ($(date +%s) - START) )); [ "$l" -lt 1 ] && l=1; echo "$l"; }
+last_lines() { tr '\r' '\n' < "$1" | tail -n "$2" | cut -c1-300; }  # tqdm's bar has no newlines
+# a bare `wait` would also wait for the log's tee (a process substitution, bash >= 5.1): never call it empty
+wait_for() { [ -z "$*" ] || wait "$@"; }
 
-# every variant is checked before anything trains: a typo must not cost a device call
+# everything is checked before anything trains: a typo must not cost a device call
 RUNS=""
+NV=0
 for v in $VARIANTS; do
   recipe=${v%@*}; seed=0; [ "$v" != "$recipe" ] && seed=${v#*@}
   case "$recipe" in plain|logn|pf|pflogn) ;; *) echo "unknown recipe in $v (plain | logn | pf | pflogn)"; exit 2 ;; esac
-  [[ "$seed" =~ ^[0-9]+$ ]] || { echo "bad seed in $v: RECIPE@SEED, SEED a whole number"; exit 2; }
+  [[ "$seed" =~ ^[0-9]{1,6}$ ]] || { echo "bad seed in $v: RECIPE@SEED, SEED a whole number"; exit 2; }
+  seed=$(( 10#$seed ))
   case " $RUNS " in *" gpu-$recipe-s$seed "*) echo "$v is listed twice"; exit 2 ;; esac
   RUNS="$RUNS gpu-$recipe-s$seed"
+  NV=$(( NV + 1 ))
 done
+[ "$NV" -ge 1 ] || { echo "VARIANTS is empty"; exit 2; }
+[ "$NV" -le 6 ] || { echo "$NV variants: at most 6 (thr.jsonl and logs.tgz must stay under 16 MiB)"; exit 2; }
 [ "$WEIGHTS" -le 4 ] || { echo "WEIGHTS=$WEIGHTS: a device call brings back 8 files, 4 of them run tars at most"; exit 2; }
+TRAIN_S=$(( DEADLINE_S - EVAL_RESERVE - 10 ))
+[ "$TRAIN_S" -ge 30 ] && [ "$EVAL_RESERVE" -ge 30 ] \
+  || { echo "DEADLINE_S=$DEADLINE_S EVAL_RESERVE=$EVAL_RESERVE: need 30 s or more for each of training and evaluation"; exit 2; }
 
 stamp "environment"
 DEVICE="${DEVICE:-$("$PY" -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")')}"
 "$PY" -c "import sys, torch; print('torch', torch.__version__, '| device $DEVICE', '| cuda', torch.cuda.is_available())
 sys.exit(0 if '$DEVICE' == 'cpu' or torch.cuda.is_available() else 3)" || { echo "DEVICE=$DEVICE but torch sees no CUDA"; exit 3; }
 
-JOBS=""  # a bare `wait` would also wait for the log's tee (a process substitution, bash >= 5.1)
+train_args() {  # recipe seed -> the train command's settings
+  local tasks=long7xp,prog7xp,long7xph,prog7xph,long7xpf mix=12,12,6,6,6 logn=false
+  case "$1" in pf|pflogn) tasks=$tasks,prog7xpf; mix=$mix,6 ;; esac
+  case "$1" in logn|pflogn) logn=true ;; esac
+  echo "--recipe pretrain --preset tiny_base7h --device $DEVICE --set seed=$2 --set tasks=$tasks --set mix=$mix \
+--set ar_steps=$AR_STEPS --set diffusion_steps=$DIFF_STEPS --set ar_aux=2.0 --set layout=absolute_grid \
+--set eval_max_new_tokens=96 --set eval_every=1000000 --set model.attn_logn=$logn $EXTRA_SET"
+}
+set -f  # the settings' words are options, not globs
+# shellcheck disable=SC2046
+"$PY" -m orl.cli train $(train_args plain 0) --show-config > "$WORK/config.txt" \
+  || { echo "the training settings (EXTRA_SET: $EXTRA_SET) are refused: see above"; exit 2; }
+JOBS=""
 for v in $VARIANTS; do
   recipe=${v%@*}; seed=0; [ "$v" != "$recipe" ] && seed=${v#*@}
-  tasks=long7xp,prog7xp,long7xph,prog7xph,long7xpf; mix=12,12,6,6,6; logn=false
-  case "$recipe" in pf|pflogn) tasks=$tasks,prog7xpf; mix=$mix,6 ;; esac
-  case "$recipe" in logn|pflogn) logn=true ;; esac
-  run=gpu-$recipe-s$seed
-  # --fresh: a directory left by an earlier call on a warm machine is not resumed under other settings
-  set -f  # EXTRA_SET's words are options, not globs
-  # shellcheck disable=SC2086
-  timeout "$(( $(left) - EVAL_RESERVE ))" "$PY" -m orl.cli train --recipe pretrain --preset tiny_base7h --fresh \
-    --out "$WORK/$run" --device "$DEVICE" --set seed="$seed" \
-    --set tasks=$tasks --set mix=$mix --set ar_steps="$AR_STEPS" \
-    --set diffusion_steps="$DIFF_STEPS" --set ar_aux=2.0 --set layout=absolute_grid --set eval_max_new_tokens=96 \
-    --set eval_every=1000000 --set model.attn_logn=$logn $EXTRA_SET > "$WORK/train-$run.out" 2>&1 &
+  seed=$(( 10#$seed )); run=gpu-$recipe-s$seed
+  # shellcheck disable=SC2046
+  timeout "$TRAIN_S" "$PY" -m orl.cli train $(train_args "$recipe" "$seed") --out "$WORK/$run" \
+    > "$WORK/train-$run.out" 2>&1 &
   JOBS="$JOBS $!"
-  set +f
 done
-stamp "training ($VARIANTS) until done or $(( $(left) - EVAL_RESERVE )) s"
+set +f
+stamp "training ($VARIANTS) in $WORK until done or t=${TRAIN_S}s"
 # shellcheck disable=SC2086
-wait $JOBS
+wait_for $JOBS
+STATUS=0
 for run in $RUNS; do
-  echo "--- $run: last lines"; tail -n 3 "$WORK/train-$run.out"
-  "$PY" -c "import json, sys; print('$run step', json.load(open(sys.argv[1]))['recipe']['step'])" "$WORK/$run/orl.json" \
-    || echo "$run has no checkpoint"
+  echo "--- $run: last lines"; last_lines "$WORK/train-$run.out" 3
+  step=$("$PY" -c "import json, sys; print(json.load(open(sys.argv[1]))['recipe']['step'])" "$WORK/$run/orl.json" 2>/dev/null)
+  if [ -z "$step" ]; then echo "$run has no checkpoint"; STATUS=1
+  elif [ "$step" -lt $(( AR_STEPS + DIFF_STEPS )) ]; then
+    echo "$run step $step: CUT SHORT (planned $(( AR_STEPS + DIFF_STEPS )))"; STATUS=1
+  else echo "$run step $step"; fi
 done
 
 stamp "evaluations"
 JOBS=""
 for run in $RUNS; do
   [ -f "$WORK/$run/orl.json" ] || continue
-  # each process writes its own file; they are joined below (concurrent appends to one file could interleave)
   (for seed in $SEEDS; do for s in heldout beyond; do
+     [ "$(left)" -gt 5 ] || break 2
      timeout "$(left)" "$PY" -m orl.cli eval --model "$WORK/$run" --tasks long7xp,prog7xp --split $s --limit "$LIMIT" \
        --max-new-tokens 104 --thresholds 0.9 --seed $seed --device "$DEVICE" --no-progress --out "$WORK/thr-$run.jsonl"
    done; done) > "$WORK/thr-$run.out" 2>&1 &
   JOBS="$JOBS $!"
   (for seed in $FUSED_SEEDS; do for s in heldout beyond; do
+     [ "$(left)" -gt 5 ] || break 2
      timeout "$(left)" "$PY" -m orl.cli eval --model "$WORK/$run" --tasks long7xp,prog7xp --split $s --limit "$LIMIT" \
        --max-new-tokens 104 --batch-size 1 --spec-tokens 8 --spec-draft fused --spec-groups 3 --seed $seed \
        --device "$DEVICE" --no-progress --out "$WORK/fused-$run.jsonl"
@@ -117,14 +140,14 @@ for run in $RUNS; do
   JOBS="$JOBS $!"
 done
 # shellcheck disable=SC2086
-wait $JOBS
-STATUS=0
+wait_for $JOBS
+# each process wrote its own file (concurrent appends to one could interleave); joined here
 : > "$OUT/thr.jsonl"; : > "$OUT/fused.jsonl"
-LOGS=""
+LOGS="config.txt"
 n=0
 for run in $RUNS; do
   for k in thr fused; do
-    echo "--- $k-$run"; tail -n 4 "$WORK/$k-$run.out" 2>/dev/null
+    echo "--- $k-$run"; last_lines "$WORK/$k-$run.out" 4 2>/dev/null
     if [ -s "$WORK/$k-$run.jsonl" ]; then cat "$WORK/$k-$run.jsonl" >> "$OUT/$k.jsonl"; else STATUS=1; fi
   done
   LOGS="$LOGS train-$run.out"
@@ -132,12 +155,15 @@ for run in $RUNS; do
   [ -d "$WORK/$run" ] || continue
   n=$(( n + 1 ))
   if [ "$n" -le "$WEIGHTS" ]; then
-    tar -C "$WORK" -cf "$OUT/run-$run.tar" --exclude trainer_state.pt --exclude stage1 "$run"
+    tar -C "$WORK" -cf "$OUT/run-$run.tar" --exclude trainer_state.pt --exclude stage1 "$run" || STATUS=1
   else
-    echo "$run: weights left on the device (WEIGHTS=$WEIGHTS); its manifest and logs are in logs.tar"
+    echo "$run: weights left on the device (WEIGHTS=$WEIGHTS); its manifest and logs are in logs.tgz"
   fi
 done
 # shellcheck disable=SC2086
-tar -C "$WORK" -cf "$OUT/logs.tar" $LOGS
+tar -C "$WORK" -czf "$OUT/logs.tgz" $LOGS || STATUS=1
+for f in "$OUT"/*; do  # a file over 16 MiB does not come back from a device call
+  [ "$(stat -c %s "$f")" -le $(( 16 * 1024 * 1024 )) ] || { echo "$f is over 16 MiB and will not come back"; STATUS=1; }
+done
 stamp "done (status $STATUS)"
 exit $STATUS

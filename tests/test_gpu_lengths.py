@@ -31,12 +31,12 @@ def test_variants_train_evaluate_and_come_back_in_at_most_eight_files(tmp_path, 
     assert run.returncode == 0, log[-3000:]
     files = sorted(p.name for p in out.iterdir())
     # weights of the first WEIGHTS runs only: a device call brings back eight files at most
-    assert files == ["fused.jsonl", "log.txt", "logs.tar", "run-gpu-pflogn-s1.tar", "run-gpu-plain-s0.tar",
+    assert files == ["fused.jsonl", "log.txt", "logs.tgz", "run-gpu-pflogn-s1.tar", "run-gpu-plain-s0.tar",
                      "thr.jsonl"]
     assert "gpu-logn-s0: weights left on the device" in log
     thr = [json.loads(line) for line in (out / "thr.jsonl").read_text().splitlines()]
     fused = [json.loads(line) for line in (out / "fused.jsonl").read_text().splitlines()]
-    with tarfile.open(out / "logs.tar") as tar:
+    with tarfile.open(out / "logs.tgz") as tar:
         logs = {name: tar.extractfile(name) for name in tar.getnames() if name.endswith("orl.json")}
         manifests = {name.split("/")[0]: json.load(f) for name, f in logs.items()}
     for run, logn, helper, seed in (("gpu-plain-s0", False, False, 0), ("gpu-pflogn-s1", True, True, 1),
@@ -56,15 +56,20 @@ def test_variants_train_evaluate_and_come_back_in_at_most_eight_files(tmp_path, 
         assert f"{run}/model.safetensors" in names and f"{run}/trainer_state.pt" not in names
 
 
-@pytest.mark.parametrize("variants, message", [("plain@0 nope@1", "unknown recipe in nope@1"),
-                                               ("plain@x", "bad seed in plain@x"),
-                                               ("pf@1 pf@1", "pf@1 is listed twice")])
-def test_a_bad_variant_stops_before_anything_trains(tmp_path, variants, message):
+@pytest.mark.parametrize("variants, extra, message", [
+    ("plain@0 nope@1", "", "unknown recipe in nope@1"),
+    ("plain@x", "", "bad seed in plain@x"),
+    ("pf@1 pf@01", "", "pf@01 is listed twice"),
+    (" ", "", "VARIANTS is empty"),
+    ("plain@0 plain@1 plain@2 pf@0 pf@1 pf@2 logn@0", "", "7 variants: at most 6"),
+    ("plain@0", "--set nope=1", "the training settings (EXTRA_SET: --set nope=1) are refused")])
+def test_a_bad_call_stops_before_anything_trains(tmp_path, variants, extra, message):
     out = tmp_path / "out"
     env = {**os.environ, "OUT": str(out), "WORK": str(tmp_path / "work"), "VARIANTS": variants, "DEVICE": "cpu",
-           "PYTHON": str(Path(os.sys.executable))}
+           "EXTRA_SET": extra, "PYTHON": str(Path(os.sys.executable)), "OMP_NUM_THREADS": "1"}
     run = subprocess.run(["bash", str(ROOT / "benchmarks/gpu_lengths.sh")], env=env, capture_output=True, text=True,
-                         timeout=60)
+                         timeout=120)
     assert run.returncode == 2
     assert message in (out / "log.txt").read_text()
-    assert not list((tmp_path / "work").iterdir())  # nothing trained
+    calls = list((tmp_path / "work").iterdir())  # one fresh folder per call, with no run in it
+    assert len(calls) == 1 and not [p for p in calls[0].iterdir() if p.name.startswith("gpu-")]
