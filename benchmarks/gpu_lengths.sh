@@ -99,9 +99,8 @@ set -f  # the settings' words are options, not globs
 "$PY" -m orl.cli train $(train_args plain 0) --show-config > "$WORK/config.txt" \
   || { echo "the training settings (EXTRA_SET: $EXTRA_SET) are refused: see above"; exit 2; }
 JOBS=""
-for v in $VARIANTS; do
-  recipe=${v%@*}; seed=0; [ "$v" != "$recipe" ] && seed=${v#*@}
-  seed=$(( 10#$seed )); run=gpu-$recipe-s$seed
+for run in $RUNS; do
+  recipe=${run#gpu-}; recipe=${recipe%-s*}; seed=${run##*-s}  # the names were checked above
   # shellcheck disable=SC2046
   timeout "$TRAIN_S" "$PY" -m orl.cli train $(train_args "$recipe" "$seed") --out "$WORK/$run" \
     > "$WORK/train-$run.out" 2>&1 &
