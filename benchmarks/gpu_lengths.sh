@@ -14,6 +14,8 @@
 #   logn    plain with model.attn_logn (scalable softmax)
 #   pf      plain plus 6 rows of prog7xpf (prog7xp's distance helper, run hint6 in docs/TRAINING.md)
 #   pflogn  pf with model.attn_logn
+#   bal     plain with long7xp and prog7xp sharing their 24 rows by recent loss (balance=long7xp,prog7xp:
+#           orl/train/mix.py), so the family that lags gets more of them
 # The run of RECIPE@SEED is gpu-RECIPE-sSEED. Why several seeds: on the CPU (docs/TRAINING.md, "Session 27") one
 # recipe's AR stage scored 90% and 16% on prog7xp in range with training seeds 0 and 1.
 #
@@ -67,7 +69,7 @@ RUNS=""
 NV=0
 for v in $VARIANTS; do
   recipe=${v%@*}; seed=0; [ "$v" != "$recipe" ] && seed=${v#*@}
-  case "$recipe" in plain|logn|pf|pflogn) ;; *) echo "unknown recipe in $v (plain | logn | pf | pflogn)"; exit 2 ;; esac
+  case "$recipe" in plain|logn|pf|pflogn|bal) ;; *) echo "unknown recipe in $v (plain | logn | pf | pflogn | bal)"; exit 2 ;; esac
   [[ "$seed" =~ ^[0-9]{1,6}$ ]] || { echo "bad seed in $v: RECIPE@SEED, SEED a whole number"; exit 2; }
   seed=$(( 10#$seed ))
   case " $RUNS " in *" gpu-$recipe-s$seed "*) echo "$v is listed twice"; exit 2 ;; esac
@@ -87,12 +89,13 @@ DEVICE="${DEVICE:-$("$PY" -c 'import torch; print("cuda" if torch.cuda.is_availa
 sys.exit(0 if '$DEVICE' == 'cpu' or torch.cuda.is_available() else 3)" || { echo "DEVICE=$DEVICE but torch sees no CUDA"; exit 3; }
 
 train_args() {  # recipe seed -> the train command's settings
-  local tasks=long7xp,prog7xp,long7xph,prog7xph,long7xpf mix=12,12,6,6,6 logn=false
+  local tasks=long7xp,prog7xp,long7xph,prog7xph,long7xpf mix=12,12,6,6,6 logn=false balance=""
   case "$1" in pf|pflogn) tasks=$tasks,prog7xpf; mix=$mix,6 ;; esac
   case "$1" in logn|pflogn) logn=true ;; esac
+  case "$1" in bal) balance="--set balance=long7xp,prog7xp" ;; esac
   echo "--recipe pretrain --preset tiny_base7h --device $DEVICE --set seed=$2 --set tasks=$tasks --set mix=$mix \
 --set ar_steps=$AR_STEPS --set diffusion_steps=$DIFF_STEPS --set ar_aux=2.0 --set layout=absolute_grid \
---set eval_max_new_tokens=96 --set eval_every=1000000 --set model.attn_logn=$logn $EXTRA_SET"
+--set eval_max_new_tokens=96 --set eval_every=1000000 --set model.attn_logn=$logn $balance $EXTRA_SET"
 }
 set -f  # the settings' words are options, not globs
 # shellcheck disable=SC2046

@@ -23,7 +23,7 @@ def test_variants_train_evaluate_and_come_back_in_at_most_eight_files(tmp_path, 
     out = tmp_path / "out"
     env = {**os.environ, "OUT": str(out), "WORK": str(tmp_path / "work"), "DEVICE": device, "AR_STEPS": "2",
            "DIFF_STEPS": "2", "LIMIT": "1", "SEEDS": "0", "DEADLINE_S": "500", "EVAL_RESERVE": "200",
-           "VARIANTS": "plain@0 pflogn@1 logn", "WEIGHTS": "2",
+           "VARIANTS": "plain@0 pflogn@1 bal", "WEIGHTS": "2",
            "EXTRA_SET": SMALL, "PYTHON": str(Path(os.sys.executable)), "OMP_NUM_THREADS": "1"}
     run = subprocess.run(["bash", str(ROOT / "benchmarks/gpu_lengths.sh")], env=env, capture_output=True, text=True,
                          timeout=600)
@@ -33,19 +33,20 @@ def test_variants_train_evaluate_and_come_back_in_at_most_eight_files(tmp_path, 
     # weights of the first WEIGHTS runs only: a device call brings back eight files at most
     assert files == ["fused.jsonl", "log.txt", "logs.tgz", "run-gpu-pflogn-s1.tar", "run-gpu-plain-s0.tar",
                      "thr.jsonl"]
-    assert "gpu-logn-s0: weights left on the device" in log
+    assert "gpu-bal-s0: weights left on the device" in log
     thr = [json.loads(line) for line in (out / "thr.jsonl").read_text().splitlines()]
     fused = [json.loads(line) for line in (out / "fused.jsonl").read_text().splitlines()]
     with tarfile.open(out / "logs.tgz") as tar:
         logs = {name: tar.extractfile(name) for name in tar.getnames() if name.endswith("orl.json")}
         manifests = {name.split("/")[0]: json.load(f) for name, f in logs.items()}
     for run, logn, helper, seed in (("gpu-plain-s0", False, False, 0), ("gpu-pflogn-s1", True, True, 1),
-                                    ("gpu-logn-s0", True, False, 0)):
+                                    ("gpu-bal-s0", False, False, 0)):
         assert f"{run} step 4" in log  # 2 AR + 2 diffusion steps, the step reported before the evaluations
         manifest = manifests[run]
         assert manifest["model_args"]["attn_logn"] is logn and manifest["layout"] == "absolute_grid"
         config = manifest["recipe"]["config"]
         assert config["seed"] == seed and ("prog7xpf" in config["tasks"]) is helper
+        assert config["balance"] == (["long7xp", "prog7xp"] if run == "gpu-bal-s0" else [])
         # one prompt per family and split: long7xp and prog7xp, in range and beyond
         mine = [r for r in thr if r["model"]["name"] == run]
         assert len(mine) == 4 and {r["task"] for r in mine} == {"long7xp", "prog7xp"}

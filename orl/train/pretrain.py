@@ -1,8 +1,9 @@
 """Base-model recipe for the tiny dLLM: an autoregressive stage (dense next-token supervision), then
 conversion to block diffusion with the staircase masked-diffusion loss (the QwenDLM route).
 
-Exact resume: every batch and every noise draw is a pure function of (seed, step), and the
-checkpoint carries the optimizer state and the step, so a resumed run continues bit for bit.
+Exact resume: every batch and every noise draw is a pure function of (seed, step) (and, with a balanced
+mix, of the per-task loss averages: orl.train.mix), and the checkpoint carries the optimizer state, those
+averages and the step, so a resumed run continues bit for bit.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from orl.train.dist import SINGLE, Dist, setup, shard_rows
 from orl.train.fsdp import check_parallel, gathered
 from orl.atomic_dir import RUN_FILES
 from orl.train.loop import TrainLoop, check_fields, make_optimizer
+from orl.train.mix import MixBalancer
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,8 @@ class PretrainConfig:
                                   # blocks read as in any shorter prompt, as in the causal stage 1)
     batch_size: int = 64          # samples per step, split evenly over tasks unless `mix` is given
     mix: tuple[int, ...] = ()     # samples per step of each task (aligned with `tasks`)
+    balance: tuple[str, ...] = () # tasks that share their rows by recent loss, the lagging one getting more
+                                  # (orl.train.mix); () keeps the mix fixed
     noisy_copies: int = 1         # noisy states of every block per row (clean context reused)
     pos_offset: float = 0.0       # fraction of rows shifted to a random start (trains the whole learned
                                   # position table, for answers longer than the training ones)
@@ -76,6 +80,12 @@ class PretrainConfig:
         problems += check_parallel(self)
         if self.mix and (len(self.mix) != len(self.tasks) or min(self.mix) < 0 or sum(self.mix) == 0):
             problems.append(f"mix {self.mix} must give a count >= 0 for each of the tasks {self.tasks}")
+        elif self.balance:
+            counts = dict(zip(self.tasks, self.samples_per_task))
+            off = [t for t in self.balance if counts.get(t, 0) == 0]
+            if off or len(set(self.balance)) != len(self.balance) or len(self.balance) < 2:
+                problems.append(f"balance {self.balance} must name two or more different tasks of {self.tasks} "
+                                f"that have rows in the mix" + (f" (no rows: {', '.join(off)})" if off else ""))
         if problems:
             raise ValueError("invalid PretrainConfig: " + "; ".join(problems))
 
@@ -115,15 +125,16 @@ def stage_of(cfg: PretrainConfig, step: int) -> str:
     return "ar" if step < cfg.ar_steps else "diffusion" if cfg.convert else "ar2"
 
 
-def make_batches(cfg: PretrainConfig, tok, step: int) -> list[Batch]:
+def make_batches(cfg: PretrainConfig, tok, step: int, counts: tuple[int, ...] | None = None) -> list[Batch]:
     """One micro-batch per task: a task's rows have similar lengths, so little of a step is padding
-    (one mixed batch would pad an 11-token row to the 66 tokens of a `long` row)."""
+    (one mixed batch would pad an 11-token row to the 66 tokens of a `long` row). counts: rows per task
+    (the balanced mix, orl.train.mix), else the config's."""
     rng = random.Random(f"pretrain|{cfg.seed}|{step}")
     ids = special_ids(tok, cfg.model.vocab_size)
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
     diffusion = stage_of(cfg, step) == "diffusion"
     batches, aux = [], []
-    for name, n in zip(cfg.tasks, cfg.samples_per_task):
+    for name, n in zip(cfg.tasks, counts or cfg.samples_per_task):
         if n == 0:
             continue  # the task is off in this preset
         task = get_task(name)
@@ -214,9 +225,13 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_co
     opt = make_optimizer(model, cfg.lr, cfg.weight_decay)
     if loop.state:
         loop.load_optimizer(model, opt)
+    balancer = MixBalancer(cfg.samples_per_task, [cfg.tasks.index(t) for t in cfg.balance]) if cfg.balance else None
+    if balancer and loop.state and "mix_balance" in loop.state:
+        balancer.load_state_dict(loop.state["mix_balance"])
     t_last, tokens = time.perf_counter(), 0
     for step in loop.steps():
-        batches = make_batches(cfg, tok, step)
+        counts = balancer.counts() if balancer else None
+        batches = make_batches(cfg, tok, step, counts)
         parts, norms = [], []
         loss = train_step(ddp, opt, batches, cfg, lr_at(cfg, step), parts, dist, norms)
         tokens += sum(b.n_tokens for b in batches)
@@ -225,6 +240,9 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_co
         rec = {"step": step + 1, "stage": stage, "loss": round(loss, 5), "lr": lr_at(cfg, step),
                "grad_norm": round(float(norms[0]), 5),
                "task_loss": {n: round(float(x), 4) for n, x in zip(names, parts)}}
+        if balancer:
+            balancer.update(stage, parts[:len(names)])  # the loss of the step's rows: it sets the next step's
+            rec["rows"] = dict(zip(cfg.tasks, counts))
         if len(parts) > len(names):  # make_batches puts the ar_aux rows after the tasks' own
             rec["ar_aux_loss"] = {n: round(float(x), 4) for n, x in zip(names, parts[len(names):])}
         done = step + 1
@@ -248,21 +266,23 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_co
         if end_of_stage1:
             # A resumable branch point for other stage-2 recipes. Saved before `out`: a crash in between
             # resumes `out` from before this step, so stage 1 is written again, never skipped.
-            save(loop, model, tok, opt, cfg, done, {"eval": rec.get("eval")}, stage1)
+            save(loop, model, tok, opt, cfg, done, {"eval": rec.get("eval")}, stage1, balancer)
         if loop.due(done, cfg.save_every) or end_of_stage1:
-            save(loop, model, tok, opt, cfg, done, {"eval": rec.get("eval")})
+            save(loop, model, tok, opt, cfg, done, {"eval": rec.get("eval")}, balancer=balancer)
     loop.finish()
     model.eval()
     return model
 
 
-def save(loop: TrainLoop, model, tok, opt, cfg: PretrainConfig, step: int, extra: dict, target: Path | None = None) -> None:
+def save(loop: TrainLoop, model, tok, opt, cfg: PretrainConfig, step: int, extra: dict, target: Path | None = None,
+         balancer: MixBalancer | None = None) -> None:
     diffusion = cfg.convert and step > cfg.ar_steps
     manifest = {"block_len": cfg.block_len, "residual_mode": "off",
                 "objective": "block_diffusion" if diffusion else "autoregressive",
                 **({"layout": cfg.layout} if diffusion else {}),  # the engine decodes as the rows trained
                 "recipe": {"name": "pretrain", "config": loop.config, "step": step, **extra}}
-    loop.save(model, tok, manifest, opt, step, target)
+    loop.save(model, tok, manifest, opt, step, target,
+              **({"mix_balance": balancer.state_dict()} if balancer else {}))
 
 
 def evaluate(model: Transformer, tok, cfg: PretrainConfig, threshold: float | None = None) -> dict:
