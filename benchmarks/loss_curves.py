@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Per-family training-loss curves of several pretraining runs, one row per run and family: the mean loss
-over each window of steps (and, for a balanced mix, the family's mean rows per step over the whole run).
-Shows which family a run learns first and where each one is when the budget ends.
+over each window of one stage's steps (a window never mixes the AR and diffusion losses), and for a balanced
+mix (orl/train/mix.py) the family's mean rows per step in that stage. Shows which family a run learns first
+and where each one is when the budget ends.
 
     python benchmarks/loss_curves.py ~/.cache/orl/runs/hint4*/ --families long7xp,prog7xp --window 500
 """
@@ -13,14 +14,17 @@ import statistics
 from pathlib import Path
 
 
-def load(run: str) -> list[dict]:
+def load(run: str, stage: str) -> list[dict]:
     path = Path(run)
     path = path / "train.log.jsonl" if path.is_dir() else path
     steps: dict[int, dict] = {}
     for line in open(path):
         r = json.loads(line)
-        steps[r["step"]] = r  # a resumed run logs a few steps twice; the last record wins
-    return [steps[k] for k in sorted(steps)]
+        steps[r["step"]] = r  # logs of runs from before open_log dropped a resume's repeated steps: the last wins
+    recs = [steps[k] for k in sorted(steps) if steps[k].get("stage", "ar") == stage]
+    if not recs:
+        raise SystemExit(f"{path}: no steps of stage {stage!r}")
+    return recs
 
 
 def main() -> None:
@@ -28,12 +32,14 @@ def main() -> None:
     ap.add_argument("runs", nargs="+", help="run directories or their train.log.jsonl")
     ap.add_argument("--families", default="", help="comma-separated; default: every family of the first run")
     ap.add_argument("--window", type=int, default=500)
+    ap.add_argument("--stage", default="ar", help="ar | diffusion | ar2 (the log's stage names)")
     args = ap.parse_args()
-    logs = {run.rstrip("/"): load(run) for run in args.runs}
-    first = next(iter(logs.values()))
-    families = args.families.split(",") if args.families else list(first[0]["task_loss"])
+    logs = {run.rstrip("/"): load(run, args.stage) for run in args.runs}
+    families = args.families.split(",") if args.families else list(dict.fromkeys(
+        f for recs in logs.values() for f in recs[0]["task_loss"]))
     longest = max(len(v) for v in logs.values())
-    heads = [f"{lo + 1}-{min(lo + args.window, longest)}" for lo in range(0, longest, args.window)]
+    first = min(recs[0]["step"] for recs in logs.values())  # the stage's first step (runs of one recipe)
+    heads = [f"{first + lo}-{first + min(lo + args.window, longest) - 1}" for lo in range(0, longest, args.window)]
     print(f"| run | family | {' | '.join(heads)} | rows/step |")
     print("|---|---|" + "---:|" * (len(heads) + 1))
     for run, recs in logs.items():

@@ -39,6 +39,8 @@ def test_variants_train_evaluate_and_come_back_in_at_most_eight_files(tmp_path, 
     with tarfile.open(out / "logs.tgz") as tar:
         logs = {name: tar.extractfile(name) for name in tar.getnames() if name.endswith("orl.json")}
         manifests = {name.split("/")[0]: json.load(f) for name, f in logs.items()}
+        trained = {name.split("/")[0]: [json.loads(line) for line in tar.extractfile(name)]
+                   for name in tar.getnames() if name.endswith("train.log.jsonl")}
     for run, logn, helper, seed in (("gpu-plain-s0", False, False, 0), ("gpu-pflogn-s1", True, True, 1),
                                     ("gpu-bal-s0", False, False, 0)):
         assert f"{run} step 4" in log  # 2 AR + 2 diffusion steps, the step reported before the evaluations
@@ -47,6 +49,12 @@ def test_variants_train_evaluate_and_come_back_in_at_most_eight_files(tmp_path, 
         config = manifest["recipe"]["config"]
         assert config["seed"] == seed and ("prog7xpf" in config["tasks"]) is helper
         assert config["balance"] == (["long7xp", "prog7xp"] if run == "gpu-bal-s0" else [])
+        # the balanced run logs its rows per step: long7xp and prog7xp share 24, the helpers keep 6 each
+        rows = [r.get("rows") for r in trained[run]]
+        if run == "gpu-bal-s0":
+            assert all(r["long7xp"] + r["prog7xp"] == 24 and r["long7xpf"] == 6 for r in rows)
+        else:
+            assert rows == [None] * len(rows)
         # one prompt per family and split: long7xp and prog7xp, in range and beyond
         mine = [r for r in thr if r["model"]["name"] == run]
         assert len(mine) == 4 and {r["task"] for r in mine} == {"long7xp", "prog7xp"}

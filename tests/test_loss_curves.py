@@ -13,8 +13,9 @@ def write_log(path: Path, records: list[dict]) -> None:
 
 
 def test_table_of_window_means(tmp_path):
-    fixed = [{"step": s, "task_loss": {"a": float(s), "b": 10.0}} for s in (1, 2, 3)]
-    fixed.append({"step": 3, "task_loss": {"a": 5.0, "b": 10.0}})  # step 3 again after a resume: this one counts
+    fixed = [{"step": s, "stage": "ar", "task_loss": {"a": float(s), "b": 10.0}} for s in (1, 2, 3)]
+    fixed.append({"step": 3, "task_loss": {"a": 5.0, "b": 10.0}})  # step 3 again (an old log): this one counts
+    fixed.append({"step": 4, "stage": "diffusion", "task_loss": {"a": 99.0, "b": 99.0}})  # not in the AR table
     balanced = [{"step": s, "task_loss": {"a": 1.0, "b": 2.0}, "rows": {"a": r, "b": 8 - r}}
                 for s, r in ((1, 4), (2, 2), (3, 3))]
     write_log(tmp_path / "fixed", fixed)
@@ -25,3 +26,9 @@ def test_table_of_window_means(tmp_path):
     assert lines[0] == "| run | family | 1-2 | 3-3 | rows/step |"
     assert lines[2:] == ["| fixed | a | 1.500 | 5.000 | fixed |", "| fixed | b | 10.000 | 10.000 | fixed |",
                          "| bal | a | 1.000 | 1.000 | 3.0 |", "| bal | b | 2.000 | 2.000 | 5.0 |"]
+    diff = subprocess.run([sys.executable, str(ROOT / "benchmarks/loss_curves.py"), str(tmp_path / "fixed"),
+                           "--stage", "diffusion"], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert diff[0] == "| run | family | 4-4 | rows/step |" and diff[2] == "| fixed | a | 99.000 | fixed |"
+    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks/loss_curves.py"), str(tmp_path / "bal"),
+                          "--stage", "diffusion"], capture_output=True, text=True)
+    assert bad.returncode == 1 and "no steps of stage 'diffusion'" in bad.stderr

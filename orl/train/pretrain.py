@@ -27,7 +27,7 @@ from orl.train.dist import SINGLE, Dist, setup, shard_rows
 from orl.train.fsdp import check_parallel, gathered
 from orl.atomic_dir import RUN_FILES
 from orl.train.loop import TrainLoop, check_fields, make_optimizer
-from orl.train.mix import MixBalancer
+from orl.train.mix import MixBalancer, balance_problems
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,8 @@ class PretrainConfig:
                                   # blocks read as in any shorter prompt, as in the causal stage 1)
     batch_size: int = 64          # samples per step, split evenly over tasks unless `mix` is given
     mix: tuple[int, ...] = ()     # samples per step of each task (aligned with `tasks`)
-    balance: tuple[str, ...] = () # tasks that share their rows by recent loss, the lagging one getting more
-                                  # (orl.train.mix); () keeps the mix fixed
+    balance: tuple[str, ...] = () # tasks that share their rows by recent loss: each keeps half its count, the
+                                  # rest goes mostly to the one that lags (orl.train.mix); () keeps the mix fixed
     noisy_copies: int = 1         # noisy states of every block per row (clean context reused)
     pos_offset: float = 0.0       # fraction of rows shifted to a random start (trains the whole learned
                                   # position table, for answers longer than the training ones)
@@ -81,11 +81,7 @@ class PretrainConfig:
         if self.mix and (len(self.mix) != len(self.tasks) or min(self.mix) < 0 or sum(self.mix) == 0):
             problems.append(f"mix {self.mix} must give a count >= 0 for each of the tasks {self.tasks}")
         elif self.balance:
-            counts = dict(zip(self.tasks, self.samples_per_task))
-            off = [t for t in self.balance if counts.get(t, 0) == 0]
-            if off or len(set(self.balance)) != len(self.balance) or len(self.balance) < 2:
-                problems.append(f"balance {self.balance} must name two or more different tasks of {self.tasks} "
-                                f"that have rows in the mix" + (f" (no rows: {', '.join(off)})" if off else ""))
+            problems += balance_problems(self.tasks, self.samples_per_task, self.balance)
         if problems:
             raise ValueError("invalid PretrainConfig: " + "; ".join(problems))
 
@@ -225,12 +221,14 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_co
     opt = make_optimizer(model, cfg.lr, cfg.weight_decay)
     if loop.state:
         loop.load_optimizer(model, opt)
-    balancer = MixBalancer(cfg.samples_per_task, [cfg.tasks.index(t) for t in cfg.balance]) if cfg.balance else None
+    balancer = MixBalancer(cfg.tasks, cfg.samples_per_task, cfg.balance) if cfg.balance else None
     if balancer and loop.state and "mix_balance" in loop.state:
-        balancer.load_state_dict(loop.state["mix_balance"])
+        why = balancer.load_state_dict(loop.state["mix_balance"])
+        if why:
+            log(why)
     t_last, tokens = time.perf_counter(), 0
     for step in loop.steps():
-        counts = balancer.counts() if balancer else None
+        counts = balancer.counts(stage_of(cfg, step)) if balancer else None
         batches = make_batches(cfg, tok, step, counts)
         parts, norms = [], []
         loss = train_step(ddp, opt, batches, cfg, lr_at(cfg, step), parts, dist, norms)
