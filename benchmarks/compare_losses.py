@@ -15,7 +15,7 @@ def load(path: str) -> dict[int, dict]:
     steps: dict[int, dict] = {}
     for line in open(path):
         r = json.loads(line)
-        steps[r["step"]] = r  # a resumed run logs a few steps twice; the last record wins
+        steps[r["step"]] = r  # logs from before open_log dropped a resume's repeated steps: the last wins
     return steps
 
 

@@ -9,18 +9,16 @@ and where each one is when the budget ends.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
+
+from compare_losses import load as load_steps
 
 
 def load(run: str, stage: str) -> list[dict]:
     path = Path(run)
     path = path / "train.log.jsonl" if path.is_dir() else path
-    steps: dict[int, dict] = {}
-    for line in open(path):
-        r = json.loads(line)
-        steps[r["step"]] = r  # logs of runs from before open_log dropped a resume's repeated steps: the last wins
+    steps = load_steps(str(path))
     recs = [steps[k] for k in sorted(steps) if steps[k].get("stage", "ar") == stage]
     if not recs:
         raise SystemExit(f"{path}: no steps of stage {stage!r}")
