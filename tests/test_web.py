@@ -18,7 +18,10 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
 
 if not os.path.exists(CHROMIUM):
     pytest.skip(f"{CHROMIUM} is absent (Debian package chromium; .ci/run installs it)", allow_module_level=True)
-sync_playwright = pytest.importorskip("playwright.sync_api", reason="playwright is a dev dependency").sync_playwright
+_pw = pytest.importorskip("playwright.sync_api", reason="playwright is a dev dependency")
+# expect() rather than page.wait_for_function("..."): a string predicate that fails its first check is
+# polled with eval() inside the page, which the page's CSP (default-src 'self') refuses
+sync_playwright, expect = _pw.sync_playwright, _pw.expect
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +43,7 @@ def test_page_shows_denoising_and_final_text(served, tmp_path):
         try:
             page = browser.new_page(viewport={"width": 1200, "height": 1100})
             page.goto(url + "/")
-            page.wait_for_function("document.querySelector('#model').textContent.includes('tiny')")
+            expect(page.locator("#model")).to_contain_text("tiny")
             page.fill("#prompt", prompt)
             page.fill("#threshold", str(params["threshold"]))
             page.fill("#block-len", str(params["block_len"]))
@@ -82,7 +85,7 @@ def test_page_with_an_api_key(served, tmp_path):
             assert "needs an API key" in page.text_content("#error")
             page.goto(url + "/#key=k3y")
             page.reload()
-            page.wait_for_function("document.querySelector('#model').textContent.includes('tiny')")
+            expect(page.locator("#model")).to_contain_text("tiny")
             page.fill("#prompt", "hi")
             page.fill("#max-tokens", "4")
             page.fill("#delay", "0")
