@@ -38,7 +38,7 @@ from collections import defaultdict
 
 from orl.eval import metrics
 from orl.eval.headline import pair_key
-from orl.eval.records import decoder_label, read_records
+from orl.eval.records import decoder_label, latest_records as latest, read_records
 from orl.eval.shape import has_shape, shape_counts, values_by
 from orl.eval.tasks import HELPER_NAMES, get_task
 
@@ -51,13 +51,6 @@ def row(recs: list[dict]) -> dict:
         shaped, right, total = shape_counts([(r["answer"], r["output_text"]) for r in recs])
         out["shape"], out["values"] = f"{shaped}/{len(recs)}", f"{right}/{total}"
     return out
-
-
-def latest(records: list[dict]) -> list[dict]:
-    """A prompt evaluated again under the same decoder with another answer budget (--max-new-tokens)
-    counts once: its last record."""
-    return list({(r["model"]["id"], decoder_label(r["decode"]), r["decode"].get("threshold"), r["prompt_id"],
-                  r["sample"]): r for r in records}.values())
 
 
 def head_of(r: dict) -> tuple:

@@ -107,6 +107,13 @@ def decoder_label(decode: dict) -> str:
     return label
 
 
+def latest_records(records: list[dict]) -> list[dict]:
+    """A prompt evaluated again by the same model and decoder (another --max-new-tokens, say) counts once:
+    its last record."""
+    return list({(r["model"]["id"], decoder_label(r["decode"]), r["decode"].get("threshold"), r["prompt_id"],
+                  r["decode"].get("seed", 0), r["sample"]): r for r in records}.values())
+
+
 def record_key(r: dict) -> Key:
     return r["model"]["id"], r["config_id"], r["prompt_id"], r["sample"]
 

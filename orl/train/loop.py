@@ -27,7 +27,8 @@ from orl.train.runlog import open_log
 TRAIN_STATE = "trainer_state.pt"
 # fields a resumed run may change: they decide when and how far to log, evaluate and save, or how the work is
 # spread over processes (the checkpoint is the same under DDP and FSDP), not what is learned
-RESUME_FREE = frozenset({"threads", "eval_every", "eval_samples", "eval_max_new_tokens", "save_every", "parallel"})
+RESUME_FREE = frozenset({"threads", "eval_every", "eval_samples", "eval_max_new_tokens", "save_every", "parallel",
+                         "keep_every"})
 
 
 class ResumeError(ValueError):
@@ -84,6 +85,13 @@ def check_output(*dirs: Path, inputs: Mapping[str, str | Path] | None = None) ->
             check_replaceable(Path(d).resolve())
         except NotOrlDirectory as e:
             raise ResumeError(str(e)) from None
+
+
+def snapshot_dirs(out: Path, every: int, total: int) -> dict[int, Path]:
+    """keep_every's copies: OUT-atSTEP beside OUT every `every` steps before the last (the last is OUT). Beside,
+    not inside: each is a checkpoint of its own that `orl eval` and `orl serve` take as it is."""
+    out = Path(out).resolve()
+    return {n: out.parent / f"{out.name}-at{n}" for n in range(every, total, every)} if every > 0 else {}
 
 
 def load_train_state(out: Path) -> dict:
@@ -166,6 +174,19 @@ class TrainLoop:
                               "another --out, or pass --allow-config-change:\n  " + "\n  ".join(diff))
         if diff:
             self.log("config changed on resume (--allow-config-change): " + "; ".join(diff))
+
+    def check_snapshots(self, dirs: Mapping[int, Path]) -> None:
+        """Refuse to start when a copy this run would write holds another run's checkpoint (an orl directory
+        passes check_output, but it is not ours to replace): only one of this run's config, left by an
+        earlier attempt, is written over."""
+        for d in dirs.values():
+            if not d.is_dir() or not any(d.iterdir()):
+                continue
+            saved = ((read_manifest(d) or {}).get("recipe") or {}).get("config")
+            free = RESUME_FREE | getattr(self.cfg_type, "RESUME_FREE", frozenset())
+            if not isinstance(saved, dict) or config_diff(saved, self.config, free, _defaults(self.cfg_type, self.config)):
+                raise ResumeError(f"refusing to replace {d}: keep_every would write this run's checkpoint there, and it "
+                                  "holds a checkpoint of another run; move it away or choose another --out")
 
     def steps(self) -> Iterator[int]:
         self.bar = tqdm(range(self.start, self.total), initial=self.start, total=self.total, dynamic_ncols=True,

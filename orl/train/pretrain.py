@@ -26,7 +26,7 @@ from orl.train.batches import Batch, ar_batch, diffusion_batch, grid_pairs, shif
 from orl.train.dist import SINGLE, Dist, setup, shard_rows
 from orl.train.fsdp import check_parallel, gathered
 from orl.atomic_dir import RUN_FILES
-from orl.train.loop import TrainLoop, check_fields, make_optimizer
+from orl.train.loop import TrainLoop, check_fields, make_optimizer, snapshot_dirs
 from orl.train.mix import MixBalancer, balance_problems
 
 
@@ -61,6 +61,8 @@ class PretrainConfig:
     eval_samples: int = 40        # held-out samples per family for the periodic eval
     eval_max_new_tokens: int = 64  # answer budget of the periodic eval (long7 needs 80)
     save_every: int = 250
+    keep_every: int = 0           # also keep the checkpoint of every this many steps as OUT-atSTEP beside OUT
+                                  # (0: none), to choose one on validation records (orl/eval/select.py)
     threads: int = 0              # torch threads; 0 keeps torch's default
     parallel: str = "ddp"         # under torchrun: ddp | fsdp (sharded weights and optimizer: orl.train.fsdp)
 
@@ -68,7 +70,7 @@ class PretrainConfig:
         problems = check_fields(self, positive=("block_len", "batch_size", "noisy_copies", "lr", "eval_every",
                                                 "eval_samples", "eval_max_new_tokens", "save_every", "grad_clip"),
                                 non_negative=("ar_steps", "diffusion_steps", "stage2_lr", "ar_aux", "warmup",
-                                              "weight_decay", "threads"))
+                                              "weight_decay", "threads", "keep_every"))
         if not self.tasks:
             problems.append("tasks must name at least one task")
         if self.layout not in LAYOUTS:
@@ -202,9 +204,11 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_co
                     fix=f"lower eval_max_new_tokens ({cfg.eval_max_new_tokens}) or raise model.max_seq_len")
     out = Path(out).resolve()
     stage1 = out / RUN_FILES[1]  # the end of the AR stage, kept inside the run
+    snapshots = snapshot_dirs(out, cfg.keep_every, cfg.total_steps)
     dist = setup(device)
     loop = TrainLoop(cfg, out, cfg.total_steps, "step", resume=resume, allow_config_change=allow_config_change,
-                     extra_outputs=(stage1,), log=log, dist=dist)
+                     extra_outputs=(stage1, *snapshots.values()), log=log, dist=dist)
+    dist.on_main(lambda: loop.check_snapshots({n: d for n, d in snapshots.items() if n > loop.start}))
     saved_layout = ((loop.state or {}).get("config") or {}).get("layout", PretrainConfig.layout)  # older runs: the default
     if loop.start > cfg.ar_steps and saved_layout != cfg.layout:  # the manifest would name a layout it barely trained
         raise ValueError(f"{out} is in stage 2 with layout {saved_layout!r}; a run cannot change it to "
@@ -265,6 +269,8 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_co
             # A resumable branch point for other stage-2 recipes. Saved before `out`: a crash in between
             # resumes `out` from before this step, so stage 1 is written again, never skipped.
             save(loop, model, tok, opt, cfg, done, {"eval": rec.get("eval")}, stage1, balancer)
+        if done in snapshots:  # before `out`, like stage 1: a crash in between writes it again on resume
+            save(loop, model, tok, opt, cfg, done, {"eval": rec.get("eval")}, snapshots[done], balancer)
         if loop.due(done, cfg.save_every) or end_of_stage1:
             save(loop, model, tok, opt, cfg, done, {"eval": rec.get("eval")}, balancer=balancer)
     loop.finish()

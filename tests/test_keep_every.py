@@ -1,0 +1,82 @@
+"""PretrainConfig.keep_every: copies of the checkpoint every N steps as OUT-atSTEP beside OUT, each a checkpoint
+of its own, written again by a resumed run, and never over another run's directory."""
+import json
+import shutil
+
+import pytest
+from safetensors.torch import load_file
+
+from orl.checkpoint import load_checkpoint
+from orl.train.loop import ResumeError, load_train_state, snapshot_dirs
+from orl.train.pretrain import PretrainConfig, pretrain
+from test_pretrain import small_cfg
+
+
+def quiet(*_):
+    pass
+
+
+def test_snapshot_dirs_sit_beside_out_and_leave_the_last_step_to_out(tmp_path):
+    dirs = snapshot_dirs(tmp_path / "run", 4, 12)
+    assert dirs == {4: tmp_path / "run-at4", 8: tmp_path / "run-at8"}
+    assert snapshot_dirs(tmp_path / "run", 4, 13) == {4: tmp_path / "run-at4", 8: tmp_path / "run-at8",
+                                                      12: tmp_path / "run-at12"}
+    assert snapshot_dirs(tmp_path / "run", 0, 12) == {}
+    with pytest.raises(ValueError, match="keep_every must be >= 0"):
+        PretrainConfig(keep_every=-1)
+
+
+def test_copies_are_checkpoints_of_their_step_and_a_resumed_run_writes_them_again(tmp_path, monkeypatch):
+    pretrain(small_cfg(keep_every=4), tmp_path / "a", log=quiet)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "a-at4", "a-at8"]
+    for step in (4, 8):
+        d = tmp_path / f"a-at{step}"
+        manifest = json.loads((d / "orl.json").read_text())
+        assert manifest["recipe"]["step"] == step and load_train_state(d)["step"] == step
+        load_checkpoint(d)  # what orl eval / orl serve read
+    # step 8 is a diffusion-stage checkpoint (6 AR steps): it says so, and step 4 says autoregressive
+    assert json.loads((tmp_path / "a-at4" / "orl.json").read_text())["objective"] == "autoregressive"
+    assert json.loads((tmp_path / "a-at8" / "orl.json").read_text())["objective"] == "block_diffusion"
+
+    import orl.train.pretrain as mod
+    real, calls = mod.train_step, []
+
+    def crashing(*args, **kw):  # dies in step 5: after the copy of step 4, with `out` saved at step 3
+        calls.append(1)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return real(*args, **kw)
+
+    monkeypatch.setattr(mod, "train_step", crashing)
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(small_cfg(keep_every=4), tmp_path / "b", log=quiet)
+    monkeypatch.setattr(mod, "train_step", real)
+    assert load_train_state(tmp_path / "b")["step"] == 3 and (tmp_path / "b-at4").exists()
+    pretrain(small_cfg(keep_every=4), tmp_path / "b", log=quiet)  # resumes at 3 and writes b-at4 again
+    for name in ("", "-at4", "-at8"):
+        a, b = load_file(tmp_path / f"a{name}" / "model.safetensors"), load_file(tmp_path / f"b{name}" / "model.safetensors")
+        assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a), name
+
+
+def test_another_runs_checkpoint_or_a_foreign_directory_is_not_written_over(tmp_path):
+    pretrain(small_cfg(keep_every=4, lr=1e-3), tmp_path / "other", log=quiet)
+    shutil.copytree(tmp_path / "other-at4", tmp_path / "run-at4")  # another run's checkpoint where ours would go
+    before = (tmp_path / "run-at4" / "model.safetensors").read_bytes()
+    with pytest.raises(ResumeError, match="run-at4.*checkpoint of another run"):
+        pretrain(small_cfg(keep_every=4), tmp_path / "run", log=quiet)
+    assert (tmp_path / "run-at4" / "model.safetensors").read_bytes() == before
+    assert not (tmp_path / "run" / "model.safetensors").exists()  # refused before training
+
+    shutil.rmtree(tmp_path / "run-at4")
+    (tmp_path / "run-at8").mkdir()
+    (tmp_path / "run-at8" / "notes.txt").write_text("mine")
+    with pytest.raises(ResumeError, match="run-at8.*notes.txt"):
+        pretrain(small_cfg(keep_every=4), tmp_path / "run", log=quiet)
+    assert (tmp_path / "run-at8" / "notes.txt").read_text() == "mine"
+
+    # keep_every may change on resume (the trajectory is the same, only the copies differ); a finished run
+    # writes none
+    shutil.rmtree(tmp_path / "run-at8")
+    pretrain(small_cfg(), tmp_path / "c", log=quiet)
+    pretrain(small_cfg(keep_every=4), tmp_path / "c", log=quiet)
+    assert not list(tmp_path.glob("c-at*"))
