@@ -34,6 +34,12 @@
 # ("0": batch-1 decoding is the slow part), WEIGHTS (4), WORK (default /root/gpu_lengths), PYTHON (python3),
 # EXTRA_SET (more `--set k=v` words, checked before anything trains), OMP_NUM_THREADS (default 2: the processes
 # share the machine's cores).
+# KEEP_EVERY (default 0: off) keeps every run's checkpoint each KEEP_EVERY steps (PretrainConfig.keep_every) and
+# chooses one per run on validation prompts (prompt seeds VAL_SEEDS, default 100, VAL_LIMIT prompts per family
+# and split, default LIMIT; threshold 0.9): the block-diffusion copies and the final checkpoint are evaluated, the
+# best mean beyond is chosen (orl/eval/select.py), and the test evaluation (SEEDS) covers the chosen one beside
+# the final one (the fused decoder: the final only). $OUT then also gets val.jsonl, so WEIGHTS is at most 3.
+# benchmarks/select_checkpoint.py --val OUT/val.jsonl --test OUT/thr.jsonl --run ... reports the result.
 # tests/test_gpu_lengths.py runs it on the CPU here with a few steps and prompts.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -49,6 +55,9 @@ SEEDS="${SEEDS:-0 1 2}"
 FUSED_SEEDS="${FUSED_SEEDS:-0}"
 WEIGHTS="${WEIGHTS:-4}"
 EXTRA_SET="${EXTRA_SET:-}"
+KEEP_EVERY="${KEEP_EVERY:-0}"
+VAL_SEEDS="${VAL_SEEDS:-100}"
+VAL_LIMIT="${VAL_LIMIT:-$LIMIT}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
 mkdir -p "$OUT" "${WORK:-/root/gpu_lengths}"
 WORK="$(mktemp -d "${WORK:-/root/gpu_lengths}/call-XXXXXX")"
@@ -79,6 +88,14 @@ done
 [ "$NV" -ge 1 ] || { echo "VARIANTS is empty"; exit 2; }
 [ "$NV" -le 6 ] || { echo "$NV variants: at most 6 (thr.jsonl and logs.tgz must stay under 16 MiB)"; exit 2; }
 [ "$WEIGHTS" -le 4 ] || { echo "WEIGHTS=$WEIGHTS: a device call brings back 8 files, 4 of them run tars at most"; exit 2; }
+[[ "$KEEP_EVERY" =~ ^[0-9]{1,7}$ ]] || { echo "KEEP_EVERY=$KEEP_EVERY: a whole number of steps (0: off)"; exit 2; }
+KEEP_EVERY=$(( 10#$KEEP_EVERY ))
+if [ "$KEEP_EVERY" -gt 0 ]; then
+  [ "$WEIGHTS" -le 3 ] || { echo "WEIGHTS=$WEIGHTS with KEEP_EVERY: val.jsonl takes a file, 3 run tars at most"; exit 2; }
+  for s in $VAL_SEEDS; do for t in $SEEDS; do
+    [ "$s" != "$t" ] || { echo "VAL_SEEDS ($VAL_SEEDS) and SEEDS ($SEEDS) share seed $s: validation would be test prompts"; exit 2; }
+  done; done
+fi
 TRAIN_S=$(( DEADLINE_S - EVAL_RESERVE - 10 ))
 [ "$TRAIN_S" -ge 30 ] && [ "$EVAL_RESERVE" -ge 30 ] \
   || { echo "DEADLINE_S=$DEADLINE_S EVAL_RESERVE=$EVAL_RESERVE: need 30 s or more for each of training and evaluation"; exit 2; }
@@ -95,7 +112,8 @@ train_args() {  # recipe seed -> the train command's settings
   case "$1" in bal) balance="--set balance=long7xp,prog7xp" ;; esac
   echo "--recipe pretrain --preset tiny_base7h --device $DEVICE --set seed=$2 --set tasks=$tasks --set mix=$mix \
 --set ar_steps=$AR_STEPS --set diffusion_steps=$DIFF_STEPS --set ar_aux=2.0 --set layout=absolute_grid \
---set eval_max_new_tokens=96 --set eval_every=1000000 --set model.attn_logn=$logn $balance $EXTRA_SET"
+--set eval_max_new_tokens=96 --set eval_every=1000000 --set model.attn_logn=$logn --set keep_every=$KEEP_EVERY \
+$balance $EXTRA_SET"
 }
 set -f  # the settings' words are options, not globs
 # shellcheck disable=SC2046
@@ -123,15 +141,42 @@ for run in $RUNS; do
   else echo "$run step $step"; fi
 done
 
+thr_eval() {  # checkpoint-dir seeds limit records: threshold 0.9 on long7xp / prog7xp, both splits
+  for seed in $2; do for s in heldout beyond; do
+    [ "$(left)" -gt 5 ] || return
+    timeout "$(left)" "$PY" -m orl.cli eval --model "$1" --tasks long7xp,prog7xp --split $s --limit "$3" \
+      --max-new-tokens 104 --thresholds 0.9 --seed $seed --device "$DEVICE" --no-progress --out "$4"
+  done; done
+}
+if [ "$KEEP_EVERY" -gt 0 ]; then
+  stamp "validation (prompt seeds $VAL_SEEDS) of the block-diffusion copies and the final checkpoints"
+  JOBS=""
+  for run in $RUNS; do
+    [ -f "$WORK/$run/orl.json" ] || continue
+    (for d in "$WORK/$run"-at* "$WORK/$run"; do
+       [ -d "$d" ] || continue  # no copies: the glob's own text
+       step=${d##*-at}; [ "$d" = "$WORK/$run" ] || { [[ "$step" =~ ^[0-9]+$ ]] && [ "$step" -gt "$AR_STEPS" ]; } || continue
+       thr_eval "$d" "$VAL_SEEDS" "$VAL_LIMIT" "$WORK/val-$run.jsonl"
+     done) > "$WORK/val-$run.out" 2>&1 &
+    JOBS="$JOBS $!"
+  done
+  # shellcheck disable=SC2086
+  wait_for $JOBS
+fi
 stamp "evaluations"
 JOBS=""
 for run in $RUNS; do
   [ -f "$WORK/$run/orl.json" ] || continue
-  (for seed in $SEEDS; do for s in heldout beyond; do
-     [ "$(left)" -gt 5 ] || break 2
-     timeout "$(left)" "$PY" -m orl.cli eval --model "$WORK/$run" --tasks long7xp,prog7xp --split $s --limit "$LIMIT" \
-       --max-new-tokens 104 --thresholds 0.9 --seed $seed --device "$DEVICE" --no-progress --out "$WORK/thr-$run.jsonl"
-   done; done) > "$WORK/thr-$run.out" 2>&1 &
+  chosen=$run
+  if [ "$KEEP_EVERY" -gt 0 ]; then
+    "$PY" benchmarks/select_checkpoint.py --val "$WORK/val-$run.jsonl" --kept "$WORK/$run" || STATUS=1
+    chosen=$("$PY" benchmarks/select_checkpoint.py --val "$WORK/val-$run.jsonl" --kept "$WORK/$run" --names-only \
+             2>/dev/null | cut -d' ' -f2)
+    [ -n "$chosen" ] || { echo "$run: no checkpoint chosen (validation incomplete); the final one is evaluated"; chosen=$run; }
+    echo "$run: chosen on validation: $chosen"
+  fi
+  (thr_eval "$WORK/$run" "$SEEDS" "$LIMIT" "$WORK/thr-$run.jsonl"
+   [ "$chosen" = "$run" ] || thr_eval "$WORK/$chosen" "$SEEDS" "$LIMIT" "$WORK/thr-$run.jsonl") > "$WORK/thr-$run.out" 2>&1 &
   JOBS="$JOBS $!"
   (for seed in $FUSED_SEEDS; do for s in heldout beyond; do
      [ "$(left)" -gt 5 ] || break 2
@@ -145,6 +190,13 @@ done
 wait_for $JOBS
 # each process wrote its own file (concurrent appends to one could interleave); joined here
 : > "$OUT/thr.jsonl"; : > "$OUT/fused.jsonl"
+if [ "$KEEP_EVERY" -gt 0 ]; then
+  : > "$OUT/val.jsonl"
+  for run in $RUNS; do
+    echo "--- val-$run"; last_lines "$WORK/val-$run.out" 4 2>/dev/null
+    if [ -s "$WORK/val-$run.jsonl" ]; then cat "$WORK/val-$run.jsonl" >> "$OUT/val.jsonl"; else STATUS=1; fi
+  done
+fi
 LOGS="config.txt"
 n=0
 for run in $RUNS; do

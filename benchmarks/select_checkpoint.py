@@ -10,7 +10,10 @@ candidates on the test prompts, then:
         --run seed1=RUN1-at3500,RUN1-at5000,RUN1 --run seed2=RUN2-at3500,RUN2-at5000,RUN2 [--min-in-range 0.9]
 
 Checkpoints are named as the records name them (the directory's name) and listed earliest first; the last
-is the run's final checkpoint. The choice reads only --val (orl/eval/select.py: mean accuracy over the
+is the run's final checkpoint. `--kept RUN_DIR` lists them from disk instead: the copies PretrainConfig.keep_every
+left beside the run (RUN_DIR-atSTEP, by step) that have the final checkpoint's objective (a block-diffusion run's
+AR-stage copies are not candidates), then the run. Without --test only the validation tables are printed;
+--names-only prints one "LABEL CHOSEN" line per run (for scripts: benchmarks/gpu_lengths.sh). The choice reads only --val (orl/eval/select.py: mean accuracy over the
 families on --split, ties to the later checkpoint, validation prompts also in --test left out). The test
 table pairs chosen against final on the prompts both answered (exact McNemar); the last table is the mean
 over runs, the number a selection protocol would report.
@@ -19,10 +22,12 @@ from __future__ import annotations
 
 import argparse
 from collections import defaultdict
+from pathlib import Path
 
+from orl.atomic_dir import read_manifest
 from orl.eval import metrics
 from orl.eval.records import read_records
-from orl.eval.select import verdicts, score, select
+from orl.eval.select import score, select, verdicts
 
 
 def parse_run(text: str) -> tuple[str, list[str]]:
@@ -33,18 +38,40 @@ def parse_run(text: str) -> tuple[str, list[str]]:
     return label, names
 
 
+def kept(run_dir: str) -> tuple[str, list[str]]:
+    """(label, candidates) of a run directory and the keep_every copies beside it."""
+    run = Path(run_dir).resolve()
+    objective = (read_manifest(run) or {}).get("objective")
+    if objective is None:
+        raise SystemExit(f"--kept {run_dir}: not a checkpoint directory (no orl.json with an objective)")
+    steps = []
+    for d in run.parent.glob(f"{run.name}-at*"):
+        step = d.name[len(run.name) + 3:]
+        if step.isdigit() and d.is_dir() and (read_manifest(d) or {}).get("objective") == objective:
+            steps.append((int(step), d.name))
+    return run.name, [name for _, name in sorted(steps)] + [run.name]
+
+
 def pct(x: float) -> str:
     return f"{100 * x:5.1f}"
 
 
-def paired_rows(test: list[dict], chosen: str, final: str) -> list[tuple]:
-    """(split, family, n, chosen acc, final acc, only chosen, only final, p) on the prompts both answered."""
+def paired(test: list[dict], chosen: str, final: str) -> tuple[dict, dict]:
+    """Both checkpoints' test verdicts on the prompts both answered (a prompt only one has is left out)."""
     a, b = verdicts(test, chosen), verdicts(test, final)
     for name, v in ((chosen, a), (final, b)):
         if not v:
             raise SystemExit(f"no test records of {name!r}: evaluate it on the test prompts too")
+    both = a.keys() & b.keys()
+    if not both:
+        raise SystemExit(f"{chosen!r} and {final!r} share no test prompt")
+    return {k: a[k] for k in both}, {k: b[k] for k in both}
+
+
+def paired_rows(a: dict, b: dict) -> list[tuple]:
+    """(split, family, n, chosen acc, final acc, only chosen, only final, p) of paired verdicts."""
     groups = defaultdict(list)
-    for k in a.keys() & b.keys():
+    for k in a:
         groups[k[:2]].append(k)
     rows = []
     for (split, fam), ks in sorted(groups.items()):
@@ -54,51 +81,78 @@ def paired_rows(test: list[dict], chosen: str, final: str) -> list[tuple]:
     return rows
 
 
+def print_validation(label: str, sel, args) -> None:
+    splits = sorted({s for c in sel.candidates for s in c.acc})
+    cols = [(s, f) for s in splits for f in sorted(sel.candidates[0].acc[s])]
+    print(f"run {label}: validation, {sel.candidates[0].n} prompts per checkpoint"
+          + (f" ({sel.left_out} left out: also test prompts)" if sel.left_out else ""))
+    print(f"  {'checkpoint':<28}" + "".join(f" {s[:7] + ' ' + f:>18}" for s, f in cols) + f" {'mean ' + sel.split:>12}")
+    for c in sel.candidates:
+        mark = " <- chosen" if c.name == sel.chosen else ""
+        print(f"  {c.name[-28:]:<28}" + "".join(f" {pct(c.acc[s][f]):>18}" for s, f in cols)
+              + f" {pct(c.mean(sel.split)):>12}{mark}")
+    if not sel.floor_met:
+        print(f"  no checkpoint reaches {args.min_in_range:.0%} mean {args.in_range} on validation: the final one is kept")
+
+
+def print_test(test: list[dict], chosen: str, final: str) -> tuple:
+    """The paired test table of chosen against final; (chosen, its test scores, the final's), both on the
+    prompts both answered."""
+    try:
+        a, b = paired(test, chosen, final)
+    except ValueError as e:
+        raise SystemExit(f"test records: {e}") from None
+    rows = paired_rows(a, b)
+    if chosen == final:
+        print(f"  test: the final checkpoint {final} is chosen")
+    else:
+        print(f"  test, chosen {chosen} vs final {final}:")
+        print(f"    {'split':<8} {'family':<10} {'n':>5} {'chosen':>7} {'final':>7} {'only ch.':>8} {'only fin.':>9} {'p':>8}")
+        for split, fam, n, ra, rb, oa, ob, p in rows:
+            print(f"    {split:<8} {fam:<10} {n:>5} {pct(ra):>7} {pct(rb):>7} {oa:>8} {ob:>9} {p:>8.2g}")
+    return chosen, score(a, chosen), score(b, final)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--val", nargs="+", required=True, help="validation records (the only input to the choice)")
-    ap.add_argument("--test", nargs="+", required=True, help="test records of the final and chosen checkpoints")
-    ap.add_argument("--run", action="append", type=parse_run, required=True, metavar="LABEL=CKPT,...,FINAL")
+    ap.add_argument("--test", nargs="+", default=[], help="test records of the final and chosen checkpoints")
+    ap.add_argument("--run", action="append", type=parse_run, default=[], metavar="LABEL=CKPT,...,FINAL")
+    ap.add_argument("--kept", action="append", default=[], metavar="RUN_DIR",
+                    help="a run whose candidates are its keep_every copies beside it, then itself")
+    ap.add_argument("--names-only", action="store_true", help='print "LABEL CHOSEN" per run, nothing else')
     ap.add_argument("--split", default="beyond", help="the split whose mean family accuracy is maximised")
     ap.add_argument("--in-range", default="heldout", help="the split --min-in-range applies to")
     ap.add_argument("--min-in-range", type=float, default=0.0,
                     help="only checkpoints whose mean accuracy on --in-range reaches this fraction")
     args = ap.parse_args()
-    val, test = read_records(args.val), read_records(args.test)
+    runs = args.run + [kept(d) for d in args.kept]
+    if not runs:
+        ap.error("name the runs: --run LABEL=CKPT,...,FINAL or --kept RUN_DIR")
+    val, test = read_records(args.val), read_records(args.test) if args.test else []
     summary = []
-    for label, names in args.run:
+    for label, names in runs:
         try:
             sel = select(val, names, test, args.split, args.min_in_range, args.in_range)
         except ValueError as e:
-            raise SystemExit(f"--run {label}: {e}") from None
-        splits = sorted({s for c in sel.candidates for s in c.acc})
-        cols = [(s, f) for s in splits for f in sorted(sel.candidates[0].acc[s])]
-        print(f"run {label}: validation, {sel.candidates[0].n} prompts per checkpoint"
-              + (f" ({sel.left_out} left out: also test prompts)" if sel.left_out else ""))
-        print(f"  {'checkpoint':<28}" + "".join(f" {s[:7] + ' ' + f:>18}" for s, f in cols) + f" {'mean ' + sel.split:>12}")
-        for c in sel.candidates:
-            mark = " <- chosen" if c.name == sel.chosen else ""
-            print(f"  {c.name[-28:]:<28}" + "".join(f" {pct(c.acc[s][f]):>18}" for s, f in cols)
-                  + f" {pct(c.mean(sel.split)):>12}{mark}")
-        if not sel.floor_met:
-            print(f"  no checkpoint reaches {args.min_in_range:.0%} mean {args.in_range} on validation: the final one is kept")
-        final = names[-1]
-        rows = paired_rows(test, sel.chosen, final)
-        print(f"  test, chosen {sel.chosen} vs final {final}:")
-        print(f"    {'split':<8} {'family':<10} {'n':>5} {'chosen':>7} {'final':>7} {'only ch.':>8} {'only fin.':>9} {'p':>8}")
-        for split, fam, n, ra, rb, oa, ob, p in rows:
-            print(f"    {split:<8} {fam:<10} {n:>5} {pct(ra):>7} {pct(rb):>7} {oa:>8} {ob:>9} {p:>8.2g}")
-        summary.append((label, sel.chosen, score(verdicts(test, sel.chosen), sel.chosen),
-                        score(verdicts(test, final), final)))
+            raise SystemExit(f"run {label}: {e}") from None
+        if args.names_only:
+            print(label, sel.chosen)
+            continue
+        print_validation(label, sel, args)
+        if test:
+            summary.append(print_test(test, sel.chosen, names[-1]))
         print()
-    print(f"test mean accuracy over families (per run, then the mean over {len(summary)} runs):")
-    splits = sorted({s for _, _, c, _ in summary for s in c.acc})
+    if not summary:
+        return
+    print(f"test mean accuracy over families on the prompts both answered (per run, then the mean over {len(summary)} runs):")
+    splits = sorted({s for _, c, _ in summary for s in c.acc})
     print(f"  {'run':<10} {'chosen':<28}" + "".join(f" {s + ' chosen':>16} {s + ' final':>14}" for s in splits))
-    for label, chosen, c, f in summary:
+    for (label, _), (chosen, c, f) in zip(runs, summary):
         print(f"  {label:<10} {chosen[-28:]:<28}" + "".join(f" {pct(c.mean(s)):>16} {pct(f.mean(s)):>14}" for s in splits))
     print(f"  {'mean':<10} {'':<28}" + "".join(
-        f" {pct(sum(c.mean(s) for _, _, c, _ in summary) / len(summary)):>16}"
-        f" {pct(sum(f.mean(s) for _, _, _, f in summary) / len(summary)):>14}" for s in splits))
+        f" {pct(sum(c.mean(s) for _, c, _ in summary) / len(summary)):>16}"
+        f" {pct(sum(f.mean(s) for _, _, f in summary) / len(summary)):>14}" for s in splits))
 
 
 if __name__ == "__main__":

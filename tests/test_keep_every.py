@@ -80,3 +80,40 @@ def test_another_runs_checkpoint_or_a_foreign_directory_is_not_written_over(tmp_
     pretrain(small_cfg(), tmp_path / "c", log=quiet)
     pretrain(small_cfg(keep_every=4), tmp_path / "c", log=quiet)
     assert not list(tmp_path.glob("c-at*"))
+
+
+def test_resume_checks_only_the_copies_it_will_write_and_accepts_its_own_after_a_config_change(tmp_path, monkeypatch):
+    import orl.train.pretrain as mod
+    real, calls = mod.train_step, []
+
+    def crashing(*args, **kw):  # dies in step 11: `out` saved at step 6, copies at 2, 4, 6, 8 and 10 written
+        calls.append(1)
+        if len(calls) == 11:
+            raise KeyboardInterrupt
+        return real(*args, **kw)
+
+    cfg = small_cfg(keep_every=2, save_every=6)
+    monkeypatch.setattr(mod, "train_step", crashing)
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(cfg, tmp_path / "b", log=quiet)
+    monkeypatch.setattr(mod, "train_step", real)
+    assert load_train_state(tmp_path / "b")["step"] == 6
+    assert sorted(p.name for p in tmp_path.glob("b-at*")) == ["b-at10", "b-at2", "b-at4", "b-at6", "b-at8"]
+    # a note left in a copy the resumed run will not write again (step 4 <= 6) is no reason to refuse
+    (tmp_path / "b-at4" / "notes.txt").write_text("mine")
+    # the copies at 8 and 10 are this run's, of the config it resumes from: replaced after --allow-config-change
+    changed = small_cfg(keep_every=2, save_every=6, lr=1e-3)
+    with pytest.raises(ResumeError, match="another config"):
+        pretrain(changed, tmp_path / "b", log=quiet)
+    pretrain(changed, tmp_path / "b", log=quiet, allow_config_change=True)
+    assert (tmp_path / "b-at4" / "notes.txt").read_text() == "mine"
+    for step in (8, 10):
+        saved = json.loads((tmp_path / f"b-at{step}" / "orl.json").read_text())["recipe"]
+        assert saved["step"] == step and saved["config"]["lr"] == 1e-3
+
+
+def test_a_symlink_where_a_copy_goes_is_refused(tmp_path):
+    (tmp_path / "run-at4").symlink_to(tmp_path / "elsewhere")  # dangling: a write would go through it
+    with pytest.raises(ResumeError, match="run-at4: it is a symlink"):
+        pretrain(small_cfg(keep_every=4), tmp_path / "run", log=quiet)
+    assert not (tmp_path / "elsewhere").exists() and not (tmp_path / "run" / "model.safetensors").exists()

@@ -121,3 +121,52 @@ def test_the_script_chooses_on_validation_and_pairs_chosen_with_final_on_test(tm
     bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "select_checkpoint.py"), "--val", val,
                           "--test", test, "--run", "s0"], capture_output=True, text=True)
     assert bad.returncode != 0 and "LABEL=CKPT" in bad.stderr
+
+
+def test_kept_lists_a_runs_copies_by_step_with_its_objective_and_names_only_prints_the_choice(tmp_path):
+    for name, objective in (("r", "block_diffusion"), ("r-at2", "autoregressive"), ("r-at4", "block_diffusion"),
+                            ("r-at10", "block_diffusion"), ("r-atx", "block_diffusion"), ("rr-at4", "block_diffusion")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "orl.json").write_text(json.dumps({"objective": objective}))
+    # r-at2 is the AR stage of a block-diffusion run: not a candidate; r-at10 sorts after r-at4 by step
+    val = write(tmp_path / "val.jsonl", run("r-at4", 10, 10, 2, 2) + run("r-at10", 10, 10, 6, 4) + run("r", 10, 10, 6, 1)
+                + run("r-at2", 10, 10, 9, 9))
+    script = [sys.executable, str(ROOT / "benchmarks" / "select_checkpoint.py"), "--val", val]
+    out = subprocess.run(script + ["--kept", str(tmp_path / "r"), "--names-only"], capture_output=True, text=True, check=True)
+    assert out.stdout == "r r-at10\n"
+    table = subprocess.run(script + ["--kept", str(tmp_path / "r")], capture_output=True, text=True, check=True).stdout
+    assert [line.split()[0] for line in table.splitlines()[2:5]] == ["r-at4", "r-at10", "r"]
+    # chosen == final: said in a line, no paired table of a checkpoint against itself
+    test = write(tmp_path / "test.jsonl", run("r", 10, 10, 5, 1, seed=0))
+    same = subprocess.run(script + ["--run", "s=r-at4,r", "--test", test], capture_output=True, text=True, check=True).stdout
+    assert "the final checkpoint r is chosen" in same and "only ch." not in same
+    missing = subprocess.run(script + ["--kept", str(tmp_path / "nope")], capture_output=True, text=True)
+    assert missing.returncode != 0 and "not a checkpoint directory" in missing.stderr
+
+
+def test_records_of_two_decoders_or_two_models_under_one_name_are_refused_not_mixed():
+    val = run("a", 10, 10, 5, 0) + run("b", 10, 10, 4, 0)
+    other = [{**r, "decode": {**r["decode"], "threshold": 0.5, "rule": "threshold", "block_len": 16}}
+             for r in run("a", 10, 10, 0, 0)]
+    with pytest.raises(ValueError, match="'a' has records of 2 decoders"):
+        select(val + other, ["a", "b"])  # file order would otherwise decide which verdict counts
+    b_other = [{**r, "decode": {**r["decode"], "max_new_tokens": 64}} for r in run("b", 10, 10, 4, 0)]
+    with pytest.raises(ValueError, match="validated with different decoders"):
+        select(run("a", 10, 10, 5, 0) + b_other, ["a", "b"])
+    twin = [{**r, "model": {"name": "a", "id": "a2"}} for r in run("a", 10, 10, 9, 9, seed=101)]
+    with pytest.raises(ValueError, match="'a' names 2 different models"):
+        select(val + twin, ["a", "b"])
+    # every validation prompt is also a test prompt: an error, not a silent choice of the final one
+    with pytest.raises(ValueError, match="nothing left to score on split 'beyond'"):
+        select(val, ["a", "b"], test=val)
+
+
+def test_the_summary_pairs_chosen_and_final_on_the_prompts_both_answered(tmp_path):
+    val = write(tmp_path / "val.jsonl", run("r-at5000", 10, 10, 6, 4) + run("r", 10, 10, 6, 1))
+    # the final checkpoint also has 10 wrong answers to prompts the chosen one was not asked: not counted
+    extra = [rec("r", "prog7xp", "beyond", 100 + i, False, seed=0) for i in range(10)]
+    test = write(tmp_path / "test.jsonl", run("r-at5000", 10, 10, 5, 6, seed=0) + run("r", 10, 10, 5, 1, seed=0) + extra)
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "select_checkpoint.py"), "--val", val, "--test", test,
+                          "--run", "s0=r-at5000,r"], capture_output=True, text=True, check=True).stdout
+    (mean,) = [line.split() for line in out.splitlines() if line.startswith("  mean")]
+    assert mean[1:] == ["55.0", "30.0", "100.0", "100.0"]

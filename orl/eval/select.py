@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from orl.eval.headline import pair_key
-from orl.eval.records import latest_records
+from orl.eval.records import decoder_label, latest_records
 from orl.eval.tasks import HELPER_NAMES
 
 
@@ -52,11 +52,25 @@ class Selection:
     floor_met: bool                    # some candidate reached min_in_range (else the final one is kept)
 
 
+def decoder_of(r: dict) -> tuple:
+    """What besides the model decides a record's verdict: the decoder, its threshold and the answer budget."""
+    return decoder_label(r["decode"]), r["decode"].get("threshold"), r["decode"].get("max_new_tokens")
+
+
 def verdicts(records: list[dict], name: str) -> dict[tuple, bool]:
     """(split, family, prompt text, prompt id, seed, sample) -> verdict of one model's records, its last
-    record per prompt; the training-only helper tasks are left out."""
+    record per prompt; the training-only helper tasks are left out. The records must be of one model and one
+    decoder: two thresholds of one prompt would otherwise overwrite each other in file order."""
+    mine = [r for r in records if r["model"]["name"] == name]
+    ids, decoders = {r["model"]["id"] for r in mine}, {decoder_of(r) for r in mine}
+    if len(ids) > 1:
+        raise ValueError(f"{name!r} names {len(ids)} different models (directories or weights of one name); give "
+                         "each run's records apart, or name the runs' directories apart")
+    if len(decoders) > 1:
+        raise ValueError(f"{name!r} has records of {len(decoders)} decoders, thresholds or answer budgets "
+                         f"({', '.join(sorted(map(str, decoders)))}); give the records of one")
     out = {}
-    for r in latest_records([r for r in records if r["model"]["name"] == name]):
+    for r in latest_records(mine):
         if r["task"] not in HELPER_NAMES:
             out[(r["split"], r["task"], r["prompt"], *pair_key(r))] = bool(r["verdict"])
     return out
@@ -93,7 +107,11 @@ def select(validation: list[dict], names: list[str], test: list[dict] = (), spli
         left_out |= {k for k in v if k[:3] in test_prompts}
         by_name[name] = v
     first = names[0]
+    decoders = {n: decoder_of(next(r for r in validation if r["model"]["name"] == n)) for n in names}
     for name in names[1:]:
+        if decoders[name] != decoders[first]:
+            raise ValueError(f"{name!r} and {first!r} were validated with different decoders ({decoders[name]} and "
+                             f"{decoders[first]}): their scores do not compare")
         if by_name[name].keys() != by_name[first].keys():
             only = len(by_name[name].keys() ^ by_name[first].keys())
             raise ValueError(f"{name!r} and {first!r} were validated on different prompts ({only} in only one of "
@@ -103,7 +121,12 @@ def select(validation: list[dict], names: list[str], test: list[dict] = (), spli
     if min_in_range > 0 and in_range not in {k[0] for k in by_name[first]}:
         raise ValueError(f"min_in_range needs validation records on split {in_range!r}")
     cands = tuple(score({k: ok for k, ok in by_name[n].items() if k not in left_out}, n) for n in names)
-    eligible = [c for c in cands if min_in_range == 0 or c.exact_mean(in_range) >= Fraction(repr(min_in_range))]
+    for s in {split, in_range} if min_in_range > 0 else {split}:
+        if s not in cands[0].counts:
+            raise ValueError(f"nothing left to score on split {s!r}: all its validation prompts are also test "
+                             "prompts (validate on another prompt seed than the test's)")
+    floor = Fraction(str(float(min_in_range)))  # 0.8 as 4/5, not as the binary float just above it
+    eligible = [c for c in cands if min_in_range == 0 or c.exact_mean(in_range) >= floor]
     # max() keeps the first of equals: scan latest first so that a tie goes to the later checkpoint
     chosen = max(reversed(eligible), key=lambda c: c.exact_mean(split)) if eligible else cands[-1]
     return Selection(cands, chosen.name, split, min_in_range, len(left_out), bool(eligible))

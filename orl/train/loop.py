@@ -176,15 +176,20 @@ class TrainLoop:
             self.log("config changed on resume (--allow-config-change): " + "; ".join(diff))
 
     def check_snapshots(self, dirs: Mapping[int, Path]) -> None:
-        """Refuse to start when a copy this run would write holds another run's checkpoint (an orl directory
-        passes check_output, but it is not ours to replace): only one of this run's config, left by an
-        earlier attempt, is written over."""
+        """Ready the keep_every copies this run will still write (those past its start): interrupted writes
+        finished, and a refusal before the first step when one is a symlink, holds what orl did not write, or
+        holds another run's checkpoint (an orl directory passes check_output, but it is not ours to replace).
+        Ours are of this run's config or, after --allow-config-change, of the config it resumed from."""
+        ours = [self.config] + ([self.state["config"]] if self.state and isinstance(self.state.get("config"), dict) else [])
+        free = RESUME_FREE | getattr(self.cfg_type, "RESUME_FREE", frozenset())
         for d in dirs.values():
+            if d.is_symlink():
+                raise ResumeError(f"refusing to write {d}: it is a symlink; keep_every writes a directory there")
+            check_output(d)
             if not d.is_dir() or not any(d.iterdir()):
                 continue
             saved = ((read_manifest(d) or {}).get("recipe") or {}).get("config")
-            free = RESUME_FREE | getattr(self.cfg_type, "RESUME_FREE", frozenset())
-            if not isinstance(saved, dict) or config_diff(saved, self.config, free, _defaults(self.cfg_type, self.config)):
+            if not isinstance(saved, dict) or all(config_diff(saved, c, free, _defaults(self.cfg_type, c)) for c in ours):
                 raise ResumeError(f"refusing to replace {d}: keep_every would write this run's checkpoint there, and it "
                                   "holds a checkpoint of another run; move it away or choose another --out")
 

@@ -207,7 +207,7 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_co
     snapshots = snapshot_dirs(out, cfg.keep_every, cfg.total_steps)
     dist = setup(device)
     loop = TrainLoop(cfg, out, cfg.total_steps, "step", resume=resume, allow_config_change=allow_config_change,
-                     extra_outputs=(stage1, *snapshots.values()), log=log, dist=dist)
+                     extra_outputs=(stage1,), log=log, dist=dist)
     dist.on_main(lambda: loop.check_snapshots({n: d for n, d in snapshots.items() if n > loop.start}))
     saved_layout = ((loop.state or {}).get("config") or {}).get("layout", PretrainConfig.layout)  # older runs: the default
     if loop.start > cfg.ar_steps and saved_layout != cfg.layout:  # the manifest would name a layout it barely trained
