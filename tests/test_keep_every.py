@@ -9,6 +9,7 @@ from safetensors.torch import load_file
 from orl.checkpoint import load_checkpoint
 from orl.train.loop import ResumeError, load_train_state, snapshot_dirs
 from orl.train.pretrain import PretrainConfig, pretrain
+from test_orl_trainer import accept_everything  # noqa: F401 (a fixture)
 from test_pretrain import small_cfg
 
 
@@ -117,3 +118,38 @@ def test_a_symlink_where_a_copy_goes_is_refused(tmp_path):
     with pytest.raises(ResumeError, match="run-at4: it is a symlink"):
         pretrain(small_cfg(keep_every=4), tmp_path / "run", log=quiet)
     assert not (tmp_path / "elsewhere").exists() and not (tmp_path / "run" / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize("recipe", ["orl", "rcd"])
+def test_orl_and_rcd_keep_copies_of_their_updates(tmp_path, recipe, accept_everything):
+    """The rollout recipes keep OUT-atUPDATE too: the copy of update 2 holds the weights a 2-update run ends
+    with (their learning rates are constant, so the first two updates are the same)."""
+    import dataclasses
+
+    import orl.train.rcd as rcd
+    from orl.checkpoint import save_checkpoint
+    from orl.model import ModelArgs, Transformer
+    from orl.tokenizer import CharTokenizer
+    from orl.train.orl import train_orl
+    from test_orl_trainer import cfg_for
+
+    import torch
+    torch.manual_seed(0)
+    model = Transformer(ModelArgs(vocab_size=128, dim=32, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=16,
+                                  ffn_dim=64, max_seq_len=160, learned_pos=True, shift_logits=True))
+    base = save_checkpoint(model, CharTokenizer(), tmp_path / "base", {"block_len": 8})
+    cfg = cfg_for(base, keep_every=2)
+    if recipe == "rcd":
+        cfg = rcd.RCDConfig(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(rcd.RCDConfig)})
+        cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, residual="rcd"))
+    train = train_orl if recipe == "orl" else rcd.train_rcd
+    train(cfg, tmp_path / "run", log=quiet)
+    train(dataclasses.replace(cfg, updates=2, keep_every=0), tmp_path / "two", log=quiet)
+    assert sorted(p.name for p in tmp_path.glob("run*")) == ["run", "run-at2"]
+    manifest = json.loads((tmp_path / "run-at2" / "orl.json").read_text())
+    assert manifest["recipe"]["name"] == recipe and manifest["recipe"]["update"] == 2
+    assert manifest["objective"] == "block_diffusion" and load_train_state(tmp_path / "run-at2")["update"] == 2
+    a, b = load_file(tmp_path / "run-at2" / "model.safetensors"), load_file(tmp_path / "two" / "model.safetensors")
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+    last = load_file(tmp_path / "run" / "model.safetensors")
+    assert any((a[k] != last[k]).any() for k in a)  # updates 3 and 4 moved the weights on

@@ -122,8 +122,11 @@ class TrainLoop:
 
     def __init__(self, cfg, out: str | Path, total: int, key: str, *, resume: bool = True,
                  allow_config_change: bool = False, extra_outputs: tuple[Path, ...] = (),
-                 inputs: Mapping[str, str | Path] | None = None, log: Callable = tqdm.write, dist: Dist = SINGLE):
-        """inputs: what the run reads and must never write ({"--base": cfg.base}; check_output)."""
+                 inputs: Mapping[str, str | Path] | None = None, log: Callable = tqdm.write, dist: Dist = SINGLE,
+                 keep_every: int = 0):
+        """inputs: what the run reads and must never write ({"--base": cfg.base}; check_output).
+        keep_every: also keep the checkpoint of every this many steps as OUT-atSTEP (`snapshots`: step -> dir;
+        the recipe writes them, before `out`)."""
         if total <= 0:
             raise ValueError(f"nothing to train: the run has {total} {key}s")
         # under torchrun only rank 0 speaks and writes; the other ranks train the same steps silently
@@ -136,6 +139,8 @@ class TrainLoop:
         self.state, digest = dist.on_every(lambda: self._read_state(resume, allow_config_change))
         self.start = int(self.state[key]) if self.state else 0
         self._check_same_run(digest)
+        self.snapshots = snapshot_dirs(self.out, keep_every, total)
+        dist.on_main(lambda: self.check_snapshots({n: d for n, d in self.snapshots.items() if n > self.start}))
         if self.start:
             self.log(f"resumed from {self.out} at {key} {self.start}")
         self.log_path = open_log(self.out, self.start, key) if dist.main else None

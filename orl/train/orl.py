@@ -62,6 +62,7 @@ class ORLConfig:
     eval_samples: int = 20
     eval_threshold: float = 0.9
     save_every: int = 10
+    keep_every: int = 0                 # also keep the checkpoint of every this many updates as OUT-atUPDATE
     seed: int = 0
     threads: int = 0
     # the learning rates are constant, so more updates continue a run exactly (--set updates=600)
@@ -71,7 +72,7 @@ class ORLConfig:
         problems = check_fields(self, positive=("updates", "prompts_per_update", "group_size", "lr", "grad_clip",
                                                 "rollout_reuse", "row_tokens", "engine_max_len", "eval_every",
                                                 "eval_samples", "save_every"),
-                                non_negative=("adapter_dim", "adapter_lr", "adapter_grad_clip", "threads"))
+                                non_negative=("adapter_dim", "adapter_lr", "adapter_grad_clip", "threads", "keep_every"))
         if self.rollout.residual == "adapter" and self.adapter_dim <= 0:
             problems.append("adapter_dim must be > 0 when rollouts use the adapter residual")
         if self.keep not in KEEP:
@@ -176,6 +177,9 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config
         loop.bar.set_postfix(reward=f"{stats['reward']:.2f}", tpf=f"{stats['tpf']:.2f}",
                              steps=f"{stats['steps_per_block']:.2f}", loss=f"{rec.get('loss', float('nan')):.3f}")
         loop.write(rec)
+        if done in loop.snapshots:  # before `out`: a crash in between writes it again on resume
+            save_update(loop, model, tok, opt, "orl", rollout_cfg, done, gen_tokens, cfg.base, manifest,
+                        loop.snapshots[done])
         if loop.due(done, cfg.save_every):
             save_update(loop, model, tok, opt, "orl", rollout_cfg, done, gen_tokens, cfg.base, manifest)
     loop.finish()
@@ -228,13 +232,15 @@ CARRIED = ("eos_ids", "eos_tokens", "mask_token", "sub_block_len")
 
 
 def save_update(loop: TrainLoop, model: Transformer, tok, opt: torch.optim.Optimizer, recipe: str,
-                rollout_cfg: DecodeConfig, update: int, gen_tokens: int, base: str, base_manifest: dict) -> None:
+                rollout_cfg: DecodeConfig, update: int, gen_tokens: int, base: str, base_manifest: dict,
+                target: Path | None = None) -> None:
     """Atomic checkpoint + trainer state (optimizer, update, token budget) for exact resume. The decode
-    fields of the base (block length, layout, CARRIED) stay, so the result decodes as its base does."""
+    fields of the base (block length, layout, CARRIED) stay, so the result decodes as its base does.
+    target: a keep_every copy instead of `out` (written first, so a crash in between writes it again)."""
     model.eval()
     loop.save(model, tok, {**{k: base_manifest[k] for k in CARRIED if k in base_manifest},
                            "objective": "block_diffusion", "block_len": rollout_cfg.block_len,
                            "layout": rollout_cfg.layout, "residual_mode": rollout_cfg.residual,
                            "recipe": {"name": recipe, "config": loop.config, "update": update, "base": base,
                                       "generated_tokens": gen_tokens}},
-              opt, update, generated_tokens=gen_tokens)
+              opt, update, target, generated_tokens=gen_tokens)

@@ -26,7 +26,7 @@ from orl.train.batches import Batch, ar_batch, diffusion_batch, grid_pairs, shif
 from orl.train.dist import SINGLE, Dist, setup, shard_rows
 from orl.train.fsdp import check_parallel, gathered
 from orl.atomic_dir import RUN_FILES
-from orl.train.loop import TrainLoop, check_fields, make_optimizer, snapshot_dirs
+from orl.train.loop import TrainLoop, check_fields, make_optimizer
 from orl.train.mix import MixBalancer, balance_problems
 
 
@@ -204,11 +204,9 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_co
                     fix=f"lower eval_max_new_tokens ({cfg.eval_max_new_tokens}) or raise model.max_seq_len")
     out = Path(out).resolve()
     stage1 = out / RUN_FILES[1]  # the end of the AR stage, kept inside the run
-    snapshots = snapshot_dirs(out, cfg.keep_every, cfg.total_steps)
     dist = setup(device)
     loop = TrainLoop(cfg, out, cfg.total_steps, "step", resume=resume, allow_config_change=allow_config_change,
-                     extra_outputs=(stage1,), log=log, dist=dist)
-    dist.on_main(lambda: loop.check_snapshots({n: d for n, d in snapshots.items() if n > loop.start}))
+                     extra_outputs=(stage1,), log=log, dist=dist, keep_every=cfg.keep_every)
     saved_layout = ((loop.state or {}).get("config") or {}).get("layout", PretrainConfig.layout)  # older runs: the default
     if loop.start > cfg.ar_steps and saved_layout != cfg.layout:  # the manifest would name a layout it barely trained
         raise ValueError(f"{out} is in stage 2 with layout {saved_layout!r}; a run cannot change it to "
@@ -269,8 +267,8 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_co
             # A resumable branch point for other stage-2 recipes. Saved before `out`: a crash in between
             # resumes `out` from before this step, so stage 1 is written again, never skipped.
             save(loop, model, tok, opt, cfg, done, {"eval": rec.get("eval")}, stage1, balancer)
-        if done in snapshots:  # before `out`, like stage 1: a crash in between writes it again on resume
-            save(loop, model, tok, opt, cfg, done, {"eval": rec.get("eval")}, snapshots[done], balancer)
+        if done in loop.snapshots:  # before `out`, like stage 1: a crash in between writes it again on resume
+            save(loop, model, tok, opt, cfg, done, {"eval": rec.get("eval")}, loop.snapshots[done], balancer)
         if loop.due(done, cfg.save_every) or end_of_stage1:
             save(loop, model, tok, opt, cfg, done, {"eval": rec.get("eval")}, balancer=balancer)
     loop.finish()

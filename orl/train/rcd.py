@@ -45,6 +45,7 @@ class RCDConfig:
     eval_threshold: float = 0.9
     engine_max_len: int = 1024          # cache slots of the engines, capped by max_seq_len (ORLConfig's)
     save_every: int = 20
+    keep_every: int = 0                 # also keep the checkpoint of every this many updates as OUT-atUPDATE
     seed: int = 0
     threads: int = 0
     # the learning rates are constant, so more updates continue a run exactly (--set updates=600)
@@ -53,7 +54,7 @@ class RCDConfig:
     def __post_init__(self):
         problems = check_fields(self, positive=("updates", "prompts_per_update", "group_size", "lr", "grad_clip",
                                                 "engine_max_len", "eval_every", "eval_samples", "save_every"),
-                                non_negative=("threads",))
+                                non_negative=("threads", "keep_every"))
         if not 0.0 < self.eval_threshold <= 1.0:
             problems.append(f"eval_threshold must be in (0, 1], got {self.eval_threshold}")
         try:
@@ -141,6 +142,9 @@ def train_rcd(cfg: RCDConfig, out: str | Path, resume: bool = True, allow_config
                 log(f"update {done}: acc {100 * mean_over_tasks(ev, 'acc'):.1f}% tpf {mean_over_tasks(ev, 'tpf'):.2f}")
         rec["wall_s"] = round(time.perf_counter() - t0, 1)
         loop.write(rec)
+        if done in loop.snapshots:  # before `out`: a crash in between writes it again on resume
+            save_update(loop, model, tok, opt, "rcd", replace(data_cfg, residual="rcd"), done, gen_tokens, cfg.base,
+                        manifest, loop.snapshots[done])
         if loop.due(done, cfg.save_every):
             save_update(loop, model, tok, opt, "rcd", replace(data_cfg, residual="rcd"), done, gen_tokens, cfg.base,
                         manifest)

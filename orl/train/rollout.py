@@ -137,7 +137,7 @@ def start_run(cfg, out, resume: bool, allow_config_change: bool, log, what: str,
     # every rank reads the base's manifest; one that cannot stops them all (Dist.on_every)
     cfg = dist.on_every(lambda: replace(cfg, tasks=cfg.tasks or trained_tasks(read_manifest(cfg.base))))
     loop = TrainLoop(cfg, out, cfg.updates, "update", resume=resume, allow_config_change=allow_config_change, log=log,
-                     inputs={"--base": cfg.base}, dist=dist)
+                     inputs={"--base": cfg.base}, dist=dist, keep_every=cfg.keep_every)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     return cfg, dist, loop
