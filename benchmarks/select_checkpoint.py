@@ -12,7 +12,8 @@ candidates on the test prompts, then:
 Checkpoints are named as the records name them (the directory's name) and listed earliest first; the last
 is the run's final checkpoint. `--kept RUN_DIR` lists them from disk instead: the copies PretrainConfig.keep_every
 left beside the run (RUN_DIR-atSTEP, by step) that have the final checkpoint's objective (a block-diffusion run's
-AR-stage copies are not candidates), then the run. Without --test only the validation tables are printed;
+AR-stage copies are not candidates) and come before its step (a run resumed with fewer steps leaves later ones), then
+the run. Without --test only the validation tables are printed;
 --names-only prints one "LABEL CHOSEN" line per run (for scripts: benchmarks/gpu_lengths.sh). The choice reads only --val (orl/eval/select.py: mean accuracy over the
 families on --split, ties to the later checkpoint, validation prompts also in --test left out). The test
 table pairs chosen against final on the prompts both answered (exact McNemar); the last table is the mean
@@ -41,13 +42,16 @@ def parse_run(text: str) -> tuple[str, list[str]]:
 def kept(run_dir: str) -> tuple[str, list[str]]:
     """(label, candidates) of a run directory and the keep_every copies beside it."""
     run = Path(run_dir).resolve()
-    objective = (read_manifest(run) or {}).get("objective")
+    manifest = read_manifest(run) or {}
+    objective, recipe = manifest.get("objective"), manifest.get("recipe") or {}
     if objective is None:
         raise SystemExit(f"--kept {run_dir}: not a checkpoint directory (no orl.json with an objective)")
+    last = recipe.get("step", recipe.get("update"))  # a copy at or past it is left from a longer attempt
     steps = []
     for d in run.parent.glob(f"{run.name}-at*"):
         step = d.name[len(run.name) + 3:]
-        if step.isdigit() and d.is_dir() and (read_manifest(d) or {}).get("objective") == objective:
+        if (step.isdigit() and d.is_dir() and (read_manifest(d) or {}).get("objective") == objective
+                and (not isinstance(last, int) or int(step) < last)):
             steps.append((int(step), d.name))
     return run.name, [name for _, name in sorted(steps)] + [run.name]
 

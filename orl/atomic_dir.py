@@ -188,6 +188,22 @@ def write_atomically(target: Path, fill: Callable[[Path], None]) -> Path:
     return target
 
 
+def copy_checkpoint(src: Path, target: Path) -> Path:
+    """target as a copy of the orl directory src: the files its manifest lists (hard links where the disk
+    allows: a later write of src swaps in new files and leaves these), the manifest last, written atomically;
+    the run files (RUN_FILES) stay with src."""
+    src = Path(src).resolve()
+    names = list(((read_manifest(src) or {}).get("files") or {}))
+    if not names:
+        raise NotOrlDirectory(f"cannot copy {src}: its {MANIFEST} lists no files")
+
+    def fill(tmp: Path) -> None:
+        for name in names + [MANIFEST]:
+            _link_or_copy(src / name, tmp / name)
+
+    return write_atomically(target, fill)
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

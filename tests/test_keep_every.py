@@ -120,36 +120,93 @@ def test_a_symlink_where_a_copy_goes_is_refused(tmp_path):
     assert not (tmp_path / "elsewhere").exists() and not (tmp_path / "run" / "model.safetensors").exists()
 
 
+def tiny_base(path):
+    import torch
+
+    from orl.checkpoint import save_checkpoint
+    from orl.model import ModelArgs, Transformer
+    from orl.tokenizer import CharTokenizer
+
+    torch.manual_seed(0)
+    model = Transformer(ModelArgs(vocab_size=128, dim=32, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=16,
+                                  ffn_dim=64, max_seq_len=160, learned_pos=True, shift_logits=True))
+    return save_checkpoint(model, CharTokenizer(), path, {"block_len": 8})
+
+
+def rollout_run(recipe: str, base, **kw):
+    """(config, train function) of a tiny ORL or RCD run (tests/test_orl_trainer.py's settings)."""
+    import dataclasses
+
+    import orl.train.rcd as rcd
+    from orl.train.orl import train_orl
+    from test_orl_trainer import cfg_for
+
+    cfg = cfg_for(base, **kw)
+    if recipe == "orl":
+        return cfg, train_orl
+    cfg = rcd.RCDConfig(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(rcd.RCDConfig)})
+    return dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, residual="rcd")), rcd.train_rcd
+
+
+def same_weights(a, b) -> bool:
+    a, b = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    return a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+
+
 @pytest.mark.parametrize("recipe", ["orl", "rcd"])
 def test_orl_and_rcd_keep_copies_of_their_updates(tmp_path, recipe, accept_everything):
     """The rollout recipes keep OUT-atUPDATE too: the copy of update 2 holds the weights a 2-update run ends
     with (their learning rates are constant, so the first two updates are the same)."""
     import dataclasses
 
-    import orl.train.rcd as rcd
-    from orl.checkpoint import save_checkpoint
-    from orl.model import ModelArgs, Transformer
-    from orl.tokenizer import CharTokenizer
-    from orl.train.orl import train_orl
-    from test_orl_trainer import cfg_for
-
-    import torch
-    torch.manual_seed(0)
-    model = Transformer(ModelArgs(vocab_size=128, dim=32, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=16,
-                                  ffn_dim=64, max_seq_len=160, learned_pos=True, shift_logits=True))
-    base = save_checkpoint(model, CharTokenizer(), tmp_path / "base", {"block_len": 8})
-    cfg = cfg_for(base, keep_every=2)
-    if recipe == "rcd":
-        cfg = rcd.RCDConfig(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(rcd.RCDConfig)})
-        cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, residual="rcd"))
-    train = train_orl if recipe == "orl" else rcd.train_rcd
+    cfg, train = rollout_run(recipe, tiny_base(tmp_path / "base"), keep_every=2)
     train(cfg, tmp_path / "run", log=quiet)
     train(dataclasses.replace(cfg, updates=2, keep_every=0), tmp_path / "two", log=quiet)
     assert sorted(p.name for p in tmp_path.glob("run*")) == ["run", "run-at2"]
     manifest = json.loads((tmp_path / "run-at2" / "orl.json").read_text())
     assert manifest["recipe"]["name"] == recipe and manifest["recipe"]["update"] == 2
     assert manifest["objective"] == "block_diffusion" and load_train_state(tmp_path / "run-at2")["update"] == 2
-    a, b = load_file(tmp_path / "run-at2" / "model.safetensors"), load_file(tmp_path / "two" / "model.safetensors")
-    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
-    last = load_file(tmp_path / "run" / "model.safetensors")
-    assert any((a[k] != last[k]).any() for k in a)  # updates 3 and 4 moved the weights on
+    assert same_weights(tmp_path / "run-at2", tmp_path / "two")
+    assert not same_weights(tmp_path / "run-at2", tmp_path / "run")  # updates 3 and 4 moved the weights on
+    # extended to 8 updates, the run resumes at 4, its old last update: that copy is made from `out` first
+    train(dataclasses.replace(cfg, updates=8), tmp_path / "run", log=quiet)
+    assert sorted(p.name for p in tmp_path.glob("run*")) == ["run", "run-at2", "run-at4", "run-at6"]
+    train(dataclasses.replace(cfg, updates=4, keep_every=0), tmp_path / "four", log=quiet)
+    assert same_weights(tmp_path / "run-at4", tmp_path / "four")
+    assert json.loads((tmp_path / "run-at4" / "orl.json").read_text())["recipe"]["update"] == 4
+
+
+def test_a_kill_between_the_copy_and_out_leaves_the_right_copy_after_resume(tmp_path, accept_everything, monkeypatch):
+    """The copy is written first, so the resumed run writes it again; were `out` first, the resumed run would
+    copy `out` there (its start step's copy is missing): either way the copy holds update 2."""
+    import dataclasses
+
+    import orl.train.orl as mod
+
+    cfg, train = rollout_run("orl", tiny_base(tmp_path / "base"), keep_every=2)
+    real, writes = mod.save_update, []
+
+    def killed_after_the_first_write_of_update_2(*args, **kw):
+        real(*args, **kw)
+        writes.append(args[6])
+        if writes.count(2) == 1 and args[6] == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(mod, "save_update", killed_after_the_first_write_of_update_2)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, tmp_path / "run", log=quiet)
+    monkeypatch.setattr(mod, "save_update", real)
+    train(cfg, tmp_path / "run", log=quiet)
+    train(dataclasses.replace(cfg, updates=2, keep_every=0), tmp_path / "two", log=quiet)
+    assert same_weights(tmp_path / "run-at2", tmp_path / "two")
+
+
+def test_a_copy_that_would_be_the_base_is_refused_before_anything_is_written(tmp_path, accept_everything):
+    from orl.atomic_dir import OutputIsInput
+
+    base = tiny_base(tmp_path / "run-at2")  # where the run's copy of update 2 would go
+    before = (base / "model.safetensors").read_bytes()
+    cfg, train = rollout_run("rcd", base, keep_every=2)
+    with pytest.raises(OutputIsInput, match="run-at2"):
+        train(cfg, tmp_path / "run", log=quiet)
+    assert (base / "model.safetensors").read_bytes() == before and not (tmp_path / "run" / "orl.json").exists()

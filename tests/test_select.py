@@ -125,9 +125,11 @@ def test_the_script_chooses_on_validation_and_pairs_chosen_with_final_on_test(tm
 
 def test_kept_lists_a_runs_copies_by_step_with_its_objective_and_names_only_prints_the_choice(tmp_path):
     for name, objective in (("r", "block_diffusion"), ("r-at2", "autoregressive"), ("r-at4", "block_diffusion"),
-                            ("r-at10", "block_diffusion"), ("r-atx", "block_diffusion"), ("rr-at4", "block_diffusion")):
+                            ("r-at10", "block_diffusion"), ("r-atx", "block_diffusion"), ("rr-at4", "block_diffusion"),
+                            ("r-at12", "block_diffusion")):
         (tmp_path / name).mkdir()
-        (tmp_path / name / "orl.json").write_text(json.dumps({"objective": objective}))
+        (tmp_path / name / "orl.json").write_text(json.dumps({"objective": objective, "recipe": {"step": 12}}))
+    # r-at12 is at the final checkpoint's own step (left by an attempt with more steps): not a candidate
     # r-at2 is the AR stage of a block-diffusion run: not a candidate; r-at10 sorts after r-at4 by step
     val = write(tmp_path / "val.jsonl", run("r-at4", 10, 10, 2, 2) + run("r-at10", 10, 10, 6, 4) + run("r", 10, 10, 6, 1)
                 + run("r-at2", 10, 10, 9, 9))

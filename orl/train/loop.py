@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from orl.atomic_dir import NotOrlDirectory, check_apart, check_replaceable, read_manifest, recover
+from orl.atomic_dir import NotOrlDirectory, check_apart, check_replaceable, copy_checkpoint, read_manifest, recover
 from orl.train.dist import SINGLE, Dist
 from orl.train.fsdp import full_state, load_optimizer
 from orl.train.runlog import open_log
@@ -140,7 +140,14 @@ class TrainLoop:
         self.start = int(self.state[key]) if self.state else 0
         self._check_same_run(digest)
         self.snapshots = snapshot_dirs(self.out, keep_every, total)
-        dist.on_main(lambda: self.check_snapshots({n: d for n, d in self.snapshots.items() if n > self.start}))
+        # an ORL / RCD run extended with more updates resumes at what was its last one: `out` holds that copy's
+        # checkpoint, and its later saves would replace it, so it is copied now
+        start_copy = self.snapshots.get(self.start)
+        start_copy = start_copy if start_copy is not None and read_manifest(start_copy) is None else None
+        dist.on_main(lambda: self.check_snapshots({n: d for n, d in self.snapshots.items()
+                                                   if n > self.start or d == start_copy}, inputs))
+        if start_copy is not None:
+            dist.on_main(lambda: copy_checkpoint(self.out, start_copy))
         if self.start:
             self.log(f"resumed from {self.out} at {key} {self.start}")
         self.log_path = open_log(self.out, self.start, key) if dist.main else None
@@ -180,7 +187,7 @@ class TrainLoop:
         if diff:
             self.log("config changed on resume (--allow-config-change): " + "; ".join(diff))
 
-    def check_snapshots(self, dirs: Mapping[int, Path]) -> None:
+    def check_snapshots(self, dirs: Mapping[int, Path], inputs: Mapping[str, str | Path] | None = None) -> None:
         """Ready the keep_every copies this run will still write (those past its start): interrupted writes
         finished, and a refusal before the first step when one is a symlink, holds what orl did not write, or
         holds another run's checkpoint (an orl directory passes check_output, but it is not ours to replace).
@@ -190,7 +197,7 @@ class TrainLoop:
         for d in dirs.values():
             if d.is_symlink():
                 raise ResumeError(f"refusing to write {d}: it is a symlink; keep_every writes a directory there")
-            check_output(d)
+            check_output(d, inputs=inputs)  # recovered, replaceable, and not the run's --base
             if not d.is_dir() or not any(d.iterdir()):
                 continue
             saved = ((read_manifest(d) or {}).get("recipe") or {}).get("config")
