@@ -76,13 +76,14 @@ def verdicts(records: list[dict], name: str) -> dict[tuple, bool]:
     return out
 
 
-def score(verdicts: dict[tuple, bool], name: str) -> Candidate:
+def score(by_prompt: dict[tuple, bool], name: str) -> Candidate:
+    """A checkpoint's (right, scored) per split and family from `verdicts`' output."""
     right: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
-    for (split, fam, *_), ok in verdicts.items():
+    for (split, fam, *_), ok in by_prompt.items():
         right[split][fam][0] += ok
         right[split][fam][1] += 1
     counts = {s: {f: (r, n) for f, (r, n) in fams.items()} for s, fams in right.items()}
-    return Candidate(name, counts, len(verdicts))
+    return Candidate(name, counts, len(by_prompt))
 
 
 def select(validation: list[dict], names: list[str], test: list[dict] = (), split: str = "beyond",

@@ -141,9 +141,10 @@ class TrainLoop:
         self._check_same_run(digest)
         self.snapshots = snapshot_dirs(self.out, keep_every, total)
         # an ORL / RCD run extended with more updates resumes at what was its last one: `out` holds that copy's
-        # checkpoint, and its later saves would replace it, so it is copied now
+        # checkpoint, and its later saves would replace it, so a missing copy of the start is made from it now
         start_copy = self.snapshots.get(self.start)
-        start_copy = start_copy if start_copy is not None and read_manifest(start_copy) is None else None
+        if start_copy is not None and read_manifest(start_copy) is not None:
+            start_copy = None  # written already
         dist.on_main(lambda: self.check_snapshots({n: d for n, d in self.snapshots.items()
                                                    if n > self.start or d == start_copy}, inputs))
         if start_copy is not None:
