@@ -120,6 +120,35 @@ def test_setup_reads_torchrun_environment(monkeypatch):
         setup("mps")
 
 
+EXIT_PROBE = """
+import sys
+import torch.distributed as tdist
+from orl.train.dist import setup
+
+class Held:  # a finished run's model in a reference cycle, as FSDP2's hooks hold one
+    def __del__(self):
+        print("freed with the group", tdist.is_initialized(), file=sys.stderr, flush=True)
+
+assert setup().launched
+h = Held()
+h.me = h
+del h
+"""
+
+
+def test_a_launched_process_frees_its_cycles_before_leaving_the_group():
+    """What a run leaves in reference cycles is freed at exit while the process group still exists,
+    not during interpreter finalization after it (where a CI rank of an FSDP run aborted, SIGABRT).
+    Fails with the group left without a collection first: nothing is freed before the interpreter's
+    teardown ('freed with the group False' or no line at all)."""
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(free_port()), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    p = subprocess.run([sys.executable, "-c", EXIT_PROBE], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "freed with the group True" in p.stderr, p.stderr[-2000:]
+
+
 def test_more_processes_than_prompts_is_refused(base, tmp_path, monkeypatch):
     import orl.train.rollout as rollout
 

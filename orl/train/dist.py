@@ -11,6 +11,7 @@ Rank 0 alone checks and writes the output directory, the log and the console.
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -178,8 +179,19 @@ def setup(device: str | None = None) -> Dist:
     if not tdist.is_initialized():
         tdist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=TIMEOUT,
                                  **({"device_id": device} if device.type == "cuda" else {}))
-        atexit.register(lambda: tdist.is_initialized() and tdist.destroy_process_group())
+        atexit.register(leave_group)
     return Dist(rank, world, local, device, launched=True)
+
+
+def leave_group() -> None:
+    """Free the run's objects, then leave the process group; at exit, while the interpreter is whole.
+    FSDP2 modules sit in reference cycles (their hooks), so a finished run's model, its sharded
+    parameters and the gloo work that last touched them outlive the recipe, and without a collection
+    they are torn down during interpreter finalization, after the group is gone: a CI run's rank
+    aborted there ('terminate called without an active exception', SIGABRT) once training was done."""
+    gc.collect()
+    if tdist.is_initialized():
+        tdist.destroy_process_group()
 
 
 def shard_rows(batch: Batch, d: Dist) -> Batch:
