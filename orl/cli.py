@@ -106,7 +106,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from orl.eval.report import build_report
 
     print(build_report(args.records, args.out, args.train_logs or [], baseline=args.baseline,
-                       threshold=args.headline_threshold, echo=print))
+                       threshold=args.headline_threshold, echo=print, split=args.split))
     return 0
 
 
@@ -222,6 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                        "(default: the first model of the first records file)")
     s.add_argument("--headline-threshold", type=float, default=0.9,
                    help="commit threshold of the headline comparison (nearest shared one if absent)")
+    s.add_argument("--split", help="the records of one prompt split (e.g. heldout, beyond; 'all' pools them); "
+                                   "needed when the records hold several")
     s.set_defaults(func=cmd_report)
 
     add_bench(sub)

@@ -255,3 +255,32 @@ def summarize_for_plots(recs: list[dict]) -> list[dict]:
 
     return summarize(recs, ("model", "decoder", "task", "threshold")) + \
         [{**r, "task": POOLED} for r in summarize(recs, ("model", "decoder", "threshold"))]
+
+
+def test_records_of_two_splits_need_a_split(tmp_path):
+    """orl eval writes in-range (heldout) and beyond-the-range records to one file (issue 21): the report
+    refuses to pool them unasked, and --split keeps one split's records, whose numbers then match."""
+    import subprocess
+    import sys
+
+    inside = [{**r, "split": "heldout"} for r in fixture_records()]
+    beyond = [{**r, "split": "beyond", "prompt_id": r["prompt_id"].replace("heldout", "beyond"), "verdict": False}
+              for r in fixture_records()]
+    with RecordWriter(tmp_path / "r.jsonl") as w:
+        w.write(inside + beyond)
+    with pytest.raises(ValueError, match="splits beyond, heldout: pass --split"):
+        build_report([tmp_path / "r.jsonl"], tmp_path / "none")
+    assert not (tmp_path / "none").exists()  # refused before anything is written
+    with pytest.raises(ValueError, match="--split held: no records of that split"):
+        build_report([tmp_path / "r.jsonl"], tmp_path / "none", split="held")
+    rows = read_csv(build_report([tmp_path / "r.jsonl"], tmp_path / "in", split="heldout").parent / "summary.csv")
+    assert {float(r["acc %"]) for r in rows if r["model"] == "m2" and r["task"] == "add"} == {100.0, 50.0}
+    assert all(int(r["n"]) == 4 for r in rows)
+    pooled = read_csv(build_report([tmp_path / "r.jsonl"], tmp_path / "all", split="all").parent / "summary.csv")
+    assert all(int(r["n"]) == 8 for r in pooled)  # heldout and beyond together, when asked
+    p = subprocess.run([sys.executable, "-m", "orl.cli", "report", str(tmp_path / "r.jsonl"), "--out",
+                        str(tmp_path / "cli"), "--split", "beyond"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    rows = read_csv(tmp_path / "cli" / "summary.csv")
+    assert rows and all(float(r["acc %"]) == 0 for r in rows)
+    assert "(split beyond)" in (tmp_path / "cli" / "report.md").read_text()

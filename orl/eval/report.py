@@ -121,13 +121,32 @@ def check_out(d: Path) -> None:
                          "there); refusing to replace them: choose a new directory")
 
 
+def choose_split(records: list[dict], split: str | None) -> list[dict]:
+    """The records of one prompt split (`--split`; "all" pools them). Records of several splits and no
+    choice are refused: one accuracy over in-range and beyond-the-range lengths (issue 21's eval writes
+    both to one file) describes neither, and a curve would join points of different prompts."""
+    present = sorted({str(r.get("split")) for r in records})
+    if split == "all":
+        return records
+    if split is None:
+        if len(present) > 1:
+            raise ValueError(f"the records hold the splits {', '.join(present)}: pass --split with one of them "
+                             "(or --split all to pool them)")
+        return records
+    kept = [r for r in records if r.get("split") == split]
+    if not kept:
+        raise ValueError(f"--split {split}: no records of that split (the records hold {', '.join(present)})")
+    return kept
+
+
 def build_report(paths: list[str | os.PathLike], out: str | os.PathLike, train_logs: list[str | os.PathLike] = (),
                  baseline: str | None = None, threshold: float = 0.9,
-                 echo: Callable[[str], None] | None = None) -> Path:
-    """Write the report; echo (e.g. print) receives the headline comparison text."""
+                 echo: Callable[[str], None] | None = None, split: str | None = None) -> Path:
+    """Write the report; echo (e.g. print) receives the headline comparison text. split: see choose_split."""
     records = read_records(paths)
     if not records:
         raise ValueError("the records files hold no records")
+    records = choose_split(records, split)
     for log in train_logs:  # read before anything is written: a bad log left a partial report behind
         read_log(log)
     d = Path(out)
@@ -161,6 +180,7 @@ def build_report(paths: list[str | os.PathLike], out: str | os.PathLike, train_l
     table_notes = {n: notes(rows) for n, rows in (("summary", task_rows), ("overall", pooled))}
     head = [(f"{b['b'][0]} (B) vs {b['a'][0]} (A)", block_rows(b), block_notes(b)) for b in blocks] or \
         [("", [], [headline_text([])])]
+    sources += "" if split is None else f" (split {split})"
     md = [f"# Evaluation report\n\n{len(records)} records from {sources}. Definitions: DESIGN.md section 5 "
           "and orl/eval/metrics.py.\n", "## Headline\n"]
     md += [(f"### {t}\n\n" if t else "") + (markdown_table(rows) + "\n\n" if rows else "") +
