@@ -125,7 +125,7 @@ def choose_split(records: list[dict], split: str | None) -> list[dict]:
     """The records of one prompt split (`--split`; "all" pools them). Records of several splits and no
     choice are refused: one accuracy over in-range and beyond-the-range lengths (issue 21's eval writes
     both to one file) describes neither, and a curve would join points of different prompts."""
-    present = sorted({str(r.get("split")) for r in records})
+    present = sorted({str(r.get("split", "(none)")) for r in records})  # orl eval always writes one
     if split == "all":
         return records
     if split is None:
