@@ -129,23 +129,31 @@ class Held:  # a finished run's model in a reference cycle, as FSDP2's hooks hol
     def __del__(self):
         print("freed with the group", tdist.is_initialized(), file=sys.stderr, flush=True)
 
+def run():
+    h = Held()
+    h.me = h
+    if FAIL:
+        raise RuntimeError("the run failed")  # uncaught: its frame, h in it, stays in sys.last_traceback
+
+
 assert setup().launched
-h = Held()
-h.me = h
-del h
+run()
 """
 
 
-def test_a_launched_process_frees_its_cycles_before_leaving_the_group():
+@pytest.mark.parametrize("fail", [False, True])
+def test_a_launched_process_frees_its_cycles_before_leaving_the_group(fail):
     """What a run leaves in reference cycles is freed at exit while the process group still exists,
-    not during interpreter finalization after it (where a CI rank of an FSDP run aborted, SIGABRT).
-    Fails with the group left without a collection first: nothing is freed before the interpreter's
-    teardown ('freed with the group False' or no line at all)."""
+    not during interpreter finalization after it (where a CI rank of an FSDP run aborted, SIGABRT),
+    also when an uncaught exception ended it (`orl --debug`). Fails with the group left without a
+    collection first ('freed with the group False' or no line at all), and, for the failed run, without
+    the exception's frames dropped first."""
     env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(free_port()), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    p = subprocess.run([sys.executable, "-c", EXIT_PROBE], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=120)
-    assert p.returncode == 0, p.stderr[-2000:]
+    p = subprocess.run([sys.executable, "-c", f"FAIL = {fail}\n" + EXIT_PROBE], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == (1 if fail else 0), p.stderr[-2000:]
+    assert ("the run failed" in p.stderr) == fail
     assert "freed with the group True" in p.stderr, p.stderr[-2000:]
 
 

@@ -283,4 +283,8 @@ def test_records_of_two_splits_need_a_split(tmp_path):
     assert p.returncode == 0, p.stderr
     rows = read_csv(tmp_path / "cli" / "summary.csv")
     assert rows and all(float(r["acc %"]) == 0 for r in rows)
-    assert "(split beyond)" in (tmp_path / "cli" / "report.md").read_text()
+    assert "r.jsonl (split beyond)" in (tmp_path / "cli" / "report.md").read_text()
+    with RecordWriter(tmp_path / "old.jsonl") as w:  # hand-made records without the field: the prompt id's
+        w.write([{k: v for k, v in r.items() if k != "split"} for r in inside + beyond])
+    rows = read_csv(build_report([tmp_path / "old.jsonl"], tmp_path / "old", split="beyond").parent / "summary.csv")
+    assert rows and all(float(r["acc %"]) == 0 and int(r["n"]) == 4 for r in rows)

@@ -121,11 +121,17 @@ def check_out(d: Path) -> None:
                          "there); refusing to replace them: choose a new directory")
 
 
+def split_of(record: dict) -> str:
+    """A record's prompt split: its field, else the middle of its prompt id (task/split/index)."""
+    parts = str(record.get("prompt_id", "")).split("/")
+    return record.get("split") or (parts[1] if len(parts) == 3 else "(none)")
+
+
 def choose_split(records: list[dict], split: str | None) -> list[dict]:
     """The records of one prompt split (`--split`; "all" pools them). Records of several splits and no
     choice are refused: one accuracy over in-range and beyond-the-range lengths (issue 21's eval writes
     both to one file) describes neither, and a curve would join points of different prompts."""
-    present = sorted({str(r.get("split", "(none)")) for r in records})  # orl eval always writes one
+    present = sorted({split_of(r) for r in records})
     if split == "all":
         return records
     if split is None:
@@ -133,7 +139,7 @@ def choose_split(records: list[dict], split: str | None) -> list[dict]:
             raise ValueError(f"the records hold the splits {', '.join(present)}: pass --split with one of them "
                              "(or --split all to pool them)")
         return records
-    kept = [r for r in records if r.get("split") == split]
+    kept = [r for r in records if split_of(r) == split]
     if not kept:
         raise ValueError(f"--split {split}: no records of that split (the records hold {', '.join(present)})")
     return kept
@@ -175,12 +181,12 @@ def build_report(paths: list[str | os.PathLike], out: str | os.PathLike, train_l
         plot_training_curves(list(train_logs), d / "training_curves.png")
         plots["training_curves.png"] = "Post-training curves"
 
-    sources = ", ".join(str(p) for p in [*paths, *train_logs])
+    sources = ", ".join(str(p) for p in paths) + ("" if split is None else f" (split {split})")
+    sources = ", ".join([sources, *(str(p) for p in train_logs)])
     shown_tables = {n: display(rows, shown.get(n)) for n, rows in tables.items()}
     table_notes = {n: notes(rows) for n, rows in (("summary", task_rows), ("overall", pooled))}
     head = [(f"{b['b'][0]} (B) vs {b['a'][0]} (A)", block_rows(b), block_notes(b)) for b in blocks] or \
         [("", [], [headline_text([])])]
-    sources += "" if split is None else f" (split {split})"
     md = [f"# Evaluation report\n\n{len(records)} records from {sources}. Definitions: DESIGN.md section 5 "
           "and orl/eval/metrics.py.\n", "## Headline\n"]
     md += [(f"### {t}\n\n" if t else "") + (markdown_table(rows) + "\n\n" if rows else "") +

@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import gc
 import os
+import sys
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -188,7 +189,11 @@ def leave_group() -> None:
     FSDP2 modules sit in reference cycles (their hooks), so a finished run's model, its sharded
     parameters and the gloo work that last touched them outlive the recipe, and without a collection
     they are torn down during interpreter finalization, after the group is gone: a CI run's rank
-    aborted there ('terminate called without an active exception', SIGABRT) once training was done."""
+    aborted there ('terminate called without an active exception', SIGABRT) once training was done.
+    An exception that ended the run (--debug) keeps its frames, the model among them, in sys.last_*."""
+    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+        if hasattr(sys, name):
+            setattr(sys, name, None)
     gc.collect()
     if tdist.is_initialized():
         tdist.destroy_process_group()
