@@ -131,9 +131,9 @@ def choose_split(records: list[dict], split: str | None) -> list[dict]:
     """The records of one prompt split (`--split`; "all" pools them). Records of several splits and no
     choice are refused: one accuracy over in-range and beyond-the-range lengths (issue 21's eval writes
     both to one file) describes neither, and a curve would join points of different prompts."""
-    present = sorted({split_of(r) for r in records})
     if split == "all":
         return records
+    present = sorted({split_of(r) for r in records})
     if split is None:
         if len(present) > 1:
             raise ValueError(f"the records hold the splits {', '.join(present)}: pass --split with one of them "
