@@ -152,7 +152,7 @@ def test_bf16_model_runs(residual):
         assert all(0 <= t < V for t in g.token_ids)
         assert not {TOK.mask_id, TOK.pad_id} & set(g.token_ids)  # banned ids never come out
         assert g.finished or g.n_tokens == cfg.max_new_tokens
-    st = eng.state(len(PROMPTS), cfg.block_len)
+    st = eng.state(len(PROMPTS), cfg.block_len, 64)  # any cache bucket: its buffers' dtypes are checked
     assert st.cache.k.dtype == torch.bfloat16 and st.z.dtype == torch.bfloat16
     traced = eng.generate(PROMPTS, cfg, trace=True)
     assert all(torch.isfinite(r.entropy).all() and torch.isfinite(r.confidence).all()
