@@ -6,8 +6,9 @@
 # convert with `--preset gemma_convert_gpu` in one process on the GPU (`--device cuda`: no process
 # group, no NCCL) with that time as its limit, then the CPU runs' measurements: convert_heldout's
 # held-out CE (gemma_convert_short's 32 windows) first, then convert_eval at thresholds 0.9 / 0.5 / 0.3
-# (one load). $OUT gets six files (a device call brings back eight at most): log.txt, probe.jsonl,
-# train.out, train.log.jsonl, heldout32.json, evals.json. Exit 0 only when training finished (its
+# (one load), then packs the weights for the return calls. $OUT gets six files and a folder (a device call
+# brings back eight files at most): log.txt, probe.jsonl, train.out, train.log.jsonl, heldout32.json,
+# evals.json and p00/ (the first piece of the weights: piece + stage.json). Exit 0 only when training finished (its
 # schedule or its time limit) and both results exist.
 #
 #   DEADLINE_S=540 DEVICE=cuda bash benchmarks/gpu_convert.sh    (on the device; OUT is set there)
@@ -127,6 +128,23 @@ if (out / "evals.json").exists():
               f"ar {nb['ar']['block_exact']:.3f}, TPF {nb['dlm_tpf']:.2f}; free run agreement "
               f"{fr['position_agreement']:.3f}, TPF {fr['dlm_tpf']:.2f}")
 EOF
+# the weights for the return calls (benchmarks/device_return.py): the run's changed tensors in bf16 and its
+# small files, cut into pieces of RETURN_PIECE_MIB; the first piece comes back with this call (its 7th and
+# 8th files), the rest with `cp -r $WORK/ret/p/pNN ... $OUT/` calls, four pieces each (docs/RESULTS-gemma.md)
+if [ -f "$WORK/run/orl.json" ] && [ "$(left)" -gt 15 ]; then
+  stamp "pack the weights for the return calls"
+  [ -f "$WORK/ret/return.json" ] && rm -rf "$WORK/ret"  # this script's own pack of an earlier call
+  if timeout "$(left)" "$PY" benchmarks/device_return.py pack "$WORK/run" --base "$WORK/base" --out "$WORK/ret" &&
+     timeout "$(left)" "$PY" benchmarks/device_stage.py split "$WORK/ret/delta.safetensors" "$WORK/ret/return.json" \
+       --out "$WORK/ret/p" --piece-mib "${RETURN_PIECE_MIB:-15}"; then
+    first=$(ls "$WORK/ret/p" | head -1)
+    cp -r "$WORK/ret/p/$first" "$OUT/" && echo "return pieces: $(ls "$WORK/ret/p" | tr '\n' ' ')(first one in this call's files)"
+  else
+    echo "packing the weights failed: the numbers above stand; nothing to bring back"
+  fi
+else
+  echo "no time left to pack the weights"
+fi
 [ -f "$OUT/evals.json" ] && [ -f "$OUT/heldout32.json" ] || exit 7
 [ $rc -eq 0 ] || exit 6
 stamp "done"

@@ -21,6 +21,7 @@ pytest.importorskip("gguf")
 import device_stage  # noqa: E402
 from gguf_tiny import write_tiny_gguf  # noqa: E402
 
+from orl.checkpoint import load_checkpoint  # noqa: E402
 from orl.gguf_import import import_gguf  # noqa: E402
 from orl.train.corpus import CorpusConfig, build_corpus  # noqa: E402
 
@@ -56,8 +57,19 @@ def test_staged_tiny_gguf_converts_and_is_evaluated(tmp_path, device):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     # what a device call brings back: at most 8 files, named in letters, digits, '.', '_' and '-'
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["evals.json", "heldout32.json", "log.txt", "probe.jsonl", "train.log.jsonl", "train.out"]
-    assert all(re.fullmatch(r"[A-Za-z0-9._-]+", n) for n in names)
+    assert names == ["evals.json", "heldout32.json", "log.txt", "p00", "probe.jsonl", "train.log.jsonl", "train.out"]
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert len(files) <= 8 and all(re.fullmatch(r"[A-Za-z0-9._-]+", p.name) for p in files)
+    # the weights come back: p00 from this call, the others as the return calls would copy them
+    import device_return
+    pieces = sorted((work / "ret" / "p").iterdir())
+    assert pieces[0].name == "p00" and (out / "p00" / "piece").read_bytes() == (pieces[0] / "piece").read_bytes()
+    for piece in [out / "p00", *pieces[1:]]:
+        device_stage.put(piece, tmp_path / "back_store")
+    device_stage.join(tmp_path / "back_store", tmp_path / "back_delta")
+    back = device_return.unpack(tmp_path / "back_delta", work / "base", tmp_path / "back")
+    _, _, manifest = load_checkpoint(back)
+    assert manifest["objective"] == "block_diffusion" and manifest["returned"]["delta_dtype"] == "bfloat16"
     # the probe timed the preset's steps and sized the schedule (at least 3 steps) ...
     probe = [json.loads(x) for x in (out / "probe.jsonl").read_text().splitlines()]
     assert probe[0]["bf16"] and probe[0]["freeze_embeddings"] and probe[0]["batches"] == "the run's (--corpus)"
