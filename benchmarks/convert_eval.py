@@ -48,15 +48,27 @@ def padded(ids: list[int], n: int, eos: int) -> list[int]:
     return (ids + [eos] * n)[:n]
 
 
-def next_block(ar: ARDecoder, dlm: Engine, rows: list[list[int]], context: int, block: int, threshold: float,
-               eos: int, batch: int = 8, layout: str = "prompt_block") -> dict:
+def threshold_decoder(dlm: Engine, block: int, threshold: float, layout: str):
+    """The converted model decoding in blocks (threshold rule): (prefixes, n new tokens) -> generations."""
+    return lambda prefixes, n: dlm.generate_ids(prefixes, DecodeConfig(block_len=block, max_new_tokens=n,
+                                                                       threshold=threshold, layout=layout))
+
+
+def self_spec_decoder(dec: ARDecoder, k: int, draft: str):
+    """The converted model's AR path verifying drafts of its diffusion path (orl.engine.self_draft): exactly the
+    AR path's greedy tokens, TPF = tokens / all forwards (drafts included). Batch 1, so one prefix at a time."""
+    cfg = lambda n: ARConfig(max_new_tokens=n, spec_tokens=min(k, max(n - 1, 1)), spec_draft=draft)  # noqa: E731
+    return lambda prefixes, n: [dec.generate_ids([p], cfg(n))[0] for p in prefixes]
+
+
+def next_block(ar: ARDecoder, decode, rows: list[list[int]], context: int, block: int, eos: int,
+               batch: int = 8) -> dict:
     prefixes, truth = [r[:context] for r in rows], [r[context:context + block] for r in rows]
     ar_out, dlm_out, recs = [], [], []
     for k in range(0, len(rows), batch):
         part = prefixes[k:k + batch]
         ar_out += [padded(g.token_ids, block, eos) for g in ar.generate_ids(part, ARConfig(max_new_tokens=block))]
-        gens = dlm.generate_ids(part, DecodeConfig(block_len=block, max_new_tokens=block, threshold=threshold,
-                                                   layout=layout))
+        gens = decode(part, block)
         dlm_out += [padded(g.token_ids, block, eos) for g in gens]
         recs += [record(g) for g in gens]
 
@@ -74,8 +86,7 @@ def record(g) -> dict:
                                                                            "commit": g.commit_forwards}}
 
 
-def free_running(ar: ARDecoder, dlm: Engine, prefixes: list[list[int]], n: int, block: int, threshold: float,
-                 eos: int, layout: str = "prompt_block") -> dict:
+def free_running(ar: ARDecoder, decode, prefixes: list[list[int]], n: int, eos: int) -> dict:
     """Batch-1 continuations of each prefix by both decoders: agreement, TPF, tokens/s."""
     agree_pos, agree_prefix, recs = 0, 0, []
     ar_tok = ar_s = dlm_tok = dlm_s = ar_cpu = dlm_cpu = 0.0
@@ -84,8 +95,7 @@ def free_running(ar: ARDecoder, dlm: Engine, prefixes: list[list[int]], n: int, 
         a = ar.generate_ids([p], ARConfig(max_new_tokens=n))[0]
         ar_s, ar_cpu = ar_s + time.perf_counter() - t, ar_cpu + time.process_time() - c
         t, c = time.perf_counter(), time.process_time()
-        d = dlm.generate_ids([p], DecodeConfig(block_len=block, max_new_tokens=n, threshold=threshold,
-                                               layout=layout))[0]
+        d = decode([p], n)[0]
         dlm_s, dlm_cpu = dlm_s + time.perf_counter() - t, dlm_cpu + time.process_time() - c
         ar_tok, dlm_tok = ar_tok + a.n_tokens, dlm_tok + d.n_tokens
         recs.append(record(d))
@@ -109,10 +119,17 @@ def evaluate(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows: int, cont
                                free_prompts, layout, device)[0]
 
 
+SPEC_DRAFTS = ("fused", "diffusion")
+
+
 def evaluate_thresholds(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows: int, context: int,
                         block: int | None, thresholds: tuple[float, ...], free_tokens: int, free_prompts: int,
-                        layout: str | None = None, device: str = "cpu") -> list[dict]:
-    """One result per threshold, the two checkpoints loaded once (a GPU lease spends seconds per load)."""
+                        layout: str | None = None, device: str = "cpu", spec: int = 0,
+                        spec_draft: str = "fused") -> list[dict]:
+    """One result per threshold, the two checkpoints loaded once (a GPU lease spends seconds per load); with
+    spec = k > 0 one more: the converted model's AR path verifying its own diffusion drafts of k tokens
+    (spec_draft: "fused", one forward a round, or "diffusion", a draft forward and a verify forward), whose
+    tokens are that AR path's greedy ones - what a conversion that kept the AR path (--set ar_aux=W) gives."""
     from orl.checkpoint import load_checkpoint
 
     ar_model, tok, _ = load_checkpoint(ar_dir, device=device)
@@ -129,12 +146,23 @@ def evaluate_thresholds(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows
     ar, dlm = ARDecoder(ar_model, tok, max_len=max_len), Engine(dlm_model, dtok, max_len=max_len)
     rows = held_out_rows(stream, windows, context + block, getattr(tok, "bos_id", None))
     results = []
-    for threshold in thresholds:
+    decoders = [(t, threshold_decoder(dlm, block, t, layout)) for t in thresholds]
+    if spec:
+        if spec_draft not in SPEC_DRAFTS:
+            raise ValueError(f"--spec-draft {spec_draft!r}: choose one of {', '.join(SPEC_DRAFTS)}")
+        from orl.engine.self_draft import scratch_slots
+
+        # a fused round writes its draft groups past the request's slots: the cache holds them too
+        spec_len = max_len + scratch_slots(spec, max(block, free_tokens))
+        decoders.append((None, self_spec_decoder(ARDecoder(dlm_model, dtok, manifest=manifest, max_len=spec_len),
+                                                 spec, spec_draft)))
+    for threshold, decode in decoders:
         out = {"ar": ar_dir, "dlm": dlm_dir, "dlm_recipe_step": (manifest.get("recipe") or {}).get("step"),
-               "threshold": threshold, "layout": layout, "threads": torch.get_num_threads(), "device": device,
-               "next_block": next_block(ar, dlm, rows, context, block, threshold, tok.eos_id, layout=layout)}
-        out["free_running"] = free_running(ar, dlm, [r[:context] for r in rows[:free_prompts]], free_tokens, block,
-                                           threshold, tok.eos_id, layout)
+               "threshold": threshold, "decoder": f"self-spec {spec_draft} k={spec}" if threshold is None else
+               "threshold", "layout": layout, "threads": torch.get_num_threads(), "device": device,
+               "next_block": next_block(ar, decode, rows, context, block, tok.eos_id)}
+        out["free_running"] = free_running(ar, decode, [r[:context] for r in rows[:free_prompts]], free_tokens,
+                                           tok.eos_id)
         if torch.device(device).type != "cpu":  # host CPU seconds say nothing of a GPU's work
             out["free_running"].update(ar_tok_cpu_s=None, dlm_tok_cpu_s=None, speedup_cpu=None)
         results.append(out)
@@ -166,6 +194,9 @@ def main() -> None:
     ap.add_argument("--free-prompts", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu", help="cpu | cuda (per-CPU-second figures only on cpu)")
+    ap.add_argument("--spec", type=int, default=0, help="also decode with the converted model's AR path verifying "
+                    "its own diffusion drafts of K tokens (self-speculative; exactly the AR path's tokens)")
+    ap.add_argument("--spec-draft", default="fused", choices=SPEC_DRAFTS)
     ap.add_argument("--out", help="write the JSON here too")
     args = ap.parse_args()
     from safetensors.torch import load_file
@@ -174,8 +205,9 @@ def main() -> None:
     stream = load_file(Path(args.corpus) / "tokens.safetensors")["code_heldout"]
     taus = tuple(float(t) for t in args.thresholds.split(",")) if args.thresholds else (args.threshold,)
     res = evaluate_thresholds(args.ar, args.dlm, stream, args.windows, args.context, args.block, taus,
-                              args.free_tokens, args.free_prompts, args.layout, args.device)
-    res = res if args.thresholds else res[0]
+                              args.free_tokens, args.free_prompts, args.layout, args.device, args.spec,
+                              args.spec_draft)
+    res = res if args.thresholds or args.spec else res[0]
     emit(res, args.out)
 
 

@@ -5,11 +5,12 @@
 # --corpus: its micro-batches, batch building included) and size the schedule to the time left,
 # convert with `--preset gemma_convert_gpu` in one process on the GPU (`--device cuda`: no process
 # group, no NCCL) with that time as its limit, then the CPU runs' measurements: convert_heldout's
-# held-out CE (gemma_convert_short's 32 windows) first, then convert_eval at thresholds 0.9 / 0.5 / 0.3
-# (one load), then packs the weights for the return calls. $OUT gets six files and a folder (a device call
-# brings back eight files at most): log.txt, probe.jsonl, train.out, train.log.jsonl, heldout32.json,
-# evals.json and p00/ (the first piece of the weights: piece + stage.json). Exit 0 only when training finished (its
-# schedule or its time limit) and both results exist.
+# held-out CE (gemma_convert_short's 32 windows) first, then convert_eval at thresholds 0.9 / 0.5 / 0.3 and
+# self-speculative with k = SPEC_K (default 3; 0: off) drafts (one load), then packs the weights for the
+# return calls. $OUT gets six files and a folder (a device call brings back eight files at most): log.txt,
+# probe.jsonl, train.out, train.log.jsonl, heldout32.json, evals.json and p00/ (the first piece of the
+# weights: piece + stage.json). Exit 0 only when training finished (its schedule or its time limit) and
+# both results exist.
 #
 #   DEADLINE_S=540 DEVICE=cuda bash benchmarks/gpu_convert.sh    (on the device; OUT is set there)
 #
@@ -20,9 +21,11 @@
 # STORE (pieces, and pylib/ with the gguf package the device lacks; default /root/stage), WORK
 # (imported model, corpus, run; default /root/gpu_convert), PRESET (default gemma_convert_gpu), GGUF
 # (file name in the split, default gemma-3-270m-q4_k_m.gguf), EXTRA_SET (more `--set k=v` words for
-# the probe and the run), PYTHON (default python3), DEVICE (default cuda when torch sees one, else
-# cpu; pass it on the device, so that a machine without CUDA stops at once instead of training on
-# its CPU; tests/test_gpu_convert.py runs this script on a tiny GGUF, on the CPU here).
+# the probe and the run, e.g. "--set ar_aux=0.5"), SPEC_K (self-speculative drafts in the evaluation,
+# default 3), RETURN_PIECE_MIB (pieces of the weights, default 15), PYTHON (default python3), DEVICE
+# (default cuda when torch sees one, else cpu; pass it on the device, so that a machine without CUDA
+# stops at once instead of training on its CPU; tests/test_gpu_convert.py runs this script on a tiny
+# GGUF, on the CPU here).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -113,10 +116,10 @@ fi
 stamp "held-out CE (gemma_convert_short windows)"
 timeout "$(left)" "$PY" benchmarks/convert_heldout.py --base "$WORK/base" --dlm "$WORK/run" --corpus "$WORK/corpus" \
   --layout absolute_grid --windows 32 --device "$DEVICE" --out "$OUT/heldout32.json" || echo "held-out CE failed"
-stamp "convert_eval at 0.9, 0.5, 0.3"
+stamp "convert_eval at 0.9, 0.5, 0.3 and self-speculative (the AR path verifying k = ${SPEC_K:-3} drafts)"
 timeout "$(left)" "$PY" benchmarks/convert_eval.py --ar "$WORK/base" --dlm "$WORK/run" --corpus "$WORK/corpus" --windows 32 \
   --context 64 --block 4 --thresholds 0.9,0.5,0.3 --free-tokens 32 --free-prompts 8 --device "$DEVICE" \
-  --out "$OUT/evals.json" > /dev/null || echo "convert_eval failed"
+  --spec "${SPEC_K:-3}" --out "$OUT/evals.json" > /dev/null || echo "convert_eval failed"
 "$PY" - "$OUT" <<'EOF'
 import json, sys
 from pathlib import Path
@@ -124,7 +127,8 @@ out = Path(sys.argv[1])
 if (out / "evals.json").exists():
     for r in json.loads((out / "evals.json").read_text()):
         nb, fr = r["next_block"], r["free_running"]
-        print(f"step {r['dlm_recipe_step']} tau {r['threshold']}: next-block exact dlm {nb['dlm']['block_exact']:.3f} "
+        how = f"tau {r['threshold']}" if r["threshold"] is not None else r["decoder"]
+        print(f"step {r['dlm_recipe_step']} {how}: next-block exact dlm {nb['dlm']['block_exact']:.3f} "
               f"ar {nb['ar']['block_exact']:.3f}, TPF {nb['dlm_tpf']:.2f}; free run agreement "
               f"{fr['position_agreement']:.3f}, TPF {fr['dlm_tpf']:.2f}")
 EOF

@@ -72,3 +72,22 @@ def test_untrained_blocks_of_four_disagree_and_are_counted(models):
     again = ce.evaluate(str(d / "ar"), ce.UNTRAINED, stream, windows=6, context=10, block=4, threshold=0.5,
                         free_tokens=8, free_prompts=1)
     assert again["next_block"] == nb
+
+
+@pytest.mark.parametrize("draft", ["fused", "diffusion"])
+def test_self_speculative_decoding_of_the_untrained_conversion_is_the_ar_original(models, draft):
+    """--spec: the converted model's AR path verifies its own diffusion drafts. Untrained, that path IS the AR
+    original (same weights, causal rows, shifted read-out), so its tokens are the AR decoder's, whatever the
+    drafts; TPF counts every forward (a two-forward drafter's drafts too)."""
+    d, stream = models
+    res = ce.evaluate_thresholds(str(d / "ar"), str(d / "dlm"), stream, windows=6, context=10, block=4,
+                                 thresholds=(0.5,), free_tokens=8, free_prompts=3, spec=3, spec_draft=draft)
+    assert [r["decoder"] for r in res] == ["threshold", f"self-spec {draft} k=3"] and res[1]["threshold"] is None
+    nb, fr = res[1]["next_block"], res[1]["free_running"]
+    assert nb["dlm"] == nb["ar"] and nb["dlm_block_agrees_with_ar"] == 1.0
+    assert fr["position_agreement"] == 1.0 and fr["mean_agreed_prefix"] == 8
+    assert res[0]["next_block"]["dlm_block_agrees_with_ar"] < 1.0  # the block decoder of the same weights is not
+    if draft == "fused":
+        assert nb["dlm_tpf"] >= 1.0  # one forward a round, at least one token a round
+    with pytest.raises(ValueError, match="--spec-draft 'lookup'"):
+        ce.evaluate_thresholds(str(d / "ar"), str(d / "dlm"), stream, 2, 10, 4, (0.5,), 4, 1, spec=3, spec_draft="lookup")

@@ -79,7 +79,8 @@ def test_staged_tiny_gguf_converts_and_is_evaluated(tmp_path, device):
     assert [x["step"] for x in log if "step" in x] == [1]
     assert "done: steps 1-1 of 3" in (out / "train.out").read_text()
     evals = json.loads((out / "evals.json").read_text())
-    assert [e["threshold"] for e in evals] == [0.9, 0.5, 0.3]
+    assert [e["threshold"] for e in evals] == [0.9, 0.5, 0.3, None]  # None: the self-speculative decode
+    assert evals[-1]["decoder"] == "self-spec fused k=3"
     for e in evals:
         assert e["dlm_recipe_step"] == 1 and e["device"] == device and e["next_block"]["n"] == 32
     held = json.loads((out / "heldout32.json").read_text())
