@@ -147,22 +147,34 @@ def evaluate_thresholds(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows
     rows = held_out_rows(stream, windows, context + block, getattr(tok, "bos_id", None))
     results = []
     decoders = [(t, threshold_decoder(dlm, block, t, layout)) for t in thresholds]
+    if spec < 0:
+        raise ValueError(f"--spec must be >= 0 (drafted tokens per round; 0: off), got {spec}")
     if spec:
         if spec_draft not in SPEC_DRAFTS:
             raise ValueError(f"--spec-draft {spec_draft!r}: choose one of {', '.join(SPEC_DRAFTS)}")
         from orl.engine.self_draft import scratch_slots
 
-        # a fused round writes its draft groups past the request's slots: the cache holds them too
+        # the decoder's max_len bounds the cache, which must hold a fused round's draft groups too
         spec_len = max_len + scratch_slots(spec, max(block, free_tokens))
-        decoders.append((None, self_spec_decoder(ARDecoder(dlm_model, dtok, manifest=manifest, max_len=spec_len),
-                                                 spec, spec_draft)))
+        dec = ARDecoder(dlm_model, dtok, manifest=manifest, max_len=spec_len)
+        # refused now (no mask token, no shifted read-out), not after the threshold rows have run
+        dec.check(ARConfig(max_new_tokens=block, spec_tokens=min(spec, max(block - 1, 1)), spec_draft=spec_draft))
+        decoders.append((None, self_spec_decoder(dec, spec, spec_draft)))
     for threshold, decode in decoders:
         out = {"ar": ar_dir, "dlm": dlm_dir, "dlm_recipe_step": (manifest.get("recipe") or {}).get("step"),
                "threshold": threshold, "decoder": f"self-spec {spec_draft} k={spec}" if threshold is None else
                "threshold", "layout": layout, "threads": torch.get_num_threads(), "device": device,
-               "next_block": next_block(ar, decode, rows, context, block, tok.eos_id)}
-        out["free_running"] = free_running(ar, decode, [r[:context] for r in rows[:free_prompts]], free_tokens,
-                                           tok.eos_id)
+               "next_block": None}
+        try:
+            out["next_block"] = next_block(ar, decode, rows, context, block, tok.eos_id)
+            out["free_running"] = free_running(ar, decode, [r[:context] for r in rows[:free_prompts]], free_tokens,
+                                               tok.eos_id)
+        except (RuntimeError, ValueError) as e:  # out of device memory, say: the other rows still count
+            if threshold is not None:
+                raise
+            out.update(error=f"{type(e).__name__}: {e}", free_running=None)
+            results.append(out)
+            continue
         if torch.device(device).type != "cpu":  # host CPU seconds say nothing of a GPU's work
             out["free_running"].update(ar_tok_cpu_s=None, dlm_tok_cpu_s=None, speedup_cpu=None)
         results.append(out)

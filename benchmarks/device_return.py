@@ -23,7 +23,9 @@ import argparse
 import base64
 import hashlib
 import json
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -32,7 +34,7 @@ from safetensors.torch import save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orl.atomic_dir import MANIFEST, check_apart, file_digest, write_atomically  # noqa: E402
+from orl.atomic_dir import MANIFEST, ORL_NAMES, check_apart, file_digest, write_atomically  # noqa: E402
 from orl.checkpoint_checks import CheckpointError, read_json  # noqa: E402
 
 RETURN = "return.json"
@@ -64,6 +66,9 @@ def _tensors(d: Path, names: list[str]):
 
 
 def _manifest(d: Path) -> dict:
+    if not (d / MANIFEST).is_file():
+        raise CheckpointError(f"{d} is not an orl checkpoint (no {MANIFEST}): pack and unpack take orl's own "
+                              "directories (`orl fetch` / `orl import-gguf` for a base, a run's --out)")
     m = read_json(d / MANIFEST)
     if not isinstance(m.get("files"), dict) or not m["files"]:
         raise CheckpointError(f"{d / MANIFEST} lists no files: pack needs an orl checkpoint written by this version")
@@ -81,10 +86,13 @@ def pack(run: Path, base: Path, out: Path, dtype: str = "bfloat16") -> dict:
     for name, t in _tensors(run, _weight_names(run_m["files"])):
         b = base_tensors.get(name)
         same = b is not None and b.dtype == t.dtype and b.shape == t.shape and torch.equal(b, t)
-        entries.append({"name": name, "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
+        kind = str(t.dtype).removeprefix("torch.")
+        if kind not in DTYPES:  # quantized storage (int8, packed fp4) would not survive a float cast
+            raise CheckpointError(f"{name} is {kind}: pack carries float tensors only ({', '.join(DTYPES)})")
+        entries.append({"name": name, "dtype": kind, "shape": list(t.shape),
                         "from": "base" if same else "delta", **({"sha256": tensor_digest(t)} if same else {})})
-        if not same:
-            delta[name] = t.to(DTYPES[dtype]).contiguous()
+        if not same:  # matrices rounded to `dtype`; vectors (norms, biases, fp32-by-design buffers) kept as they are
+            delta[name] = (t.to(DTYPES[dtype]) if t.dim() >= 2 else t).contiguous()
     files = {}
     for name, digest in run_m["files"].items():
         if name.endswith(".safetensors") or name == "model.safetensors.index.json" or name in LEFT:
@@ -96,17 +104,26 @@ def pack(run: Path, base: Path, out: Path, dtype: str = "bfloat16") -> dict:
         if size > INLINE_MAX:
             raise CheckpointError(f"{run / name} ({size / 2**20:.1f} MiB) differs from the base's and is too large to "
                                   f"carry inline (at most {INLINE_MAX >> 20} MiB)")
-        files[name] = {"from": "inline", "sha256": digest, "data": base64.b64encode((run / name).read_bytes()).decode()}
-    out.mkdir(parents=True, exist_ok=True)
-    for p in (out / DELTA, out / RETURN):
-        if p.exists():
-            raise FileExistsError(f"{p} exists: pack writes into a directory of its own")
-    save_file(delta, str(out / DELTA), metadata={"format": "pt"})
-    record = {"format": FORMAT, "delta_dtype": dtype, "delta_sha256": file_digest(out / DELTA),
-              "delta_bytes": (out / DELTA).stat().st_size, "run": str(run), "run_manifest": run_m,
-              "base_files": base_m["files"], "tensors": entries, "files": files,
-              "left": sorted(n for n in run_m["files"] if n in LEFT)}
-    (out / RETURN).write_text(json.dumps(record) + "\n")
+        data = (run / name).read_bytes()
+        if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
+            raise CheckpointError(f"{run / name} does not match its sha256 in {run / MANIFEST}: the run is damaged")
+        files[name] = {"from": "inline", "sha256": digest, "data": base64.b64encode(data).decode()}
+    if out.exists():
+        raise FileExistsError(f"{out} exists: pack writes a new directory")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # written beside and renamed into place: a pack cut off by a deadline leaves no half-written `out`
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        save_file(delta, str(tmp / DELTA), metadata={"format": "pt"})
+        record = {"format": FORMAT, "delta_dtype": dtype, "delta_sha256": file_digest(tmp / DELTA),
+                  "delta_bytes": (tmp / DELTA).stat().st_size, "run": str(run), "run_manifest": run_m,
+                  "base_files": base_m["files"], "tensors": entries, "files": files,
+                  "left": sorted(n for n in run_m["files"] if n in LEFT)}
+        (tmp / RETURN).write_text(json.dumps(record) + "\n")
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return record
 
 
@@ -129,8 +146,17 @@ def _read_record(d: Path) -> dict:
 
 def unpack(d: Path, base: Path, out: Path) -> Path:
     """The checkpoint of the record in d, rebuilt from `base`, written atomically to `out`."""
+    if Path(out).exists():  # a training run's directory would lose its trainer state to the rebuilt checkpoint
+        raise FileExistsError(f"{out} exists: unpack writes a new directory")
     rec = _read_record(d)
     check_apart(out, base, "--base")
+    try:
+        return _rebuild(rec, d, base, out)
+    except (KeyError, TypeError, AttributeError) as e:
+        raise CheckpointError(f"{d / RETURN}: malformed return record ({type(e).__name__}: {e})") from None
+
+
+def _rebuild(rec: dict, d: Path, base: Path, out: Path) -> Path:
     base_m = _manifest(base)
     base_tensors = dict(_tensors(base, _weight_names(base_m["files"])))
     with safe_open(str(d / DELTA), framework="pt") as f:
@@ -145,7 +171,7 @@ def unpack(d: Path, base: Path, out: Path) -> Path:
             raise CheckpointError(f"{name}: missing from the {'base ' + str(base) if e['from'] == 'base' else DELTA}")
         if list(t.shape) != shape:
             raise CheckpointError(f"{name}: shape {list(t.shape)}, the run's is {shape}")
-        if e["from"] == "base" and tensor_digest(t) != e["sha256"]:
+        if e["from"] == "base" and (t.dtype != dt or tensor_digest(t) != e["sha256"]):
             raise CheckpointError(f"{name} in {base} is not the tensor the device's base held (sha256 differs): "
                                   "unpack with the base the run was converted from")
         state[name] = t.to(dt).contiguous()
@@ -153,6 +179,9 @@ def unpack(d: Path, base: Path, out: Path) -> Path:
         raise CheckpointError(f"{DELTA} holds tensors the record does not list: {sorted(delta)[:5]}")
     blobs = {}
     for name, info in rec["files"].items():
+        # a plain file name orl writes, never the weights or the manifest this function writes itself
+        if not ORL_NAMES.match(name) or name.endswith(".safetensors") or name in (MANIFEST, "model.safetensors.index.json"):
+            raise CheckpointError(f"{d / RETURN} names a file {name!r} that a checkpoint does not carry")
         if info["from"] == "base":
             if base_m["files"].get(name) != info["sha256"] or file_digest(base / name) != info["sha256"]:
                 raise CheckpointError(f"{base / name} is not the file the device's run held (sha256 differs)")

@@ -26,13 +26,19 @@ case "${1:-}" in
       echo "device_tree.sh: staged changes under ${PATHS[*]}: commit or unstage them first" >&2; exit 2
     fi
     mkdir -p "$(dirname "$EXCLUDE")"
+    # a last line without its newline would swallow the marker (and restore would never find it)
+    if [ -s "$EXCLUDE" ] && [ -n "$(tail -c1 "$EXCLUDE")" ]; then echo >> "$EXCLUDE"; fi
     { echo "$MARK"; for p in "${PATHS[@]}"; do echo "/$p/"; done; echo "$MARK end"; } >> "$EXCLUDE"
     git rm -r -q --cached --ignore-unmatch -- "${PATHS[@]}"
-    echo "slim: ${PATHS[*]} out of the index and ignored; tracked files now $(git ls-files -z | xargs -0 -r du -cb | tail -1 | cut -f1) bytes"
+    echo "slim: ${PATHS[*]} out of the index and ignored; tracked files now" \
+      "$(git ls-files -z | xargs -0 -r stat -c %s | awk '{ s += $1 } END { print s + 0 }') bytes"
     ;;
   restore)
     if ! is_slim; then echo "not slim: nothing to restore"; exit 0; fi
-    git reset -q -- "${PATHS[@]}"
+    # the paths slim took out, as it recorded them (not today's SLIM_PATHS)
+    mapfile -t PATHS < <(awk -v m="$MARK" '$0 == m { on = 1; next } $0 == m " end" { on = 0 } on' "$EXCLUDE" |
+                         sed -e 's|^/||' -e 's|/$||')
+    [ "${#PATHS[@]}" -gt 0 ] && git reset -q -- "${PATHS[@]}"
     # drop the marked block, every other line of the exclude file as it was
     awk -v m="$MARK" '$0 == m { skip = 1; next } $0 == m " end" { skip = 0; next } !skip' "$EXCLUDE" > "$EXCLUDE.tmp"
     mv "$EXCLUDE.tmp" "$EXCLUDE"

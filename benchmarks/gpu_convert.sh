@@ -126,6 +126,9 @@ from pathlib import Path
 out = Path(sys.argv[1])
 if (out / "evals.json").exists():
     for r in json.loads((out / "evals.json").read_text()):
+        if r.get("error"):
+            print(f"step {r['dlm_recipe_step']} {r['decoder']}: failed ({r['error'][:200]})")
+            continue
         nb, fr = r["next_block"], r["free_running"]
         how = f"tau {r['threshold']}" if r["threshold"] is not None else r["decoder"]
         print(f"step {r['dlm_recipe_step']} {how}: next-block exact dlm {nb['dlm']['block_exact']:.3f} "
@@ -135,14 +138,15 @@ EOF
 # the weights for the return calls (benchmarks/device_return.py): the run's changed tensors in bf16 and its
 # small files, cut into pieces of RETURN_PIECE_MIB; the first piece comes back with this call (its 7th and
 # 8th files), the rest with `cp -r $WORK/ret/p/pNN ... $OUT/` calls, four pieces each (docs/RESULTS-gemma.md)
+PIECE_MIB="${RETURN_PIECE_MIB:-15}"
+awk -v x="$PIECE_MIB" 'BEGIN { exit !(x > 0 && x <= 15.9) }' || { echo "RETURN_PIECE_MIB=$PIECE_MIB: a returned file must stay under 16 MiB; using 15"; PIECE_MIB=15; }
 if [ -f "$WORK/run/orl.json" ] && [ "$(left)" -gt 15 ]; then
   stamp "pack the weights for the return calls"
   [ -f "$WORK/ret/return.json" ] && rm -rf "$WORK/ret"  # this script's own pack of an earlier call
   if timeout "$(left)" "$PY" benchmarks/device_return.py pack "$WORK/run" --base "$WORK/base" --out "$WORK/ret" &&
      timeout "$(left)" "$PY" benchmarks/device_stage.py split "$WORK/ret/delta.safetensors" "$WORK/ret/return.json" \
-       --out "$WORK/ret/p" --piece-mib "${RETURN_PIECE_MIB:-15}"; then
-    first=$(ls "$WORK/ret/p" | head -1)
-    cp -r "$WORK/ret/p/$first" "$OUT/" && echo "return pieces: $(ls "$WORK/ret/p" | tr '\n' ' ')(first one in this call's files)"
+       --out "$WORK/ret/p" --piece-mib "$PIECE_MIB"; then
+    cp -r "$WORK/ret/p/p00" "$OUT/" && echo "return pieces: $(ls "$WORK/ret/p" | tr '\n' ' ')(p00 in this call's files)"
   else
     echo "packing the weights failed: the numbers above stand; nothing to bring back"
   fi

@@ -91,3 +91,15 @@ def test_self_speculative_decoding_of_the_untrained_conversion_is_the_ar_origina
         assert nb["dlm_tpf"] >= 1.0  # one forward a round, at least one token a round
     with pytest.raises(ValueError, match="--spec-draft 'lookup'"):
         ce.evaluate_thresholds(str(d / "ar"), str(d / "dlm"), stream, 2, 10, 4, (0.5,), 4, 1, spec=3, spec_draft="lookup")
+
+
+def test_bad_spec_settings_are_refused_before_any_decoding(models, monkeypatch):
+    d, stream = models
+    ran = []
+    monkeypatch.setattr(ce, "next_block", lambda *a, **k: ran.append(1))
+    with pytest.raises(ValueError, match="--spec must be >= 0"):
+        ce.evaluate_thresholds(str(d / "ar"), str(d / "dlm"), stream, 2, 10, 4, (0.5,), 4, 1, spec=-1)
+    # an AR checkpoint has no diffusion path to draft with: named before the threshold rows run
+    with pytest.raises(ValueError, match="needs a block-diffusion checkpoint"):
+        ce.evaluate_thresholds(str(d / "ar"), str(d / "ar"), stream, 2, 10, 4, (0.5,), 4, 1, spec=3)
+    assert not ran

@@ -71,7 +71,7 @@ def test_pack_pieces_unpack_rebuilds_the_run(converted, tmp_path, dtype):
     assert got.keys() == want.keys()
     for k, w in want.items():
         assert got[k].dtype == w.dtype
-        expect = w if k not in moved else w.to(dr.DTYPES[dtype]).to(w.dtype)
+        expect = w if k not in moved or w.dim() < 2 else w.to(dr.DTYPES[dtype]).to(w.dtype)  # vectors kept exact
         assert torch.equal(got[k], expect), k
     assert dtype == "float32" or any(not torch.equal(got[k], want[k]) for k in moved)  # bf16 rounds: not a copy
     assert manifest["objective"] == "block_diffusion" and manifest["recipe"]["step"] == 4
@@ -115,6 +115,9 @@ def test_unpack_never_writes_over_a_directory_orl_did_not_write(converted, tmp_p
     assert dr.main(["unpack", str(tmp_path / "ret"), "--base", str(base), "--out", str(tmp_path / "mine")]) == 2
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
     assert dr.main(["unpack", str(tmp_path / "ret"), "--base", str(base), "--out", str(base)]) == 2  # output = base
+    # nor over an orl run: its trainer state would be lost to an inference-only checkpoint
+    assert dr.main(["unpack", str(tmp_path / "ret"), "--base", str(base), "--out", str(run)]) == 2
+    assert (run / "trainer_state.pt").exists()
     # pack never writes over an earlier pack
     assert dr.main(["pack", str(run), "--base", str(base), "--out", str(tmp_path / "ret")]) == 2
 
@@ -132,3 +135,40 @@ def test_an_unlisted_tensor_in_the_delta_is_refused(converted, tmp_path):
     (tmp_path / "ret" / dr.RETURN).write_text(json.dumps(rec))
     with pytest.raises(CheckpointError, match="does not list: \\['extra.weight'\\]"):
         dr.unpack(tmp_path / "ret", base, tmp_path / "back")
+
+
+@pytest.mark.parametrize("lie", ["path", "weights", "dtype", "missing_field"])
+def test_a_record_that_lies_is_refused_before_anything_is_written(converted, tmp_path, lie):
+    base, run = converted
+    rec = dr.pack(run, base, tmp_path / "ret", "bfloat16")
+    if lie == "path":  # a name that would write beside --out
+        rec["files"]["../victim.txt"] = dict(rec["files"]["config.json"])
+        match = "names a file '../victim.txt'"
+    elif lie == "weights":  # an inline file that would replace the rebuilt weights
+        rec["files"]["model.safetensors"] = dict(rec["files"]["config.json"])
+        match = "names a file 'model.safetensors'"
+    elif lie == "dtype":  # the left-out embedding claimed in another dtype than the base's
+        next(e for e in rec["tensors"] if e["from"] == "base")["dtype"] = "bfloat16"
+        match = "not the tensor the device's base held"
+    else:
+        del rec["tensors"][0]["dtype"]
+        match = "malformed return record"
+    (tmp_path / "ret" / dr.RETURN).write_text(json.dumps(rec))
+    with pytest.raises(CheckpointError, match=match):
+        dr.unpack(tmp_path / "ret", base, tmp_path / "out" / "back")
+    assert not (tmp_path / "out" / "victim.txt").exists() and not (tmp_path / "out" / "back").exists()
+
+
+def test_pack_refuses_a_damaged_run_file_and_leaves_no_partial_output(converted, tmp_path):
+    base, run = converted
+    copy = tmp_path / "run"
+    import shutil
+    shutil.copytree(run, copy)
+    cfg = json.loads((copy / "config.json").read_text())
+    cfg["note"] = "edited after the checkpoint was written"
+    (copy / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="config.json does not match its sha256"):
+        dr.pack(copy, base, tmp_path / "ret")
+    assert not (tmp_path / "ret").exists() and not list(tmp_path.glob(".ret.tmp-*"))
+    with pytest.raises(CheckpointError, match="not an orl checkpoint"):
+        dr.pack(run, tmp_path, tmp_path / "ret2")  # a base without orl.json

@@ -54,3 +54,20 @@ def test_slim_refuses_staged_work_under_the_paths(repo):
     assert r.returncode == 2 and "staged changes" in r.stderr
     assert tree(repo, "status").stdout.strip() == "not slim"
     assert "M  checkpoints/tiny/model.safetensors" in git(repo, "status", "--porcelain")  # the staged work stays
+
+
+def test_restore_puts_back_what_slim_took_even_with_other_settings_and_no_final_newline(repo):
+    (repo / ".git" / "info" / "exclude").write_text("# mine\n/scratch/")  # no newline at the end
+    (repo / "docs").mkdir()
+    (repo / "docs" / "report").mkdir()
+    (repo / "docs" / "report" / "plot.png").write_bytes(b"p" * 100)
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "docs")
+    assert tree(repo, "slim").returncode == 0
+    assert git(repo, "ls-files").split() == ["code.py"]
+    assert "/scratch/\n# device_tree.sh slim\n" in (repo / ".git" / "info" / "exclude").read_text()
+    r = subprocess.run(["bash", str(SCRIPT), "restore"], cwd=repo, capture_output=True, text=True,
+                       env={**__import__("os").environ, "SLIM_PATHS": "checkpoints"})
+    assert r.returncode == 0, r.stderr
+    assert git(repo, "status", "--porcelain") == ""  # docs/report came back too
+    assert (repo / ".git" / "info" / "exclude").read_text() == "# mine\n/scratch/\n"
