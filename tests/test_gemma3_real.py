@@ -105,6 +105,24 @@ def test_cli_generate_fibonacci(real, capsys):
     assert "if n" in printed[1]  # the base model really continues the function
 
 
+@pytest.mark.parametrize("draft", ["fused", "diffusion"])
+def test_self_speculative_decode_of_the_untrained_conversion_is_the_ar_decoders(real, draft):
+    """The real model converted without training (same tensors, shifted read-out): its AR path verifying its own
+    diffusion drafts (benchmarks/convert_eval.py --spec, orl.engine.self_draft) must give the AR decoder's greedy
+    tokens exactly, on a 268M model with sliding-window layers and a 262k vocabulary."""
+    from orl.engine.ar import ARConfig, ARDecoder
+    from orl.train.convert_base import to_diffusion
+
+    _, ours, tok, manifest, _, _ = real
+    prompts = [tok.encode(p) for p in PROMPTS[:2]]
+    ar = [g.token_ids for g in ARDecoder(ours, tok, max_len=128).generate_ids(prompts, ARConfig(max_new_tokens=16))]
+    dlm = ARDecoder(to_diffusion(ours).eval(), tok, max_len=128, manifest={"objective": "block_diffusion"})
+    cfg = ARConfig(max_new_tokens=16, spec_tokens=3, spec_draft=draft)
+    spec = [dlm.generate_ids([p], cfg)[0] for p in prompts]
+    assert [g.token_ids for g in spec] == ar
+    assert all(g.step_forwards >= 1 for g in spec)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("ORL_GEMMA_FULL") != "1", reason="set ORL_GEMMA_FULL=1 (minutes: transformers reads the GGUF)")
 def test_twenty_prompts_against_transformers_on_the_gguf(real):
