@@ -22,7 +22,9 @@
 # (imported model, corpus, run; default /root/gpu_convert), PRESET (default gemma_convert_gpu), GGUF
 # (file name in the split, default gemma-3-270m-q4_k_m.gguf), EXTRA_SET (more `--set k=v` words for
 # the probe and the run, e.g. "--set ar_aux=0.5"), SPEC_K (self-speculative drafts in the evaluation,
-# default 3), RETURN_PIECE_MIB (pieces of the weights, default 15), PYTHON (default python3), DEVICE
+# default 3), HELDOUT (a directory whose tokens.safetensors holds the code_heldout stream the
+# evaluations read; default the staged corpus; benchmarks/heldout/gemma-s32 pins session 32's windows),
+# RETURN_PIECE_MIB (pieces of the weights, default 15), PYTHON (default python3), DEVICE
 # (default cuda when torch sees one, else cpu; pass it on the device, so that a machine without CUDA
 # stops at once instead of training on its CPU; tests/test_gpu_convert.py runs this script on a tiny
 # GGUF, on the CPU here).
@@ -37,6 +39,7 @@ TRAIN_S="${TRAIN_S:-300}"
 EVAL_RESERVE="${EVAL_RESERVE:-150}"
 PRESET="${PRESET:-gemma_convert_gpu}"
 GGUF="${GGUF:-gemma-3-270m-q4_k_m.gguf}"
+HELDOUT="${HELDOUT:-$WORK/corpus}"
 mkdir -p "$OUT" "$WORK"
 exec > >(tee -a "$OUT/log.txt") 2>&1
 TEE=$!
@@ -114,10 +117,10 @@ if [ $rc -ne 0 ]; then
 fi
 
 stamp "held-out CE (gemma_convert_short windows)"
-timeout "$(left)" "$PY" benchmarks/convert_heldout.py --base "$WORK/base" --dlm "$WORK/run" --corpus "$WORK/corpus" \
+timeout "$(left)" "$PY" benchmarks/convert_heldout.py --base "$WORK/base" --dlm "$WORK/run" --corpus "$HELDOUT" \
   --layout absolute_grid --windows 32 --device "$DEVICE" --out "$OUT/heldout32.json" || echo "held-out CE failed"
 stamp "convert_eval at 0.9, 0.5, 0.3 and self-speculative (the AR path verifying k = ${SPEC_K:-3} drafts)"
-timeout "$(left)" "$PY" benchmarks/convert_eval.py --ar "$WORK/base" --dlm "$WORK/run" --corpus "$WORK/corpus" --windows 32 \
+timeout "$(left)" "$PY" benchmarks/convert_eval.py --ar "$WORK/base" --dlm "$WORK/run" --corpus "$HELDOUT" --windows 32 \
   --context 64 --block 4 --thresholds 0.9,0.5,0.3 --free-tokens 32 --free-prompts 8 --device "$DEVICE" \
   --spec "${SPEC_K:-3}" --out "$OUT/evals.json" > /dev/null || echo "convert_eval failed"
 "$PY" - "$OUT" <<'EOF'
