@@ -16,7 +16,8 @@
 #
 # Env: DEADLINE_S (seconds from the script's start by which everything must be written: the call's
 # timeout less a margin; default 0, no deadline: then TRAIN_S alone bounds training), TRAIN_S (the most
-# training may take, default 300), EVAL_RESERVE (seconds kept for the evaluations, default 150),
+# training may take, default 300), EVAL_RESERVE (seconds kept for the evaluations and the pack, default
+# 180), EVAL_WINDOWS (held-out windows of convert_eval, default 128: 32 proved too noisy in session 32),
 # STEPS (the schedule's length; default: from the probe, 80% of the training time at its speed),
 # STORE (pieces, and pylib/ with the gguf package the device lacks; default /root/stage), WORK
 # (imported model, corpus, run; default /root/gpu_convert), PRESET (default gemma_convert_gpu), GGUF
@@ -36,7 +37,8 @@ STORE="${STORE:-/root/stage}"
 WORK="${WORK:-/root/gpu_convert}"
 DEADLINE_S="${DEADLINE_S:-0}"
 TRAIN_S="${TRAIN_S:-300}"
-EVAL_RESERVE="${EVAL_RESERVE:-150}"
+EVAL_RESERVE="${EVAL_RESERVE:-180}"
+EVAL_WINDOWS="${EVAL_WINDOWS:-128}"
 PRESET="${PRESET:-gemma_convert_gpu}"
 GGUF="${GGUF:-gemma-3-270m-q4_k_m.gguf}"
 HELDOUT="${HELDOUT:-$WORK/corpus}"
@@ -120,7 +122,7 @@ stamp "held-out CE (gemma_convert_short windows)"
 timeout "$(left)" "$PY" benchmarks/convert_heldout.py --base "$WORK/base" --dlm "$WORK/run" --corpus "$HELDOUT" \
   --layout absolute_grid --windows 32 --device "$DEVICE" --out "$OUT/heldout32.json" || echo "held-out CE failed"
 stamp "convert_eval at 0.9, 0.5, 0.3 and self-speculative (the AR path verifying k = ${SPEC_K:-3} drafts)"
-timeout "$(left)" "$PY" benchmarks/convert_eval.py --ar "$WORK/base" --dlm "$WORK/run" --corpus "$HELDOUT" --windows 32 \
+timeout "$(left)" "$PY" benchmarks/convert_eval.py --ar "$WORK/base" --dlm "$WORK/run" --corpus "$HELDOUT" --windows "$EVAL_WINDOWS" \
   --context 64 --block 4 --thresholds 0.9,0.5,0.3 --free-tokens 32 --free-prompts 8 --device "$DEVICE" \
   --spec "${SPEC_K:-3}" --out "$OUT/evals.json" > /dev/null || echo "convert_eval failed"
 "$PY" - "$OUT" <<'EOF'

@@ -50,7 +50,7 @@ def test_staged_tiny_gguf_converts_and_is_evaluated(tmp_path, device):
            # gemma_convert_gpu's settings on the smoke shapes: two micro-batches (code, task text), bf16
            # autocast, frozen tied embeddings (the head's no-weight-gradient path), no recomputation
            "EXTRA_SET": "--set mix=2,1,0 --set bf16=true --set freeze_embeddings=true --set checkpointing=false",
-           "OMP_NUM_THREADS": "1"}
+           "OMP_NUM_THREADS": "1", "EVAL_WINDOWS": "32"}  # the tiny corpus's held-out text holds 32 windows
     env.pop("STEPS", None), env.pop("DEADLINE_S", None)
     r = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_convert.sh")], env=env, capture_output=True, text=True,
                        timeout=600)
