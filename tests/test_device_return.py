@@ -17,28 +17,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import device_return as dr  # noqa: E402
 import device_stage  # noqa: E402
-from test_convert import TOK, D, V, smoke_cfg, write_sources  # noqa: E402
+from test_convert import base, smoke_cfg  # noqa: E402,F401 (base: the fixture)
 
 from orl.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 from orl.checkpoint_checks import CheckpointError  # noqa: E402
-from orl.model.args import ModelArgs  # noqa: E402
-from orl.model.model import Transformer  # noqa: E402
 from orl.train import convert as cv  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def converted(tmp_path_factory):
-    """(base dir, run dir): a tiny AR base and 4 steps of the convert recipe with frozen (tied) embeddings."""
-    d = tmp_path_factory.mktemp("ret")
-    torch.manual_seed(0)
-    m = Transformer(ModelArgs(vocab_size=V, dim=D, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=16, ffn_dim=64,
-                              max_seq_len=128))
-    save_checkpoint(m, TOK, d / "base", {"objective": "autoregressive"})
-    write_sources(d / "src")
-    cv.convert(replace(smoke_cfg(d), freeze_embeddings=True), d / "run", log=lambda *_: None)
-    return d / "base", d / "run"
+def converted(base):
+    """(base dir, run dir): test_convert's tiny AR base and 4 steps of the convert recipe with frozen (tied)
+    embeddings."""
+    cv.convert(replace(smoke_cfg(base), freeze_embeddings=True), base / "run_frozen", log=lambda *_: None)
+    return base / "base", base / "run_frozen"
 
 
 def _weights(d: Path) -> dict[str, torch.Tensor]:
