@@ -141,26 +141,6 @@ def test_compile_on_gpu_matches_eager():
     assert max(g.step_forwards for g in eager) > len(eager[0].block_steps)
 
 
-@pytest.mark.parametrize("residual", ["off", "rcd", "adapter"])
-def test_bf16_model_runs(residual):
-    m = random_model(vocab_size=V).to(device="cuda", dtype=torch.bfloat16)
-    cfg = cfg_of("threshold", residual)
-    eng = Engine(m, TOK)
-    eager = eng.generate(PROMPTS, cfg)
-    for g in eager:
-        assert 0 < g.n_tokens <= cfg.max_new_tokens
-        assert all(0 <= t < V for t in g.token_ids)
-        assert not {TOK.mask_id, TOK.pad_id} & set(g.token_ids)  # banned ids never come out
-        assert g.finished or g.n_tokens == cfg.max_new_tokens
-    st = eng.state(len(PROMPTS), cfg.block_len, 64)  # any cache bucket: its buffers' dtypes are checked
-    assert st.cache.k.dtype == torch.bfloat16 and st.z.dtype == torch.bfloat16
-    traced = eng.generate(PROMPTS, cfg, trace=True)
-    assert all(torch.isfinite(r.entropy).all() and torch.isfinite(r.confidence).all()
-               for g in traced for r in g.trace)
-    graphed = Engine(m, TOK).generate(PROMPTS, dataclasses.replace(cfg, cuda_graph=True, chunk_steps=4))
-    assert not first_mismatch(eager, graphed), first_mismatch(eager, graphed)
-
-
 def test_self_speculative_on_cuda_is_the_ar_paths_tokens():
     """The shipped base on CUDA: both self-drafters (two forwards a round, and fused into one with its
     scratch slots past the request, also with 3 of its groups) emit plain AR decoding's tokens, with fewer forwards
