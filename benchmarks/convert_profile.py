@@ -42,6 +42,27 @@ def rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
+def profile_step(step, device: torch.device, n: int) -> dict:
+    """One step under torch.profiler: its n most costly ops by self time (device time on a GPU: the kernels the
+    step waits for; a probe's s_per_step alone does not say whether attention, the vocabulary head, the optimizer
+    or launch overhead holds it back)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    gpu = device.type == "cuda"
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
+    t = time.perf_counter()
+    with profile(activities=acts) as prof:
+        step()
+    wall = time.perf_counter() - t
+    key = "self_device_time_total" if gpu else "self_cpu_time_total"
+    ops = [e for e in prof.key_averages() if getattr(e, key, 0) > 0]
+    total = sum(getattr(e, key) for e in ops)
+    top = sorted(ops, key=lambda e: getattr(e, key), reverse=True)[:n]
+    return {"clock": "device" if gpu else "cpu", "wall_s": round(wall, 3), "self_total_ms": round(total / 1e3, 2),
+            "top": [{"op": e.key, "calls": e.count, "self_ms": round(getattr(e, key) / 1e3, 2),
+                     "frac": round(getattr(e, key) / max(total, 1e-9), 3)} for e in top]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--base", required=True)
@@ -52,6 +73,9 @@ def main() -> None:
     ap.add_argument("--corpus", help="a corpus directory: time the run's own steps (its micro-batches, batch "
                                      "building included); default: rows of torch's sources, one micro-batch")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config overrides")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="after the timed steps, one more under torch.profiler: a line with its N most costly ops "
+                         "(self device time on a GPU, self CPU time on the CPU), before the summary")
     args = ap.parse_args()
     from orl.overrides import apply_overrides
 
@@ -116,6 +140,10 @@ def main() -> None:
             rec.update(cpu_s=round(cpu, 2), head_cpu_s=round(timers["head"], 2), opt_cpu_s=round(timers["opt"], 2),
                        body_cpu_s=round(cpu - timers["head"] - timers["opt"], 2))
         print(json.dumps(rec), flush=True)
+    if args.profile:
+        print(json.dumps({"profile": profile_step(lambda: cv.train_step(model, opt, batches_at(args.steps), cfg,
+                                                                         cfg.lr, dist), dist.device, args.profile)}),
+              flush=True)
     steady = steps[1:] or steps  # the first step pays for allocation and autotuning
     tot, cpu = sum(r["total_s"] for r in steady), sum(r["cpu_s"] for r in steady)
     summary = {"steps": len(steady), "s_per_step": tot / len(steady),

@@ -92,9 +92,9 @@ stamp "import $GGUF"
 
 # shellcheck disable=SC2086
 if [ -z "${STEPS:-}" ]; then
-  stamp "probe: 6 steps of $PRESET"
+  stamp "probe: 6 steps of $PRESET, a 7th under torch.profiler (its 15 costliest ops in probe.jsonl)"
   timeout "$(left)" "$PY" benchmarks/convert_profile.py --base "$WORK/base" --preset "$PRESET" --corpus "$WORK/corpus" \
-    --steps 6 --device "$DEVICE" ${EXTRA_SET:-} > "$OUT/probe.jsonl" || { tail -5 "$OUT/probe.jsonl"; exit 5; }
+    --steps 6 --profile 15 --device "$DEVICE" ${EXTRA_SET:-} > "$OUT/probe.jsonl" || { tail -5 "$OUT/probe.jsonl"; exit 5; }
   tail -1 "$OUT/probe.jsonl"
   # 80% of the time left after ~30 s of loading: evals every 100 steps and saves fall inside the limit
   STEPS=$("$PY" -c "import json, sys; s = json.loads(open(sys.argv[1]).read().splitlines()[-1])['summary']

@@ -74,6 +74,9 @@ def test_staged_tiny_gguf_converts_and_is_evaluated(tmp_path, device):
     probe = [json.loads(x) for x in (out / "probe.jsonl").read_text().splitlines()]
     assert probe[0]["bf16"] and probe[0]["freeze_embeddings"] and probe[0]["batches"] == "the run's (--corpus)"
     assert probe[-1]["summary"]["s_per_step"] > 0 and probe[-1]["summary"]["device"].startswith(device)
+    prof = next(x["profile"] for x in probe if "profile" in x)  # where a step's time goes, op by op
+    assert prof["clock"] == ("device" if device == "cuda" else "cpu") and 0 < len(prof["top"]) <= 15
+    assert prof["self_total_ms"] > 0 and all(0 <= t["frac"] <= 1 for t in prof["top"])
     # ... and the time limit stopped the run after its first step, saved there, and said so
     log = [json.loads(x) for x in (out / "train.log.jsonl").read_text().splitlines()]
     assert [x["step"] for x in log if "step" in x] == [1]
