@@ -119,7 +119,8 @@ def main() -> None:
     cv.chunked_ce_sum = timed("head", cv.chunked_ce_sum)
     opt.step = timed("opt", opt.step)
     rows, on_cpu = cfg.rows_per_step, dist.device.type == "cpu"
-    print(json.dumps({"load_s": round(load_s, 1), "threads": args.threads, "rows": rows, "window": cfg.window,
+    print(json.dumps({"load_s": round(load_s, 1), "threads": args.threads, "rows": rows, "mix": list(cfg.mix),
+                      "window": cfg.window,
                       "block_len": cfg.block_len, "checkpointing": cfg.checkpointing, "bf16": cfg.bf16,
                       "freeze_embeddings": cfg.freeze_embeddings, "ce_chunk": cfg.ce_chunk,
                       "batches": "the run's (--corpus)" if args.corpus else "one of torch's sources"}), flush=True)

@@ -25,7 +25,10 @@
 # the probe and the run, e.g. "--set ar_aux=0.5"), SPEC_K (self-speculative drafts in the evaluation,
 # default 3), HELDOUT (a directory whose tokens.safetensors holds the code_heldout stream the
 # evaluations read; default the staged corpus; benchmarks/heldout/gemma-s32 pins session 32's windows),
-# RETURN_PIECE_MIB (pieces of the weights, default 15), PYTHON (default python3), DEVICE
+# ROWS_X (auto: when the profiled step keeps the GPU busy under half its wall time, probe 4x the rows
+# and train at that mix if it gives ROWS_GAIN (default 1.2) times the window tokens/s; N: probe N x;
+# 1: never), RETURN_PIECE_MIB (pieces of the
+# weights, default 15), PYTHON (default python3), DEVICE
 # (default cuda when torch sees one, else cpu; pass it on the device, so that a machine without CUDA
 # stops at once instead of training on its CPU; tests/test_gpu_convert.py runs this script on a tiny
 # GGUF, on the CPU here).
@@ -39,6 +42,8 @@ DEADLINE_S="${DEADLINE_S:-0}"
 TRAIN_S="${TRAIN_S:-300}"
 EVAL_RESERVE="${EVAL_RESERVE:-180}"
 EVAL_WINDOWS="${EVAL_WINDOWS:-128}"
+ROWS_X="${ROWS_X:-auto}"
+ROWS_GAIN="${ROWS_GAIN:-1.2}"
 PRESET="${PRESET:-gemma_convert_gpu}"
 GGUF="${GGUF:-gemma-3-270m-q4_k_m.gguf}"
 HELDOUT="${HELDOUT:-$WORK/corpus}"
@@ -96,6 +101,40 @@ if [ -z "${STEPS:-}" ]; then
   timeout "$(left)" "$PY" benchmarks/convert_profile.py --base "$WORK/base" --preset "$PRESET" --corpus "$WORK/corpus" \
     --steps 6 --profile 15 --device "$DEVICE" ${EXTRA_SET:-} > "$OUT/probe.jsonl" || { tail -5 "$OUT/probe.jsonl"; exit 5; }
   tail -1 "$OUT/probe.jsonl"
+  # more rows per step when the GPU idles through most of a step (launch-bound at the preset's 64 rows?): a
+  # second, short probe at ROWS_X times the mix; kept only when it gives ROWS_GAIN times the window tokens/s
+  X=$("$PY" - "$OUT/probe.jsonl" "$ROWS_X" <<'EOF'
+import json, sys
+lines = [json.loads(x) for x in open(sys.argv[1]).read().splitlines()]
+if sys.argv[2] != "auto":
+    print(int(sys.argv[2]))
+    sys.exit()
+prof = next((x["profile"] for x in lines if "profile" in x), None)
+busy = prof["self_total_ms"] / 1e3 / prof["wall_s"] if prof and prof["clock"] == "device" else 1.0
+print(4 if busy < 0.5 else 1)
+EOF
+  ) || X=1
+  if [ "$X" -gt 1 ]; then
+    MIX=$("$PY" -c "import json, sys; m = json.loads(open(sys.argv[1]).readline())['mix']
+print(','.join(str(int(sys.argv[2]) * v) for v in m))" "$OUT/probe.jsonl" "$X")
+    stamp "probe: ${X}x the rows (mix $MIX), 3 steps"
+    # shellcheck disable=SC2086
+    if timeout "$(left)" "$PY" benchmarks/convert_profile.py --base "$WORK/base" --preset "$PRESET" \
+         --corpus "$WORK/corpus" --steps 3 --device "$DEVICE" ${EXTRA_SET:-} --set mix="$MIX" > "$WORK/probe_x.jsonl"; then
+      tail -1 "$WORK/probe_x.jsonl"
+      if "$PY" -c "import json, sys; a, b = (json.loads(open(p).read().splitlines()[-1])['summary'] for p in sys.argv[1:3])
+sys.exit(not b['window_tok_s'] > float(sys.argv[3]) * a['window_tok_s'])" "$OUT/probe.jsonl" "$WORK/probe_x.jsonl" \
+           "$ROWS_GAIN"; then
+        cat "$WORK/probe_x.jsonl" >> "$OUT/probe.jsonl"  # its summary last: the schedule is sized from it
+        EXTRA_SET="${EXTRA_SET:-} --set mix=$MIX"
+        echo "training at mix $MIX"
+      else
+        echo "not ${ROWS_GAIN}x as fast: training at the preset's mix"
+      fi
+    else
+      echo "the ${X}x probe failed (memory?): training at the preset's mix"
+    fi
+  fi
   # 80% of the time left after ~30 s of loading: evals every 100 steps and saves fall inside the limit
   STEPS=$("$PY" -c "import json, sys; s = json.loads(open(sys.argv[1]).read().splitlines()[-1])['summary']
 print(max(3, int(0.8 * (float(sys.argv[2]) - 30) / s['s_per_step'])))" "$OUT/probe.jsonl" "$(train_limit)") || exit 5

@@ -50,7 +50,8 @@ def test_staged_tiny_gguf_converts_and_is_evaluated(tmp_path, device):
            # gemma_convert_gpu's settings on the smoke shapes: two micro-batches (code, task text), bf16
            # autocast, frozen tied embeddings (the head's no-weight-gradient path), no recomputation
            "EXTRA_SET": "--set mix=2,1,0 --set bf16=true --set freeze_embeddings=true --set checkpointing=false",
-           "OMP_NUM_THREADS": "1", "EVAL_WINDOWS": "32"}  # the tiny corpus's held-out text holds 32 windows
+           "OMP_NUM_THREADS": "1", "EVAL_WINDOWS": "32",  # the tiny corpus's held-out text holds 32 windows
+           "ROWS_X": "2", "ROWS_GAIN": "0"}  # the second probe at twice the rows, always kept: its path runs
     env.pop("STEPS", None), env.pop("DEADLINE_S", None)
     r = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_convert.sh")], env=env, capture_output=True, text=True,
                        timeout=600)
@@ -74,6 +75,11 @@ def test_staged_tiny_gguf_converts_and_is_evaluated(tmp_path, device):
     probe = [json.loads(x) for x in (out / "probe.jsonl").read_text().splitlines()]
     assert probe[0]["bf16"] and probe[0]["freeze_embeddings"] and probe[0]["batches"] == "the run's (--corpus)"
     assert probe[-1]["summary"]["s_per_step"] > 0 and probe[-1]["summary"]["device"].startswith(device)
+    # the 2x probe was kept: its summary is the last line, and the run trained at its mix
+    assert [x["mix"] for x in probe if "mix" in x] == [[2, 1, 0], [4, 2, 0]], (out / "log.txt").read_text()[-3000:]
+    assert sum("summary" in x for x in probe) == 2
+    assert "training at mix 4,2,0" in (out / "log.txt").read_text()
+    assert json.loads((work / "run" / "orl.json").read_text())["recipe"]["config"]["mix"] == [4, 2, 0]
     prof = next(x["profile"] for x in probe if "profile" in x)  # where a step's time goes, op by op
     assert prof["clock"] == ("device" if device == "cuda" else "cpu") and 0 < len(prof["top"]) <= 15
     assert prof["self_total_ms"] > 0 and all(0 <= t["frac"] <= 1 for t in prof["top"])
