@@ -125,11 +125,13 @@ SPEC_DRAFTS = ("fused", "diffusion")
 def evaluate_thresholds(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows: int, context: int,
                         block: int | None, thresholds: tuple[float, ...], free_tokens: int, free_prompts: int,
                         layout: str | None = None, device: str = "cpu", spec: int = 0,
-                        spec_draft: str = "fused") -> list[dict]:
+                        spec_draft: str = "fused", on_result=None) -> list[dict]:
     """One result per threshold, the two checkpoints loaded once (a GPU lease spends seconds per load); with
     spec = k > 0 one more: the converted model's AR path verifying its own diffusion drafts of k tokens
     (spec_draft: "fused", one forward a round, or "diffusion", a draft forward and a verify forward), whose
-    tokens are that AR path's greedy ones - what a conversion that kept the AR path (--set ar_aux=W) gives."""
+    tokens are that AR path's greedy ones - what a conversion that kept the AR path (--set ar_aux=W) gives.
+    on_result(results so far) runs after each decoder's result (main writes --out there: a run cut off by a
+    deadline keeps what it measured)."""
     from orl.checkpoint import load_checkpoint
 
     ar_model, tok, _ = load_checkpoint(ar_dir, device=device)
@@ -174,10 +176,14 @@ def evaluate_thresholds(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows
                 raise
             out.update(error=f"{type(e).__name__}: {e}", free_running=None)
             results.append(out)
+            if on_result:
+                on_result(results)
             continue
         if torch.device(device).type != "cpu":  # host CPU seconds say nothing of a GPU's work
             out["free_running"].update(ar_tok_cpu_s=None, dlm_tok_cpu_s=None, speedup_cpu=None)
         results.append(out)
+        if on_result:
+            on_result(results)
     return results
 
 
@@ -216,11 +222,12 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     stream = load_file(Path(args.corpus) / "tokens.safetensors")["code_heldout"]
     taus = tuple(float(t) for t in args.thresholds.split(",")) if args.thresholds else (args.threshold,)
+    many = bool(args.thresholds or args.spec)
+    partial = (lambda rs: Path(args.out).write_text(json.dumps(rs, indent=1) + "\n")) if args.out and many else None
     res = evaluate_thresholds(args.ar, args.dlm, stream, args.windows, args.context, args.block, taus,
                               args.free_tokens, args.free_prompts, args.layout, args.device, args.spec,
-                              args.spec_draft)
-    res = res if args.thresholds or args.spec else res[0]
-    emit(res, args.out)
+                              args.spec_draft, on_result=partial)
+    emit(res if many else res[0], args.out)
 
 
 if __name__ == "__main__":

@@ -43,9 +43,13 @@ def rss_gib() -> float:
 
 
 def profile_step(step, device: torch.device, n: int) -> dict:
-    """One step under torch.profiler: its n most costly ops by self time (device time on a GPU: the kernels the
-    step waits for; a probe's s_per_step alone does not say whether attention, the vocabulary head, the optimizer
-    or launch overhead holds it back)."""
+    """One step under torch.profiler: its n most costly entries by self time. On a GPU these are the kernels
+    (an aten op's self device time is its kernels' again, and user ranges such as the optimizer step span
+    them: summing all of them would count the work twice); on the CPU, the ops. self_total_ms is the sum over
+    all such entries: against the unprofiled s_per_step it says how busy the device is (the profiled step's
+    own wall time carries the profiler's overhead). A probe's s_per_step alone does not say whether attention,
+    the vocabulary head, the optimizer or launch gaps hold a step back."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     gpu = device.type == "cuda"
@@ -55,11 +59,14 @@ def profile_step(step, device: torch.device, n: int) -> dict:
         step()
     wall = time.perf_counter() - t
     key = "self_device_time_total" if gpu else "self_cpu_time_total"
-    ops = [e for e in prof.key_averages() if getattr(e, key, 0) > 0]
+    events = [e for e in prof.key_averages() if not getattr(e, "is_user_annotation", False) and getattr(e, key, 0) > 0]
+    kernels = [e for e in events if e.device_type == DeviceType.CUDA] if gpu else events
+    ops = kernels or events  # a profiler that files kernels otherwise: every entry (then counted twice)
     total = sum(getattr(e, key) for e in ops)
     top = sorted(ops, key=lambda e: getattr(e, key), reverse=True)[:n]
-    return {"clock": "device" if gpu else "cpu", "wall_s": round(wall, 3), "self_total_ms": round(total / 1e3, 2),
-            "top": [{"op": e.key, "calls": e.count, "self_ms": round(getattr(e, key) / 1e3, 2),
+    return {"clock": "device" if gpu else "cpu", "kernels_only": bool(kernels) if gpu else None,
+            "wall_s": round(wall, 3), "self_total_ms": round(total / 1e3, 2),
+            "top": [{"op": e.key[:120], "calls": e.count, "self_ms": round(getattr(e, key) / 1e3, 2),
                      "frac": round(getattr(e, key) / max(total, 1e-9), 3)} for e in top]}
 
 
@@ -120,6 +127,7 @@ def main() -> None:
     opt.step = timed("opt", opt.step)
     rows, on_cpu = cfg.rows_per_step, dist.device.type == "cpu"
     print(json.dumps({"load_s": round(load_s, 1), "threads": args.threads, "rows": rows, "mix": list(cfg.mix),
+                      "warmup": cfg.warmup, "eval_every": cfg.eval_every, "save_every": cfg.save_every,
                       "window": cfg.window,
                       "block_len": cfg.block_len, "checkpointing": cfg.checkpointing, "bf16": cfg.bf16,
                       "freeze_embeddings": cfg.freeze_embeddings, "ce_chunk": cfg.ce_chunk,
@@ -142,9 +150,12 @@ def main() -> None:
                        body_cpu_s=round(cpu - timers["head"] - timers["opt"], 2))
         print(json.dumps(rec), flush=True)
     if args.profile:
-        print(json.dumps({"profile": profile_step(lambda: cv.train_step(model, opt, batches_at(args.steps), cfg,
-                                                                         cfg.lr, dist), dist.device, args.profile)}),
-              flush=True)
+        try:
+            out = {"profile": profile_step(lambda: cv.train_step(model, opt, batches_at(args.steps), cfg, cfg.lr, dist),
+                                           dist.device, args.profile)}
+        except Exception as e:  # noqa: BLE001 - the probe's timings stand without it
+            out = {"profile_error": f"{type(e).__name__}: {e}"[:500]}
+        print(json.dumps(out), flush=True)
     steady = steps[1:] or steps  # the first step pays for allocation and autotuning
     tot, cpu = sum(r["total_s"] for r in steady), sum(r["cpu_s"] for r in steady)
     summary = {"steps": len(steady), "s_per_step": tot / len(steady),
@@ -158,6 +169,7 @@ def main() -> None:
                        body_cpu_frac=round(1 - sum(r["head"] + r["opt"] for r in steady) / max(cpu, 1e-9), 3))
     else:
         summary["max_gpu_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+        summary["gpu_total_gib"] = round(torch.cuda.get_device_properties(dist.device).total_memory / 2**30, 2)
     print(json.dumps({"summary": summary}))
 
 

@@ -2,12 +2,13 @@
 # The gemma-3-270m conversion on a lent GPU, in the one device call that follows the staging calls
 # (docs/RESULTS-gemma.md, "The GPU route"): join the staged GGUF and corpus (benchmarks/device_stage.py),
 # import the GGUF (fp32, as `orl fetch` does here), time 6 of the run's own steps (convert_profile.py
-# --corpus: its micro-batches, batch building included) and size the schedule to the time left,
-# convert with `--preset gemma_convert_gpu` in one process on the GPU (`--device cuda`: no process
-# group, no NCCL) with that time as its limit, then the CPU runs' measurements: convert_heldout's
-# held-out CE (gemma_convert_short's 32 windows) first, then convert_eval at thresholds 0.9 / 0.5 / 0.3 and
-# self-speculative with k = SPEC_K (default 3; 0: off) drafts (one load), then packs the weights for the
-# return calls. $OUT gets six files and a folder (a device call brings back eight files at most): log.txt,
+# --corpus: its micro-batches, batch building included; a 7th under torch.profiler) and size the schedule to
+# the time left (with 4x the rows if the GPU idles and that is faster: ROWS_X), convert with `--preset
+# gemma_convert_gpu` in one process on the GPU (`--device cuda`: no process group, no NCCL) with that time
+# as its limit, pack the weights for the return calls (benchmarks/device_return.py), then the CPU runs'
+# measurements: convert_heldout's held-out CE (gemma_convert_short's 32 windows), then convert_eval at
+# thresholds 0.9 / 0.5 / 0.3 and self-speculative with k = SPEC_K drafts (one load; each result written as
+# it comes). $OUT gets six files and a folder (a device call brings back eight files at most): log.txt,
 # probe.jsonl, train.out, train.log.jsonl, heldout32.json, evals.json and p00/ (the first piece of the
 # weights: piece + stage.json). Exit 0 only when training finished (its schedule or its time limit) and
 # both results exist.
@@ -18,7 +19,8 @@
 # timeout less a margin; default 0, no deadline: then TRAIN_S alone bounds training), TRAIN_S (the most
 # training may take, default 300), EVAL_RESERVE (seconds kept for the evaluations and the pack, default
 # 180), EVAL_WINDOWS (held-out windows of convert_eval, default 128: 32 proved too noisy in session 32),
-# STEPS (the schedule's length; default: from the probe, 80% of the training time at its speed),
+# STEPS (the schedule's length; default: from the probe, 80% of the training time at its speed; given, it
+# skips the probes, ROWS_X's too),
 # STORE (pieces, and pylib/ with the gguf package the device lacks; default /root/stage), WORK
 # (imported model, corpus, run; default /root/gpu_convert), PRESET (default gemma_convert_gpu), GGUF
 # (file name in the split, default gemma-3-270m-q4_k_m.gguf), EXTRA_SET (more `--set k=v` words for
@@ -47,6 +49,8 @@ ROWS_GAIN="${ROWS_GAIN:-1.2}"
 PRESET="${PRESET:-gemma_convert_gpu}"
 GGUF="${GGUF:-gemma-3-270m-q4_k_m.gguf}"
 HELDOUT="${HELDOUT:-$WORK/corpus}"
+set -f  # EXTRA_SET's words reach the commands unquoted: no glob may expand them
+case "$DEADLINE_S" in ''|*[!0-9]*) echo "DEADLINE_S=$DEADLINE_S: whole seconds, please"; exit 2 ;; esac
 mkdir -p "$OUT" "$WORK"
 exec > >(tee -a "$OUT/log.txt") 2>&1
 TEE=$!
@@ -60,6 +64,9 @@ trap 'echo "stopped by a signal"; exit 9' TERM INT
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 [ -d "$STORE/pylib" ] && export PYTHONPATH="$PYTHONPATH:$STORE/pylib"
 START=$(date +%s)
+# a warm rerun: an earlier call's run and pack are moved aside (never evaluated, packed or returned as this
+# call's, never deleted)
+for d in run ret; do [ -e "$WORK/$d" ] && mv "$WORK/$d" "$WORK/$d.old-$START"; done
 stamp() { echo "=== $* (t=$(( $(date +%s) - START ))s)"; }
 left() {  # whole seconds to the deadline, at least 1 (`timeout 0` would mean none); 100000 without one
   if [ "$DEADLINE_S" -gt 0 ]; then
@@ -110,7 +117,9 @@ if sys.argv[2] != "auto":
     print(int(sys.argv[2]))
     sys.exit()
 prof = next((x["profile"] for x in lines if "profile" in x), None)
-busy = prof["self_total_ms"] / 1e3 / prof["wall_s"] if prof and prof["clock"] == "device" else 1.0
+step_s = lines[-1]["summary"]["s_per_step"]  # unprofiled: the profiled step's wall time carries the profiler's cost
+busy = prof["self_total_ms"] / 1e3 / step_s if prof and prof["clock"] == "device" else 1.0
+print(f"GPU busy {busy:.2f} of a step", file=sys.stderr)
 print(4 if busy < 0.5 else 1)
 EOF
   ) || X=1
@@ -122,14 +131,20 @@ print(','.join(str(int(sys.argv[2]) * v) for v in m))" "$OUT/probe.jsonl" "$X")
     if timeout "$(left)" "$PY" benchmarks/convert_profile.py --base "$WORK/base" --preset "$PRESET" \
          --corpus "$WORK/corpus" --steps 3 --device "$DEVICE" ${EXTRA_SET:-} --set mix="$MIX" > "$WORK/probe_x.jsonl"; then
       tail -1 "$WORK/probe_x.jsonl"
+      # kept when faster by ROWS_GAIN and, on a GPU, at most 80% of its memory (a late out-of-memory loses the run)
       if "$PY" -c "import json, sys; a, b = (json.loads(open(p).read().splitlines()[-1])['summary'] for p in sys.argv[1:3])
-sys.exit(not b['window_tok_s'] > float(sys.argv[3]) * a['window_tok_s'])" "$OUT/probe.jsonl" "$WORK/probe_x.jsonl" \
-           "$ROWS_GAIN"; then
+roomy = b.get('max_gpu_gib', 0) <= 0.8 * b.get('gpu_total_gib', float('inf'))
+sys.exit(not (roomy and b['window_tok_s'] > float(sys.argv[3]) * a['window_tok_s']))" "$OUT/probe.jsonl" \
+           "$WORK/probe_x.jsonl" "$ROWS_GAIN"; then
         cat "$WORK/probe_x.jsonl" >> "$OUT/probe.jsonl"  # its summary last: the schedule is sized from it
-        EXTRA_SET="${EXTRA_SET:-} --set mix=$MIX"
-        echo "training at mix $MIX"
+        # a step now holds X times the rows: warm-up, evaluations and saves come X times as often in steps
+        EVERY=$("$PY" -c "import json, sys; h, x = json.loads(open(sys.argv[1]).readline()), int(sys.argv[2])
+print(' '.join(f'--set {k}={max(1, h[k] // x)}' for k in ('warmup', 'eval_every', 'save_every')))" \
+          "$OUT/probe.jsonl" "$X")
+        EXTRA_SET="${EXTRA_SET:-} --set mix=$MIX $EVERY"
+        echo "training at mix $MIX ($EVERY)"
       else
-        echo "not ${ROWS_GAIN}x as fast: training at the preset's mix"
+        echo "not ${ROWS_GAIN}x as fast (or over 80% of the GPU's memory): training at the preset's mix"
       fi
     else
       echo "the ${X}x probe failed (memory?): training at the preset's mix"
@@ -144,10 +159,13 @@ awk -v x="$LIMIT" 'BEGIN { exit !(x > 0) }' || { echo "no time left to train (li
 
 stamp "convert: $PRESET, $STEPS steps, time limit ${LIMIT}s"
 # --fresh: $WORK/run is this script's own; a warm rerun must not resume a run of another length
+# its own limit stops it between steps; `timeout` (the limit + 90 s for the last step, the in-run evaluation and
+# the save; never past 20 s before the deadline) stops a hang, so that the pack and the evaluations still run
+HARD=$(awk -v x="$LIMIT" -v l="$(left)" 'BEGIN { h = int(x) + 90; if (h > l - 20) h = l - 20; if (h < 1) h = 1; print h }')
 # shellcheck disable=SC2086
-"$PY" -m orl.cli train --recipe convert --preset "$PRESET" --base "$WORK/base" --out "$WORK/run" --device "$DEVICE" \
-  --fresh --set data_dir="$WORK/corpus" ${EXTRA_SET:-} --set steps="$STEPS" --set time_limit_s="$LIMIT" \
-  > "$OUT/train.out" 2>&1
+timeout -k 10 "$HARD" "$PY" -m orl.cli train --recipe convert --preset "$PRESET" --base "$WORK/base" --out "$WORK/run" \
+  --device "$DEVICE" --fresh --set data_dir="$WORK/corpus" ${EXTRA_SET:-} --set steps="$STEPS" \
+  --set time_limit_s="$LIMIT" > "$OUT/train.out" 2>&1
 rc=$?
 tail -c 2000 "$OUT/train.out" | tr '\r' '\n' | tail -8
 cp "$WORK/run/train.log.jsonl" "$OUT/" 2>/dev/null  # now as well as on exit: a kill at the call's limit runs no trap
@@ -157,6 +175,29 @@ if [ $rc -ne 0 ]; then
   echo "evaluating its last checkpoint"
 fi
 
+# the weights for the return calls (benchmarks/device_return.py), before the evaluations (a pack is ~15 s;
+# an evaluation cut off by the deadline must not cost the weights): the run's changed tensors in bf16 and its
+# small files, cut into pieces of RETURN_PIECE_MIB; the first piece comes back with this call (its 7th and
+# 8th files), the rest with `cp -r $WORK/ret/p/pNN ... $OUT/` calls, four pieces each (docs/RESULTS-gemma.md)
+PIECE_MIB="${RETURN_PIECE_MIB:-15}"
+awk -v x="$PIECE_MIB" 'BEGIN { exit !(x > 0 && x <= 15.9) }' || { echo "RETURN_PIECE_MIB=$PIECE_MIB: a returned file must stay under 16 MiB; using 15"; PIECE_MIB=15; }
+if [ -f "$WORK/run/orl.json" ] && [ "$(left)" -gt 15 ]; then
+  stamp "pack the weights for the return calls"
+  if timeout "$(left)" "$PY" benchmarks/device_return.py pack "$WORK/run" --base "$WORK/base" --out "$WORK/ret" &&
+     timeout "$(left)" "$PY" benchmarks/device_stage.py split "$WORK/ret/delta.safetensors" "$WORK/ret/return.json" \
+       --out "$WORK/ret/p" --piece-mib "$PIECE_MIB"; then
+    first=$(ls "$WORK/ret/p" | head -1)
+    if [ -n "$first" ] && cp -r "$WORK/ret/p/$first" "$OUT/"; then
+      echo "return pieces: $(ls "$WORK/ret/p" | tr '\n' ' ')($first in this call's files)"
+    else
+      echo "no piece to return with this call"
+    fi
+  else
+    echo "packing the weights failed: the numbers above stand; nothing to bring back"
+  fi
+else
+  echo "no time left to pack the weights"
+fi
 stamp "held-out CE (gemma_convert_short windows)"
 timeout "$(left)" "$PY" benchmarks/convert_heldout.py --base "$WORK/base" --dlm "$WORK/run" --corpus "$HELDOUT" \
   --layout absolute_grid --windows 32 --device "$DEVICE" --out "$OUT/heldout32.json" || echo "held-out CE failed"
@@ -179,24 +220,6 @@ if (out / "evals.json").exists():
               f"ar {nb['ar']['block_exact']:.3f}, TPF {nb['dlm_tpf']:.2f}; free run agreement "
               f"{fr['position_agreement']:.3f}, TPF {fr['dlm_tpf']:.2f}")
 EOF
-# the weights for the return calls (benchmarks/device_return.py): the run's changed tensors in bf16 and its
-# small files, cut into pieces of RETURN_PIECE_MIB; the first piece comes back with this call (its 7th and
-# 8th files), the rest with `cp -r $WORK/ret/p/pNN ... $OUT/` calls, four pieces each (docs/RESULTS-gemma.md)
-PIECE_MIB="${RETURN_PIECE_MIB:-15}"
-awk -v x="$PIECE_MIB" 'BEGIN { exit !(x > 0 && x <= 15.9) }' || { echo "RETURN_PIECE_MIB=$PIECE_MIB: a returned file must stay under 16 MiB; using 15"; PIECE_MIB=15; }
-if [ -f "$WORK/run/orl.json" ] && [ "$(left)" -gt 15 ]; then
-  stamp "pack the weights for the return calls"
-  [ -f "$WORK/ret/return.json" ] && rm -rf "$WORK/ret"  # this script's own pack of an earlier call
-  if timeout "$(left)" "$PY" benchmarks/device_return.py pack "$WORK/run" --base "$WORK/base" --out "$WORK/ret" &&
-     timeout "$(left)" "$PY" benchmarks/device_stage.py split "$WORK/ret/delta.safetensors" "$WORK/ret/return.json" \
-       --out "$WORK/ret/p" --piece-mib "$PIECE_MIB"; then
-    cp -r "$WORK/ret/p/p00" "$OUT/" && echo "return pieces: $(ls "$WORK/ret/p" | tr '\n' ' ')(p00 in this call's files)"
-  else
-    echo "packing the weights failed: the numbers above stand; nothing to bring back"
-  fi
-else
-  echo "no time left to pack the weights"
-fi
 [ -f "$OUT/evals.json" ] && [ -f "$OUT/heldout32.json" ] || exit 7
 [ $rc -eq 0 ] || exit 6
 stamp "done"

@@ -80,8 +80,11 @@ def test_self_speculative_decoding_of_the_untrained_conversion_is_the_ar_origina
     original (same weights, causal rows, shifted read-out), so its tokens are the AR decoder's, whatever the
     drafts; TPF counts every forward (a two-forward drafter's drafts too)."""
     d, stream = models
+    seen = []
     res = ce.evaluate_thresholds(str(d / "ar"), str(d / "dlm"), stream, windows=6, context=10, block=4,
-                                 thresholds=(0.5,), free_tokens=8, free_prompts=3, spec=3, spec_draft=draft)
+                                 thresholds=(0.5,), free_tokens=8, free_prompts=3, spec=3, spec_draft=draft,
+                                 on_result=lambda rs: seen.append(len(rs)))
+    assert seen == [1, 2]  # each decoder's result handed out as it comes (--out is rewritten there)
     assert [r["decoder"] for r in res] == ["threshold", f"self-spec {draft} k=3"] and res[1]["threshold"] is None
     nb, fr = res[1]["next_block"], res[1]["free_running"]
     assert nb["dlm"] == nb["ar"] and nb["dlm_block_agrees_with_ar"] == 1.0

@@ -45,6 +45,10 @@ def test_staged_tiny_gguf_converts_and_is_evaluated(tmp_path, device):
     for piece in sorted(stage.iterdir()):
         device_stage.put(piece, tmp_path / "store")
     out, work = tmp_path / "out", tmp_path / "work"
+    # a warm rerun's leftovers: an earlier call's run, which must be neither evaluated nor returned nor deleted
+    (work / "run").mkdir(parents=True)
+    (work / "run" / "orl.json").write_text("{}")
+    (work / "run" / "train.log.jsonl").write_text('{"step": 99, "stale": true}\n')
     env = {**os.environ, "OUT": str(out), "STORE": str(tmp_path / "store"), "WORK": str(work), "TRAIN_S": "0.001",
            "PRESET": "smoke", "GGUF": "tiny.gguf", "PYTHON": sys.executable, "DEVICE": device,
            # gemma_convert_gpu's settings on the smoke shapes: two micro-batches (code, task text), bf16
@@ -84,6 +88,7 @@ def test_staged_tiny_gguf_converts_and_is_evaluated(tmp_path, device):
     assert prof["clock"] == ("device" if device == "cuda" else "cpu") and 0 < len(prof["top"]) <= 15
     assert prof["self_total_ms"] > 0 and all(0 <= t["frac"] <= 1 for t in prof["top"])
     # ... and the time limit stopped the run after its first step, saved there, and said so
+    assert [p.name.split("-")[0] for p in work.glob("run.old-*")] == ["run.old"]  # moved aside, kept
     log = [json.loads(x) for x in (out / "train.log.jsonl").read_text().splitlines()]
     assert [x["step"] for x in log if "step" in x] == [1]
     assert "done: steps 1-1 of 3" in (out / "train.out").read_text()
