@@ -1,0 +1,68 @@
+"""Training rows in the fused self-draft's geometry (orl.engine.self_draft.fused_verify).
+
+Why: with `spec_draft = "fused"` a checkpoint trained with `ar_aux` emits exactly its AR path's tokens, and its
+speed is how many of its diffusion path's drafts the AR path accepts. Those drafts are read in one geometry:
+after the clean sequence x[0:c] (whatever the AR path has accepted), a group of m masks at positions c..c+m-1
+sees x[0:c] and itself, bidirectionally, and its position c + j predicts x[c + 1 + j] (shifted read-out: the
+first mask stands where the AR path's bonus token will be, which the draft cannot know). Staircase block rows
+train the diffusion path at block-aligned cuts, with the block's other tokens partly visible; these rows train it
+exactly where and how the fused decoder reads it, at every cut of an answer, from sequences the model's own AR
+path produced (on-policy draft training; the recipe that rolls them out and keeps verified ones builds on this).
+
+A row packs one sequence: its L clean tokens (causal: the AR path, with a next-token loss on the answer at
+`ar_weight`, which keeps that path where it is) and then one group of m masks per anchor c (every answer cut
+from `start`, the first answer position, to L - 2). One forward trains every anchor; its logits at a group are
+those of an uncached forward over [x[0:c], m masks] (tests/test_draft_rows.py), which are fused_verify's
+(tests/test_fused_self_draft.py).
+"""
+from __future__ import annotations
+
+import torch
+
+from orl.train.batches import Batch
+
+
+def anchors(start: int, length: int, stride: int = 1) -> list[int]:
+    """The cuts c a row trains (the group sees x[0:c]): from the first answer position to the last that still
+    has a token to predict after the bonus slot (c + 1 < length)."""
+    if start < 1 or start > length:
+        raise ValueError(f"the answer must start inside the sequence after a prompt token: start {start}, "
+                         f"length {length}")
+    return list(range(start, length - 1, stride))
+
+
+def draft_rows(seqs: list[list[int]], starts: list[int], m: int, mask_id: int, pad_id: int,
+               ar_weight: float = 0.0, stride: int = 1) -> Batch:
+    """Rows (module docstring) for sequences seqs (prompt + answer, as the AR path produced them) whose answers
+    start at starts; m masks a group (the decoder's spec_tokens); a group every `stride` cuts. Targets are
+    aligned to the position that reads them (no read_from): orl.train.convert.masked_loss_sum takes it as is."""
+    if m < 1:
+        raise ValueError(f"a draft group holds at least one mask, got m = {m}")
+    if len(seqs) != len(starts) or not seqs:
+        raise ValueError(f"{len(seqs)} sequences and {len(starts)} answer starts: one start per sequence, at least one")
+    cuts = [anchors(s, len(x), stride) for x, s in zip(seqs, starts)]
+    n = max(len(x) + len(c) * m for x, c in zip(seqs, cuts))
+    B = len(seqs)
+    tokens = torch.full((B, n), pad_id, dtype=torch.long)
+    pos = torch.zeros((B, n), dtype=torch.long)
+    targets = torch.zeros((B, n), dtype=torch.long)
+    weight = torch.zeros((B, n))
+    mask = torch.eye(n, dtype=torch.bool).repeat(B, 1, 1)  # padding sees itself only (no empty softmax rows)
+    for b, (x, s, cs) in enumerate(zip(seqs, starts, cuts)):
+        L = len(x)
+        tokens[b, :L] = torch.tensor(x)
+        pos[b, :L] = torch.arange(L)
+        mask[b, :L, :L] = torch.ones(L, L, dtype=torch.bool).tril()                        # clean: causal
+        targets[b, :L - 1] = torch.tensor(x[1:])
+        weight[b, s - 1:L - 1] = ar_weight  # position i reads x[i + 1]: the answer's tokens x[s:]
+        for g, c in enumerate(cs):
+            q = L + g * m                                                                   # the group's first row
+            tokens[b, q:q + m] = mask_id
+            pos[b, q:q + m] = torch.arange(c, c + m)
+            mask[b, q:q + m, :c] = True                                                      # x[0:c]
+            mask[b, q:q + m, q:q + m] = True                                                 # its own group
+            for j in range(m):
+                if c + 1 + j < L:
+                    targets[b, q + j] = x[c + 1 + j]
+                    weight[b, q + j] = 1.0
+    return Batch(tokens=tokens, pos=pos, mask=mask, targets=targets, weight=weight)

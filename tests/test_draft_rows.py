@@ -1,0 +1,91 @@
+"""orl.train.draft_rows: one packed forward gives, at every draft group, the logits of an uncached forward over
+[x[0:c], m masks] in the fused self-draft's geometry (the one tests/test_fused_self_draft.py ties to
+fused_verify), and at the clean tokens the plain causal forward's; targets and weights by hand; the loss through
+the convert recipe's masked_loss_sum is the explicit weighted CE."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from orl.model.args import ModelArgs
+from orl.model.model import Transformer
+from orl.train.convert import masked_loss_sum
+from orl.train.draft_rows import anchors, draft_rows
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+MASK, PAD, V = 3, 0, 64
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    m = Transformer(ModelArgs(vocab_size=V, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, ffn_dim=64,
+                              max_seq_len=128, shift_logits=True, tie_embeddings=False))
+    with torch.no_grad():
+        for p in m.parameters():
+            if p.dim() > 1:
+                p.normal_(std=p.shape[1] ** -0.5)
+    return m.eval()
+
+
+def uncached_group(model, x: list[int], c: int, m: int) -> torch.Tensor:
+    """[m, V]: the logits of m masks after x[0:c], causal before them and bidirectional among them."""
+    seq = torch.tensor([x[:c] + [MASK] * m])
+    T = c + m
+    q, k = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    mask = (k <= q) | ((k >= c) & (q >= c))
+    return model(seq, torch.arange(T)[None], mask[None])[0, c:]
+
+
+def test_targets_and_weights_by_hand():
+    x = list(range(10, 22))  # L = 12, the answer from position 5
+    rows = draft_rows([x], [5], m=2, mask_id=MASK, pad_id=PAD, ar_weight=0.5)
+    assert anchors(5, 12) == list(range(5, 11))
+    L, G, m = 12, 6, 2
+    assert rows.tokens.shape == (1, L + G * m)
+    assert rows.tokens[0, L:].tolist() == [MASK] * (G * m)
+    # group at c = 5: positions 5, 6 reading x[6], x[7]; the last (c = 10): x[11], then nothing (12 = L)
+    assert rows.pos[0, L:L + 2].tolist() == [5, 6] and rows.targets[0, L:L + 2].tolist() == [16, 17]
+    assert rows.pos[0, -2:].tolist() == [10, 11] and rows.targets[0, -2].item() == 21
+    assert rows.weight[0, L:].tolist() == [1.0] * (G * m - 1) + [0.0]
+    # the AR path: position i reads x[i + 1]; the loss on the answer's tokens x[5:] only, at ar_weight
+    assert rows.targets[0, :L - 1].tolist() == x[1:]
+    assert rows.weight[0, :L].tolist() == [0.0] * 4 + [0.5] * 7 + [0.0]
+    # the group at c = 7 sees x[0:7] and its own two rows, nothing else; clean rows never see a group
+    q = L + 2 * m
+    assert rows.mask[0, q].nonzero().flatten().tolist() == list(range(7)) + [q, q + 1]
+    assert not rows.mask[0, :L, L:].any()
+    with pytest.raises(ValueError, match="start inside the sequence"):
+        draft_rows([x], [0], 2, MASK, PAD)
+    with pytest.raises(ValueError, match="at least one mask"):
+        draft_rows([x], [5], 0, MASK, PAD)
+
+
+def test_packed_groups_are_the_uncached_draft_forwards(model):
+    torch.manual_seed(1)
+    seqs = [torch.randint(4, V, (13,)).tolist(), torch.randint(4, V, (9,)).tolist()]  # two lengths: padding
+    starts, m = [6, 4], 3
+    rows = draft_rows(seqs, starts, m, MASK, PAD, ar_weight=1.0)
+    with torch.no_grad():
+        logits = model(rows.tokens, rows.pos, rows.mask)
+        for b, (x, s) in enumerate(zip(seqs, starts)):
+            L = len(x)
+            causal = torch.ones(L, L, dtype=torch.bool).tril()
+            plain = model(torch.tensor([x]), torch.arange(L)[None], causal[None])[0]
+            torch.testing.assert_close(logits[b, :L], plain, atol=1e-5, rtol=1e-5)
+            for g, c in enumerate(anchors(s, L)):
+                q = L + g * m
+                torch.testing.assert_close(logits[b, q:q + m], uncached_group(model, x, c, m), atol=1e-5, rtol=1e-5)
+
+
+def test_loss_is_the_weighted_ce_of_the_read_positions(model):
+    torch.manual_seed(2)
+    seqs = [torch.randint(4, V, (11,)).tolist()]
+    rows = draft_rows(seqs, [5], 2, MASK, PAD, ar_weight=0.25)
+    with torch.no_grad():
+        got = masked_loss_sum(model, rows, chunk=4)
+        logits = model(rows.tokens, rows.pos, rows.mask)[0]
+        ce = F.cross_entropy(logits, rows.targets[0], reduction="none")
+        want = (ce * rows.weight[0]).sum()
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)
+    assert got > 0
