@@ -51,6 +51,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         from orl.train.convert import convert
 
         convert(cfg, args.out, **run)
+    elif args.recipe == "draft":
+        from orl.train.draft import train_draft
+
+        train_draft(cfg, args.out, **run)
     else:
         from orl.train.rcd import train_rcd
 
@@ -157,10 +161,12 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("train", help="train with a recipe and preset (resumes from --out if it holds a run)",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     _lazy_epilog(s, _presets_epilog)
-    s.add_argument("--recipe", default="pretrain", choices=["pretrain", "orl", "rcd", "convert"],
+    s.add_argument("--recipe", default="pretrain", choices=["pretrain", "orl", "rcd", "convert", "draft"],
                    help="pretrain: a base model from scratch; orl: ORL post-training; rcd: the off-policy baseline; "
-                        "convert: an AR checkpoint (--base) -> block diffusion")
-    s.add_argument("--base", help="base checkpoint (orl / rcd: default the shipped tiny base; convert: the AR model)")
+                        "convert: an AR checkpoint (--base) -> block diffusion; draft: on-policy training of the "
+                        "fused self-draft (a block-diffusion base that keeps its AR path)")
+    s.add_argument("--base", help="base checkpoint (orl / rcd / draft: default the shipped tiny base; convert: the AR "
+                                  "model)")
     s.add_argument("--preset", required=True, help="preset name (listed below)")
     s.add_argument("--out", help="checkpoint directory (written atomically, resumable)")
     s.add_argument("--config", metavar="FILE.toml", help="settings from a TOML file (applied before --set)")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from orl.presets import convert, gemma_orl, orl
+from orl.presets import convert, draft, gemma_orl, orl
 from orl.presets.pretrain import (smoke_base, tiny_ar, tiny_base, tiny_base5, tiny_base7, tiny_base7h,
                                   tiny_base7h_control)
 
@@ -17,6 +17,7 @@ PRESETS: dict[str, dict[str, Callable]] = {
             "gemma_smoke": gemma_orl.gemma_smoke},
     "rcd": {"rcd": orl.rcd, "smoke": orl.rcd_smoke, "gemma_rcd": gemma_orl.gemma_rcd,
             "gemma_smoke": gemma_orl.gemma_rcd_smoke},
+    "draft": {"tiny_draft": draft.tiny_draft, "smoke": draft.smoke},
     "convert": {"gemma_convert": convert.gemma_convert, "gemma_convert16": convert.gemma_convert16,
                 "gemma_convert_short": convert.gemma_convert_short,
                 "gemma_convert_gpu": convert.gemma_convert_gpu, "qwen3_convert": convert.qwen3_convert,

@@ -177,11 +177,7 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config
         loop.bar.set_postfix(reward=f"{stats['reward']:.2f}", tpf=f"{stats['tpf']:.2f}",
                              steps=f"{stats['steps_per_block']:.2f}", loss=f"{rec.get('loss', float('nan')):.3f}")
         loop.write(rec)
-        if done in loop.snapshots:  # before `out`: a crash in between writes it again on resume
-            save_update(loop, model, tok, opt, "orl", rollout_cfg, done, gen_tokens, cfg.base, manifest,
-                        loop.snapshots[done])
-        if loop.due(done, cfg.save_every):
-            save_update(loop, model, tok, opt, "orl", rollout_cfg, done, gen_tokens, cfg.base, manifest)
+        save_due(loop, model, tok, opt, "orl", rollout_cfg, done, gen_tokens, cfg.base, manifest, cfg.save_every)
     loop.finish()
     model.eval()
     return model
@@ -244,3 +240,15 @@ def save_update(loop: TrainLoop, model: Transformer, tok, opt: torch.optim.Optim
                            "recipe": {"name": recipe, "config": loop.config, "update": update, "base": base,
                                       "generated_tokens": gen_tokens}},
               opt, update, target, generated_tokens=gen_tokens)
+
+
+def save_due(loop: TrainLoop, model: Transformer, tok, opt: torch.optim.Optimizer, recipe: str,
+             rollout_cfg: DecodeConfig, done: int, gen_tokens: int, base: str, base_manifest: dict,
+             save_every: int) -> None:
+    """After update `done`: its keep_every snapshot (before `out`: a crash in between writes it again on
+    resume), then `out` when save_every says so (save_update)."""
+    if done in loop.snapshots:
+        save_update(loop, model, tok, opt, recipe, rollout_cfg, done, gen_tokens, base, base_manifest,
+                    loop.snapshots[done])
+    if loop.due(done, save_every):
+        save_update(loop, model, tok, opt, recipe, rollout_cfg, done, gen_tokens, base, base_manifest)

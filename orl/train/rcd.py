@@ -24,7 +24,7 @@ from orl.train.batches import diffusion_batch, grid_pairs, weighted_ce_sum
 from orl.train.dist import shard_rows
 from orl.train.heldout import check_eval_fits, eval_fix, heldout_eval, mean_over_tasks
 from orl.train.loop import check_fields, make_optimizer
-from orl.train.orl import SHIPPED_BASE, base_layout, save_update
+from orl.train.orl import SHIPPED_BASE, base_layout, save_due
 from orl.train.rollout import collect, rollout_engine, rollout_stats, sample_prompts, start_run
 
 
@@ -142,10 +142,6 @@ def train_rcd(cfg: RCDConfig, out: str | Path, resume: bool = True, allow_config
                 log(f"update {done}: acc {100 * mean_over_tasks(ev, 'acc'):.1f}% tpf {mean_over_tasks(ev, 'tpf'):.2f}")
         rec["wall_s"] = round(time.perf_counter() - t0, 1)
         loop.write(rec)
-        if done in loop.snapshots:  # before `out`: a crash in between writes it again on resume
-            save_update(loop, model, tok, opt, "rcd", replace(data_cfg, residual="rcd"), done, gen_tokens, cfg.base,
-                        manifest, loop.snapshots[done])
-        if loop.due(done, cfg.save_every):
-            save_update(loop, model, tok, opt, "rcd", replace(data_cfg, residual="rcd"), done, gen_tokens, cfg.base,
-                        manifest)
+        save_due(loop, model, tok, opt, "rcd", replace(data_cfg, residual="rcd"), done, gen_tokens, cfg.base, manifest,
+                 cfg.save_every)
     loop.finish()

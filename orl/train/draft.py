@@ -1,0 +1,165 @@
+"""The draft recipe: on-policy training of the fused self-draft (docs/TRAINING.md, "Session 32").
+
+A checkpoint trained with `ar_aux` decodes self-speculatively (`spec_draft = "fused"`): its output is exactly its
+AR path's, and its speed is how much of its diffusion path's drafts that path accepts. This recipe trains the
+acceptance where it is read: roll out with the current weights through that decoder (the same ARDecoder that
+serves), keep the verified answers, train the diffusion path on them in the decoder's own draft geometry
+(orl.train.draft_rows: every answer cut, m masks after it) with a next-token loss on the answer at `ar_weight`
+that holds the AR path (hence the accuracy) in place, then roll out again with the new weights. No residual and
+no replay of denoising states: a fused round has none, its states are the cuts.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import torch
+from tqdm import tqdm
+
+from orl.engine import DecodeConfig
+from orl.engine.ar import ARDecoder
+from orl.engine.ar_step import ARConfig
+from orl.engine.stops import with_stop
+from orl.eval.tasks import get_task
+from orl.eval.tasks.custom import reward_of
+from orl.model.vocab import special_ids
+from orl.train.convert import masked_loss_sum
+from orl.train.draft_rows import draft_rows
+from orl.train.loop import check_fields, make_optimizer
+from orl.train.orl import SHIPPED_BASE, base_layout, save_due
+from orl.train.rollout import sample_prompts, start_run
+
+
+@dataclass(frozen=True)
+class DraftConfig:
+    base: str = SHIPPED_BASE
+    tasks: tuple[str, ...] = ()         # empty: the tasks the base was trained on
+    updates: int = 100
+    prompts_per_update: int = 16
+    spec_tokens: int = 4                # m: draft tokens per round, as the decoder will run (ARConfig.spec_tokens)
+    max_new_tokens: int = 64
+    temperature: float = 0.0            # rollouts: 0 = the AR path's greedy tokens, what the fused decoder emits
+    ar_weight: float = 0.5              # next-token loss on the answer, beside the draft loss (weight 1)
+    stride: int = 1                     # a draft group every `stride` answer cuts
+    lr: float = 5e-5
+    grad_clip: float = 1.0
+    keep_reward: float = 1.0            # a rollout supervises when its task reward reaches this
+    ce_chunk: int = 256
+    engine_max_len: int = 1024
+    eval_every: int = 25
+    eval_samples: int = 20
+    save_every: int = 10
+    keep_every: int = 0
+    seed: int = 0
+    threads: int = 0
+    RESUME_FREE: ClassVar[frozenset[str]] = frozenset({"updates"})
+
+    def __post_init__(self):
+        problems = check_fields(self, positive=("updates", "prompts_per_update", "spec_tokens", "max_new_tokens",
+                                                "stride", "lr", "grad_clip", "ce_chunk", "engine_max_len",
+                                                "eval_every", "eval_samples", "save_every"),
+                                non_negative=("temperature", "ar_weight", "keep_every", "threads"))
+        if not 0.0 < self.keep_reward <= 1.0:
+            problems.append(f"keep_reward must be in (0, 1], got {self.keep_reward}")
+        if problems:
+            raise ValueError("invalid DraftConfig: " + "; ".join(problems))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def decode(self, stop: tuple[str, ...] = (), temperature: float | None = None) -> ARConfig:
+        """The fused self-speculative decode the recipe rolls out and evaluates with."""
+        t = self.temperature if temperature is None else temperature
+        return with_stop(ARConfig(max_new_tokens=self.max_new_tokens, temperature=t, spec_tokens=self.spec_tokens,
+                                  spec_draft="fused"), stop)
+
+
+@torch.no_grad()
+def roll_out(dec: ARDecoder, samples: list, cfg: DraftConfig, seed: int, temperature: float | None = None) -> list:
+    """(sample, prompt ids, generation, reward) per sample: one fused decode each (speculative decoding runs
+    at batch 1), with the sample's task stop strings; an answer cut at max_new_tokens earns nothing."""
+    out = []
+    for i, s in enumerate(samples):
+        task = get_task(s.task)
+        ids = dec.encode(s.prompt)
+        g = dec.generate_ids([ids], cfg.decode(tuple(task.stop), temperature), seeds=[seed * 1_000_003 + i])[0]
+        out.append((s, ids, g, reward_of(task, s.prompt, g.text) if g.finished else 0.0))
+    return out
+
+
+def stats(rolls: list, keep_reward: float) -> dict:
+    """Reward, verified fraction and TPF (ratio of sums: all tokens / all forwards, drafts' rounds included)."""
+    n = max(len(rolls), 1)
+    return {"reward": sum(r for *_, r in rolls) / n, "verified": sum(r >= keep_reward for *_, r in rolls) / n,
+            "tpf": sum(g.n_tokens for _, _, g, _ in rolls) / max(sum(g.forwards for _, _, g, _ in rolls), 1),
+            "tokens": sum(g.n_tokens for _, _, g, _ in rolls)}
+
+
+def heldout(dec: ARDecoder, cfg: DraftConfig, tasks: tuple[str, ...]) -> dict:
+    """Greedy fused decoding of the first eval_samples held-out prompts per family: accuracy and TPF."""
+    res = {}
+    for name in tasks:
+        task = get_task(name)
+        rolls = roll_out(dec, [task.sample("heldout", i) for i in range(cfg.eval_samples)], cfg, 0, temperature=0.0)
+        res[name] = {"acc": round(sum(task.verify(s.prompt, g.text) for s, _, g, _ in rolls) / len(rolls), 3),
+                     "tpf": round(stats(rolls, 1.0)["tpf"], 2)}
+    return res
+
+
+def train_draft(cfg: DraftConfig, out: str | Path, resume: bool = True, allow_config_change: bool = False,
+                log=tqdm.write, device: str | None = None):
+    from orl.checkpoint import load_checkpoint, read_manifest, require_objective
+    from orl.engine.self_draft import check_self_draft
+
+    cfg, dist, loop = start_run(cfg, out, resume, allow_config_change, log, "rolls out", device)
+    if dist.world > 1:
+        raise ValueError("the draft recipe runs in one process (its rollouts decode one prompt at a time)")
+    state = loop.state
+    model, tok, manifest = load_checkpoint(loop.out if state else cfg.base, device=dist.device)
+    require_objective(manifest, "block_diffusion", cfg.base)
+    check_self_draft(model, tok.mask_id, manifest.get("objective"), "fused")  # a mask token, the shifted read-out
+    base_manifest = read_manifest(cfg.base)
+    layout = base_layout(base_manifest, DecodeConfig())  # what the checkpoint records, so the result decodes alike
+    opt = make_optimizer(model, cfg.lr)
+    if state:
+        opt.load_state_dict(state["optimizer"])
+    ids = special_ids(tok, model.args.vocab_size)
+    dec = ARDecoder(model, tok, max_len=min(cfg.engine_max_len, model.args.max_seq_len), manifest=manifest)
+    gen_tokens = state["generated_tokens"] if state else 0
+    t0 = time.perf_counter()
+    for update in loop.steps():
+        model.eval()
+        samples = sample_prompts(cfg.tasks, cfg.prompts_per_update, f"draft|{cfg.seed}|{update}")
+        rolls = roll_out(dec, samples, cfg, cfg.seed * 7919 + update)
+        st = stats(rolls, cfg.keep_reward)
+        gen_tokens += st["tokens"]
+        kept = [(p, g.token_ids) for _, p, g, r in rolls if r >= cfg.keep_reward and g.n_tokens >= 2]
+        rec = {"update": update + 1, **{f"rollout_{k}": v for k, v in st.items()}, "kept": len(kept),
+               "generated_tokens": gen_tokens}
+        if kept:
+            model.train()
+            rows = draft_rows([p + a for p, a in kept], [len(p) for p, _ in kept], cfg.spec_tokens, ids.mask,
+                              ids.pad, cfg.ar_weight, cfg.stride)
+            rows = type(rows)(**{k: v.to(dist.device) if torch.is_tensor(v) else v for k, v in vars(rows).items()})
+            loss = masked_loss_sum(model, rows, cfg.ce_chunk) / rows.weight.sum().clamp(min=1e-6)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            opt.step()
+            rec.update(loss=round(float(loss.detach()), 5), grad_norm=round(float(norm), 5), rows_tokens=rows.tokens.numel())
+        done = update + 1
+        if loop.due(done, cfg.eval_every):
+            ev = heldout(dec, cfg, cfg.tasks)
+            rec["eval"] = ev
+            accs, tpfs = [v["acc"] for v in ev.values()], [v["tpf"] for v in ev.values()]
+            log(f"update {done}: acc {100 * sum(accs) / len(accs):.1f}% tpf {sum(tpfs) / len(tpfs):.2f} {json.dumps(ev)}")
+        rec["wall_s"] = round(time.perf_counter() - t0, 1)
+        loop.bar.set_postfix(reward=f"{st['reward']:.2f}", tpf=f"{st['tpf']:.2f}", loss=f"{rec.get('loss', float('nan')):.3f}")
+        loop.write(rec)
+        save_due(loop, model, tok, opt, "draft", layout, done, gen_tokens, cfg.base, base_manifest, cfg.save_every)
+    loop.finish()
+    model.eval()
+    return model

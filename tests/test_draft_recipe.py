@@ -1,0 +1,67 @@
+"""The draft recipe (orl.train.draft) on the shipped tiny base: rollouts through the fused self-speculative decoder
+(its AR path's tokens, TPF over every forward), verified answers trained in the draft geometry, a checkpoint that
+decodes as its base does and resumes exactly; bases it cannot train are refused by name."""
+import json
+
+import pytest
+import torch
+
+from orl.checkpoint import load_checkpoint, save_checkpoint
+from orl.cli import main
+from orl.engine.ar import ARDecoder
+from orl.engine.ar_step import ARConfig
+from orl.engine.stops import with_stop
+from orl.eval.tasks import get_task
+from orl.presets import get_preset
+from orl.train.draft import DraftConfig, roll_out, train_draft
+from orl.train.orl import SHIPPED_BASE
+from orl.train.rollout import sample_prompts
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_rollouts_are_the_ar_paths_tokens_and_count_every_forward():
+    model, tok, manifest = load_checkpoint(SHIPPED_BASE)
+    dec = ARDecoder(model, tok, manifest=manifest)
+    cfg = get_preset("draft", "smoke")
+    samples = sample_prompts(("split", "prog"), 3, "t")
+    rolls = roll_out(dec, samples, cfg, seed=0)
+    for s, ids, g, reward in rolls:
+        plain = dec.generate_ids([ids], with_stop(ARConfig(max_new_tokens=cfg.max_new_tokens),
+                                                  tuple(get_task(s.task).stop)))[0]
+        assert g.token_ids == plain.token_ids  # exactly the AR path's greedy tokens
+        assert g.forwards <= g.n_tokens and 0.0 <= reward <= 1.0
+    assert sum(g.n_tokens for _, _, g, _ in rolls) > sum(g.forwards for _, _, g, _ in rolls)  # drafts accepted
+
+
+def test_run_trains_saves_and_resumes_exactly(tmp_path):
+    cfg = get_preset("draft", "smoke")
+    whole = train_draft(cfg, tmp_path / "whole", log=lambda *_: None)
+    log = [json.loads(x) for x in (tmp_path / "whole" / "train.log.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in log] == [1, 2] and all(r["rollout_tpf"] >= 1.0 for r in log)
+    assert any("loss" in r for r in log) and "eval" in log[-1]
+    model, tok, manifest = load_checkpoint(tmp_path / "whole")
+    base_manifest = load_checkpoint(SHIPPED_BASE)[2]
+    assert manifest["recipe"]["name"] == "draft" and manifest["recipe"]["update"] == 2
+    assert (manifest["block_len"], manifest["layout"]) == (base_manifest["block_len"], base_manifest.get("layout",
+                                                                                                         "prompt_block"))
+    changed = any(not torch.equal(a, b) for a, b in zip(model.state_dict().values(),
+                                                       load_checkpoint(SHIPPED_BASE)[0].state_dict().values()))
+    assert changed  # an update happened
+    # one update, then the CLI resumes the second: the same weights as the run in one go
+    train_draft(DraftConfig(**{**cfg.to_dict(), "updates": 1}), tmp_path / "cut", log=lambda *_: None)
+    assert main(["train", "--recipe", "draft", "--preset", "smoke", "--out", str(tmp_path / "cut")]) == 0
+    resumed = load_checkpoint(tmp_path / "cut")[0]
+    for (n, a), b in zip(whole.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a, b), n
+
+
+def test_a_base_without_a_draft_path_is_refused(tmp_path):
+    model, tok, manifest = load_checkpoint(SHIPPED_BASE)
+    ar = tmp_path / "ar"
+    save_checkpoint(model, tok, ar, {"objective": "autoregressive"})
+    with pytest.raises(Exception, match="block_diffusion|block-diffusion"):
+        train_draft(DraftConfig(**{**get_preset("draft", "smoke").to_dict(), "base": str(ar)}), tmp_path / "out",
+                    log=lambda *_: None)
+    with pytest.raises(ValueError, match="spec_tokens must be > 0"):
+        DraftConfig(spec_tokens=0)
