@@ -60,8 +60,49 @@ def test_a_base_without_a_draft_path_is_refused(tmp_path):
     model, tok, manifest = load_checkpoint(SHIPPED_BASE)
     ar = tmp_path / "ar"
     save_checkpoint(model, tok, ar, {"objective": "autoregressive"})
-    with pytest.raises(Exception, match="block_diffusion|block-diffusion"):
+    with pytest.raises(ValueError, match="block_diffusion|block-diffusion"):
         train_draft(DraftConfig(**{**get_preset("draft", "smoke").to_dict(), "base": str(ar)}), tmp_path / "out",
                     log=lambda *_: None)
     with pytest.raises(ValueError, match="spec_tokens must be > 0"):
         DraftConfig(spec_tokens=0)
+
+
+def test_micro_batches_give_the_one_batch_update():
+    """An update split by row_tokens into micro-batches (gradients accumulated, each term normalised by its count
+    over the whole update) moves the weights as the same update in one forward."""
+    import copy
+
+    from orl.model.vocab import special_ids
+    from orl.train.draft import micro_batches, update_on
+
+    model, tok, manifest = load_checkpoint(SHIPPED_BASE)
+    dec = ARDecoder(model, tok, manifest=manifest)
+    big = DraftConfig(**{**get_preset("draft", "smoke").to_dict(), "max_new_tokens": 24, "engine_max_len": 64})
+    rolls = roll_out(dec, sample_prompts(("split", "prog", "long"), 4, "mb"), big, seed=0)
+    kept = [(p, g.token_ids) for _, p, g, _ in rolls if g.n_tokens >= 2]
+    small = DraftConfig(**{**big.to_dict(), "row_tokens": 64 + 24 * 3})  # the least it may be: about a row each
+    assert len(micro_batches(kept, small)) > 1 and len(micro_batches(kept, big)) == 1
+    ids = special_ids(tok, model.args.vocab_size)
+    after = []
+    for cfg in (big, small):
+        m = copy.deepcopy(model)
+        from orl.train.loop import make_optimizer
+
+        rec = update_on(m.train(), make_optimizer(m, cfg.lr), kept, cfg, ids, "cpu")
+        assert rec["draft_ce"] > 0 and rec["ar_ce"] > 0
+        after.append(m.state_dict())
+    for n, a in after[0].items():
+        torch.testing.assert_close(a, after[1][n], atol=1e-6, rtol=1e-5, msg=n)
+
+
+def test_a_run_that_keeps_nothing_stops_and_says_why(tmp_path, monkeypatch):
+    import orl.train.draft as draft
+
+    monkeypatch.setattr(draft, "reward_of", lambda *a: 0.0)
+    monkeypatch.setattr(draft, "IDLE_LIMIT", 2)
+    with pytest.raises(RuntimeError, match="2 updates in a row kept no verified answer"):
+        train_draft(get_preset("draft", "smoke"), tmp_path / "out", log=lambda *_: None)
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 3"):
+        DraftConfig(max_new_tokens=2)
+    with pytest.raises(ValueError, match="row_tokens .* must hold the longest row"):
+        DraftConfig(row_tokens=100)

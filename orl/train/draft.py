@@ -1,11 +1,12 @@
 """The draft recipe: on-policy training of the fused self-draft (docs/TRAINING.md, "Session 32").
 
-A checkpoint trained with `ar_aux` decodes self-speculatively (`spec_draft = "fused"`): its output is exactly its
+A block-diffusion checkpoint with the shifted read-out (best one trained with `ar_aux`) decodes self-speculatively (`spec_draft = "fused"`): its output is exactly its
 AR path's, and its speed is how much of its diffusion path's drafts that path accepts. This recipe trains the
 acceptance where it is read: roll out with the current weights through that decoder (the same ARDecoder that
 serves), keep the verified answers, train the diffusion path on them in the decoder's own draft geometry
-(orl.train.draft_rows: every answer cut, m masks after it) with a next-token loss on the answer at `ar_weight`
-that holds the AR path (hence the accuracy) in place, then roll out again with the new weights. No residual and
+(orl.train.draft_rows: every answer cut, m masks after it) beside a next-token loss on the answer at `ar_weight`
+(which, on the model's own greedy tokens, does not hold the AR path in place: a KL anchor is the next step), then
+roll out again with the new weights. No residual and
 no replay of denoising states: a fused round has none, its states are the cuts.
 """
 from __future__ import annotations
@@ -26,8 +27,7 @@ from orl.engine.stops import with_stop
 from orl.eval.tasks import get_task
 from orl.eval.tasks.custom import reward_of
 from orl.model.vocab import special_ids
-from orl.train.convert import masked_loss_sum
-from orl.train.draft_rows import draft_rows
+from orl.train.draft_rows import answer_weights, draft_rows, loss_sums
 from orl.train.loop import check_fields, make_optimizer
 from orl.train.orl import SHIPPED_BASE, base_layout, save_due
 from orl.train.rollout import sample_prompts, start_run
@@ -42,12 +42,15 @@ class DraftConfig:
     spec_tokens: int = 4                # m: draft tokens per round, as the decoder will run (ARConfig.spec_tokens)
     max_new_tokens: int = 64
     temperature: float = 0.0            # rollouts: 0 = the AR path's greedy tokens, what the fused decoder emits
-    ar_weight: float = 0.5              # next-token loss on the answer, beside the draft loss (weight 1)
+    # the answer's next-token CE (its own mean) at this weight beside the draft CE's mean. On the model's own greedy
+    # tokens it is small and does not anchor the AR path (docs/TRAINING.md, session 32: the same outputs with 0)
+    ar_weight: float = 0.5
     stride: int = 1                     # a draft group every `stride` answer cuts
     lr: float = 5e-5
     grad_clip: float = 1.0
     keep_reward: float = 1.0            # a rollout supervises when its task reward reaches this
     ce_chunk: int = 256
+    row_tokens: int = 8192              # tokens (rows x row length) per forward; an update runs as many as it needs
     engine_max_len: int = 1024
     eval_every: int = 25
     eval_samples: int = 20
@@ -59,9 +62,16 @@ class DraftConfig:
 
     def __post_init__(self):
         problems = check_fields(self, positive=("updates", "prompts_per_update", "spec_tokens", "max_new_tokens",
-                                                "stride", "lr", "grad_clip", "ce_chunk", "engine_max_len",
+                                                "stride", "lr", "grad_clip", "ce_chunk", "row_tokens", "engine_max_len",
                                                 "eval_every", "eval_samples", "save_every"),
                                 non_negative=("temperature", "ar_weight", "keep_every", "threads"))
+        if self.max_new_tokens < 3:
+            problems.append(f"max_new_tokens must be >= 3 (an answer needs a token after its first draft's bonus slot), "
+                            f"got {self.max_new_tokens}")
+        longest = self.engine_max_len + self.max_new_tokens * self.spec_tokens // self.stride
+        if self.row_tokens < longest:
+            problems.append(f"row_tokens ({self.row_tokens}) must hold the longest row: engine_max_len + "
+                            f"max_new_tokens x spec_tokens / stride = {longest}")
         if not 0.0 < self.keep_reward <= 1.0:
             problems.append(f"keep_reward must be in (0, 1], got {self.keep_reward}")
         if problems:
@@ -109,6 +119,46 @@ def heldout(dec: ARDecoder, cfg: DraftConfig, tasks: tuple[str, ...]) -> dict:
     return res
 
 
+IDLE_LIMIT = 10  # updates in a row without a kept answer before the run stops: it would train nothing
+
+
+def micro_batches(kept: list, cfg: DraftConfig) -> list[list]:
+    """The kept (prompt, answer) pairs in groups whose padded rows hold at most cfg.row_tokens tokens."""
+    out, cur, width = [], [], 0
+    for p, a in sorted(kept, key=lambda pa: -len(pa[0]) - len(pa[1])):
+        n = len(p) + len(a) + (len(a) - 1 + cfg.stride - 1) // cfg.stride * cfg.spec_tokens  # its row's length
+        if cur and (len(cur) + 1) * max(width, n) > cfg.row_tokens:
+            out.append(cur)
+            cur, width = [], 0
+        cur.append((p, a))
+        width = max(width, n)
+    return out + [cur] if cur else out
+
+
+def update_on(model, opt, kept: list, cfg: DraftConfig, ids, device) -> dict:
+    """One optimizer step: mean draft CE + ar_weight x mean next-token CE over every kept answer, each mean over
+    its own positions, accumulated over micro-batches of at most row_tokens."""
+    parts = []
+    for group in micro_batches(kept, cfg):
+        seqs, starts = [p + a for p, a in group], [len(p) for p, _ in group]
+        rows = draft_rows(seqs, starts, cfg.spec_tokens, ids.mask, ids.pad, 0.0, cfg.stride)
+        parts.append((rows, answer_weights(rows, seqs, starts)))
+    n_draft = sum(float(r.weight.sum()) for r, _ in parts)
+    n_ar = sum(float(w.sum()) for _, w in parts)
+    opt.zero_grad(set_to_none=True)
+    draft = ar = 0.0
+    for rows, ar_w in parts:
+        rows = type(rows)(**{k: v.to(device) if torch.is_tensor(v) else v for k, v in vars(rows).items()})
+        d, a = loss_sums(model, rows, ar_w.to(device), cfg.ce_chunk)
+        (d / max(n_draft, 1e-6) + cfg.ar_weight * a / max(n_ar, 1e-6)).backward()
+        draft, ar = draft + float(d.detach()), ar + float(a.detach())
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    opt.step()
+    d_mean, a_mean = draft / max(n_draft, 1e-6), ar / max(n_ar, 1e-6)
+    return {"loss": round(d_mean + cfg.ar_weight * a_mean, 5), "draft_ce": round(d_mean, 5), "ar_ce": round(a_mean, 5),
+            "grad_norm": round(float(norm), 5), "micro_batches": len(parts)}
+
+
 def train_draft(cfg: DraftConfig, out: str | Path, resume: bool = True, allow_config_change: bool = False,
                 log=tqdm.write, device: str | None = None):
     from orl.checkpoint import load_checkpoint, read_manifest, require_objective
@@ -120,7 +170,10 @@ def train_draft(cfg: DraftConfig, out: str | Path, resume: bool = True, allow_co
     state = loop.state
     model, tok, manifest = load_checkpoint(loop.out if state else cfg.base, device=dist.device)
     require_objective(manifest, "block_diffusion", cfg.base)
-    check_self_draft(model, tok.mask_id, manifest.get("objective"), "fused")  # a mask token, the shifted read-out
+    try:  # a mask token and the shifted read-out: a diffusion path to draft with, an AR path to verify
+        check_self_draft(model, tok.mask_id, manifest.get("objective"), "fused")
+    except ValueError as e:
+        raise ValueError(f"the draft recipe cannot train {cfg.base}: {e}") from None
     base_manifest = read_manifest(cfg.base)
     layout = base_layout(base_manifest, DecodeConfig())  # what the checkpoint records, so the result decodes alike
     opt = make_optimizer(model, cfg.lr)
@@ -129,7 +182,7 @@ def train_draft(cfg: DraftConfig, out: str | Path, resume: bool = True, allow_co
     ids = special_ids(tok, model.args.vocab_size)
     dec = ARDecoder(model, tok, max_len=min(cfg.engine_max_len, model.args.max_seq_len), manifest=manifest)
     gen_tokens = state["generated_tokens"] if state else 0
-    t0 = time.perf_counter()
+    t0, idle = time.perf_counter(), 0
     for update in loop.steps():
         model.eval()
         samples = sample_prompts(cfg.tasks, cfg.prompts_per_update, f"draft|{cfg.seed}|{update}")
@@ -139,17 +192,14 @@ def train_draft(cfg: DraftConfig, out: str | Path, resume: bool = True, allow_co
         kept = [(p, g.token_ids) for _, p, g, r in rolls if r >= cfg.keep_reward and g.n_tokens >= 2]
         rec = {"update": update + 1, **{f"rollout_{k}": v for k, v in st.items()}, "kept": len(kept),
                "generated_tokens": gen_tokens}
+        idle = 0 if kept else idle + 1
+        if idle >= IDLE_LIMIT:
+            raise RuntimeError(f"{IDLE_LIMIT} updates in a row kept no verified answer (of {cfg.prompts_per_update} "
+                               f"prompts each): the run would train nothing; check the base, the tasks, keep_reward "
+                               f"and max_new_tokens ({cfg.max_new_tokens})")
         if kept:
             model.train()
-            rows = draft_rows([p + a for p, a in kept], [len(p) for p, _ in kept], cfg.spec_tokens, ids.mask,
-                              ids.pad, cfg.ar_weight, cfg.stride)
-            rows = type(rows)(**{k: v.to(dist.device) if torch.is_tensor(v) else v for k, v in vars(rows).items()})
-            loss = masked_loss_sum(model, rows, cfg.ce_chunk) / rows.weight.sum().clamp(min=1e-6)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
-            rec.update(loss=round(float(loss.detach()), 5), grad_norm=round(float(norm), 5), rows_tokens=rows.tokens.numel())
+            rec.update(update_on(model, opt, kept, cfg, ids, dist.device))
         done = update + 1
         if loop.due(done, cfg.eval_every):
             ev = heldout(dec, cfg, cfg.tasks)

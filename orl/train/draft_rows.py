@@ -66,3 +66,27 @@ def draft_rows(seqs: list[list[int]], starts: list[int], m: int, mask_id: int, p
                     targets[b, q + j] = x[c + 1 + j]
                     weight[b, q + j] = 1.0
     return Batch(tokens=tokens, pos=pos, mask=mask, targets=targets, weight=weight)
+
+
+def answer_weights(rows: Batch, seqs: list[list[int]], starts: list[int]) -> torch.Tensor:
+    """[B, N] weight 1 at the clean positions that read an answer token (position i reads x[i + 1]): the AR
+    path's next-token term, kept apart from the draft term so that each is normalised by its own count."""
+    w = torch.zeros_like(rows.weight)
+    for b, (x, s) in enumerate(zip(seqs, starts)):
+        w[b, s - 1:len(x) - 1] = 1.0
+    return w
+
+
+def loss_sums(model, rows: Batch, ar_w: torch.Tensor, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(draft CE sum over rows.weight, next-token CE sum over ar_w) from one forward; the head runs only on
+    the positions with a weight (orl.train.chunked_ce)."""
+    from orl.train.chunked_ce import chunked_ce_sum
+
+    core = getattr(model, "module", model)
+    h = model(rows.tokens, rows.pos, rows.mask, return_hidden=True)                        # [B, N, D]
+    sums = []
+    for w in (rows.weight, ar_w):
+        b, t = (w > 0).nonzero(as_tuple=True)
+        sums.append(chunked_ce_sum(h[b, t], core.lm_head.weight, rows.targets[b, t], w[b, t], chunk,
+                                   core.args.final_logit_softcap) if len(b) else h.sum() * 0.0)
+    return sums[0], sums[1]
