@@ -26,12 +26,12 @@ def test_rollouts_are_the_ar_paths_tokens_and_count_every_forward():
     cfg = get_preset("draft", "smoke")
     samples = sample_prompts(("split", "prog"), 3, "t")
     rolls = roll_out(dec, samples, cfg, seed=0)
-    for s, ids, g, reward in rolls:
-        plain = dec.generate_ids([ids], with_stop(ARConfig(max_new_tokens=cfg.max_new_tokens),
-                                                  tuple(get_task(s.task).stop)))[0]
-        assert g.token_ids == plain.token_ids  # exactly the AR path's greedy tokens
-        assert g.forwards <= g.n_tokens and 0.0 <= reward <= 1.0
-    assert sum(g.n_tokens for _, _, g, _ in rolls) > sum(g.forwards for _, _, g, _ in rolls)  # drafts accepted
+    for r in rolls:
+        plain = dec.generate_ids([dec.encode(r.sample.prompt)], with_stop(ARConfig(max_new_tokens=cfg.max_new_tokens),
+                                                                         tuple(get_task(r.sample.task).stop)))[0]
+        assert r.gen.token_ids == plain.token_ids  # exactly the AR path's greedy tokens
+        assert r.gen.forwards <= r.gen.n_tokens and 0.0 <= r.reward <= 1.0 and r.verified == (r.reward >= 1.0)
+    assert sum(r.gen.n_tokens for r in rolls) > sum(r.gen.forwards for r in rolls)  # drafts accepted
 
 
 def test_run_trains_saves_and_resumes_exactly(tmp_path):
@@ -79,7 +79,7 @@ def test_micro_batches_give_the_one_batch_update():
     dec = ARDecoder(model, tok, manifest=manifest)
     big = DraftConfig(**{**get_preset("draft", "smoke").to_dict(), "max_new_tokens": 24, "engine_max_len": 64})
     rolls = roll_out(dec, sample_prompts(("split", "prog", "long"), 4, "mb"), big, seed=0)
-    kept = [(p, g.token_ids) for _, p, g, _ in rolls if g.n_tokens >= 2]
+    kept = [(dec.encode(r.sample.prompt), r.gen.token_ids) for r in rolls if r.gen.n_tokens >= 2]
     small = DraftConfig(**{**big.to_dict(), "row_tokens": 64 + 24 * 3})  # the least it may be: about a row each
     assert len(micro_batches(kept, small)) > 1 and len(micro_batches(kept, big)) == 1
     ids = special_ids(tok, model.args.vocab_size)
@@ -88,7 +88,7 @@ def test_micro_batches_give_the_one_batch_update():
         m = copy.deepcopy(model)
         from orl.train.loop import make_optimizer
 
-        rec = update_on(m.train(), make_optimizer(m, cfg.lr), kept, cfg, ids, "cpu")
+        rec = update_on(m.train(), make_optimizer(m, cfg.lr), kept, cfg, ids)
         assert rec["draft_ce"] > 0 and rec["ar_ce"] > 0
         after.append(m.state_dict())
     for n, a in after[0].items():

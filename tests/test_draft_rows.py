@@ -1,15 +1,14 @@
 """orl.train.draft_rows: one packed forward gives, at every draft group, the logits of an uncached forward over
 [x[0:c], m masks] in the fused self-draft's geometry (the one tests/test_fused_self_draft.py ties to
-fused_verify), and at the clean tokens the plain causal forward's; targets and weights by hand; the loss through
-the convert recipe's masked_loss_sum is the explicit weighted CE."""
+fused_verify), and at the clean tokens the plain causal forward's; targets and weights by hand; both loss terms
+are the explicit weighted CE."""
 import pytest
 import torch
 import torch.nn.functional as F
 
 from orl.model.args import ModelArgs
 from orl.model.model import Transformer
-from orl.train.convert import masked_loss_sum
-from orl.train.draft_rows import anchors, draft_rows
+from orl.train.draft_rows import anchors, answer_weights, draft_rows, loss_sums
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -39,7 +38,7 @@ def uncached_group(model, x: list[int], c: int, m: int) -> torch.Tensor:
 
 def test_targets_and_weights_by_hand():
     x = list(range(10, 22))  # L = 12, the answer from position 5
-    rows = draft_rows([x], [5], m=2, mask_id=MASK, pad_id=PAD, ar_weight=0.5)
+    rows = draft_rows([x], [5], m=2, mask_id=MASK, pad_id=PAD)
     assert anchors(5, 12) == list(range(5, 11))
     L, G, m = 12, 6, 2
     assert rows.tokens.shape == (1, L + G * m)
@@ -48,9 +47,11 @@ def test_targets_and_weights_by_hand():
     assert rows.pos[0, L:L + 2].tolist() == [5, 6] and rows.targets[0, L:L + 2].tolist() == [16, 17]
     assert rows.pos[0, -2:].tolist() == [10, 11] and rows.targets[0, -2].item() == 21
     assert rows.weight[0, L:].tolist() == [1.0] * (G * m - 1) + [0.0]
-    # the AR path: position i reads x[i + 1]; the loss on the answer's tokens x[5:] only, at ar_weight
+    # the AR path: position i reads x[i + 1]; its term on the answer's tokens x[5:] only, apart from the draft's
     assert rows.targets[0, :L - 1].tolist() == x[1:]
-    assert rows.weight[0, :L].tolist() == [0.0] * 4 + [0.5] * 7 + [0.0]
+    assert rows.weight[0, :L].tolist() == [0.0] * L
+    ar = answer_weights(rows, [x], [5])
+    assert ar[0, :L].tolist() == [0.0] * 4 + [1.0] * 7 + [0.0] and not ar[0, L:].any()
     # the group at c = 7 sees x[0:7] and its own two rows, nothing else; clean rows never see a group
     q = L + 2 * m
     assert rows.mask[0, q].nonzero().flatten().tolist() == list(range(7)) + [q, q + 1]
@@ -65,7 +66,7 @@ def test_packed_groups_are_the_uncached_draft_forwards(model):
     torch.manual_seed(1)
     seqs = [torch.randint(4, V, (13,)).tolist(), torch.randint(4, V, (9,)).tolist()]  # two lengths: padding
     starts, m = [6, 4], 3
-    rows = draft_rows(seqs, starts, m, MASK, PAD, ar_weight=1.0)
+    rows = draft_rows(seqs, starts, m, MASK, PAD)
     with torch.no_grad():
         logits = model(rows.tokens, rows.pos, rows.mask)
         for b, (x, s) in enumerate(zip(seqs, starts)):
@@ -78,14 +79,17 @@ def test_packed_groups_are_the_uncached_draft_forwards(model):
                 torch.testing.assert_close(logits[b, q:q + m], uncached_group(model, x, c, m), atol=1e-5, rtol=1e-5)
 
 
-def test_loss_is_the_weighted_ce_of_the_read_positions(model):
+def test_loss_sums_are_the_weighted_ce_of_the_read_positions(model):
+    """loss_sums: one forward, the draft term over rows.weight and the next-token term over answer_weights, each
+    the explicit weighted CE of the positions that read them."""
     torch.manual_seed(2)
     seqs = [torch.randint(4, V, (11,)).tolist()]
-    rows = draft_rows(seqs, [5], 2, MASK, PAD, ar_weight=0.25)
+    rows = draft_rows(seqs, [5], 2, MASK, PAD)
+    ar = answer_weights(rows, seqs, [5])
     with torch.no_grad():
-        got = masked_loss_sum(model, rows, chunk=4)
+        draft, nxt = loss_sums(model, rows, ar, chunk=4)
         logits = model(rows.tokens, rows.pos, rows.mask)[0]
         ce = F.cross_entropy(logits, rows.targets[0], reduction="none")
-        want = (ce * rows.weight[0]).sum()
-    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)
-    assert got > 0
+    torch.testing.assert_close(draft, (ce * rows.weight[0]).sum(), atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(nxt, (ce * ar[0]).sum(), atol=1e-4, rtol=1e-5)
+    assert draft > 0 and nxt > 0

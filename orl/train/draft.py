@@ -27,10 +27,12 @@ from orl.engine.stops import with_stop
 from orl.eval.tasks import get_task
 from orl.eval.tasks.custom import reward_of
 from orl.model.vocab import special_ids
-from orl.train.draft_rows import answer_weights, draft_rows, loss_sums
+from orl.train.dist import SINGLE, Dist, shard_rows
+from orl.train.draft_rows import anchors, answer_weights, draft_rows, loss_sums
+from orl.train.heldout import mean_over_tasks
 from orl.train.loop import check_fields, make_optimizer
 from orl.train.orl import SHIPPED_BASE, base_layout, save_due
-from orl.train.rollout import sample_prompts, start_run
+from orl.train.rollout import Rollout, rollout_stats, sample_prompts, start_run
 
 
 @dataclass(frozen=True)
@@ -88,24 +90,17 @@ class DraftConfig:
 
 
 @torch.no_grad()
-def roll_out(dec: ARDecoder, samples: list, cfg: DraftConfig, seed: int, temperature: float | None = None) -> list:
-    """(sample, prompt ids, generation, reward) per sample: one fused decode each (speculative decoding runs
-    at batch 1), with the sample's task stop strings; an answer cut at max_new_tokens earns nothing."""
+def roll_out(dec: ARDecoder, samples: list, cfg: DraftConfig, seed: int, temperature: float | None = None) -> list[Rollout]:
+    """One fused decode per sample (speculative decoding runs at batch 1), with the sample's task stop strings;
+    an answer cut at max_new_tokens earns nothing (orl.train.rollout's Rollout, rollout_stats counts them)."""
     out = []
     for i, s in enumerate(samples):
         task = get_task(s.task)
-        ids = dec.encode(s.prompt)
-        g = dec.generate_ids([ids], cfg.decode(tuple(task.stop), temperature), seeds=[seed * 1_000_003 + i])[0]
-        out.append((s, ids, g, reward_of(task, s.prompt, g.text) if g.finished else 0.0))
+        g = dec.generate_ids([dec.encode(s.prompt)], cfg.decode(tuple(task.stop), temperature),
+                             seeds=[seed * 1_000_003 + i])[0]
+        reward = reward_of(task, s.prompt, g.text) if g.finished else 0.0
+        out.append(Rollout(s, g, reward >= cfg.keep_reward, reward))
     return out
-
-
-def stats(rolls: list, keep_reward: float) -> dict:
-    """Reward, verified fraction and TPF (ratio of sums: all tokens / all forwards, drafts' rounds included)."""
-    n = max(len(rolls), 1)
-    return {"reward": sum(r for *_, r in rolls) / n, "verified": sum(r >= keep_reward for *_, r in rolls) / n,
-            "tpf": sum(g.n_tokens for _, _, g, _ in rolls) / max(sum(g.forwards for _, _, g, _ in rolls), 1),
-            "tokens": sum(g.n_tokens for _, _, g, _ in rolls)}
 
 
 def heldout(dec: ARDecoder, cfg: DraftConfig, tasks: tuple[str, ...]) -> dict:
@@ -114,8 +109,8 @@ def heldout(dec: ARDecoder, cfg: DraftConfig, tasks: tuple[str, ...]) -> dict:
     for name in tasks:
         task = get_task(name)
         rolls = roll_out(dec, [task.sample("heldout", i) for i in range(cfg.eval_samples)], cfg, 0, temperature=0.0)
-        res[name] = {"acc": round(sum(task.verify(s.prompt, g.text) for s, _, g, _ in rolls) / len(rolls), 3),
-                     "tpf": round(stats(rolls, 1.0)["tpf"], 2)}
+        res[name] = {"acc": round(sum(task.verify(r.sample.prompt, r.gen.text) for r in rolls) / len(rolls), 3),
+                     "tpf": round(rollout_stats(rolls)["tpf"], 2)}
     return res
 
 
@@ -126,7 +121,8 @@ def micro_batches(kept: list, cfg: DraftConfig) -> list[list]:
     """The kept (prompt, answer) pairs in groups whose padded rows hold at most cfg.row_tokens tokens."""
     out, cur, width = [], [], 0
     for p, a in sorted(kept, key=lambda pa: -len(pa[0]) - len(pa[1])):
-        n = len(p) + len(a) + (len(a) - 1 + cfg.stride - 1) // cfg.stride * cfg.spec_tokens  # its row's length
+        L = len(p) + len(a)
+        n = L + len(anchors(len(p), L, cfg.stride)) * cfg.spec_tokens  # its row's length (draft_rows)
         if cur and (len(cur) + 1) * max(width, n) > cfg.row_tokens:
             out.append(cur)
             cur, width = [], 0
@@ -135,21 +131,20 @@ def micro_batches(kept: list, cfg: DraftConfig) -> list[list]:
     return out + [cur] if cur else out
 
 
-def update_on(model, opt, kept: list, cfg: DraftConfig, ids, device) -> dict:
+def update_on(model, opt, kept: list, cfg: DraftConfig, ids, dist: Dist = SINGLE) -> dict:
     """One optimizer step: mean draft CE + ar_weight x mean next-token CE over every kept answer, each mean over
     its own positions, accumulated over micro-batches of at most row_tokens."""
     parts = []
     for group in micro_batches(kept, cfg):
         seqs, starts = [p + a for p, a in group], [len(p) for p, _ in group]
-        rows = draft_rows(seqs, starts, cfg.spec_tokens, ids.mask, ids.pad, 0.0, cfg.stride)
+        rows = draft_rows(seqs, starts, cfg.spec_tokens, ids.mask, ids.pad, cfg.stride)
         parts.append((rows, answer_weights(rows, seqs, starts)))
     n_draft = sum(float(r.weight.sum()) for r, _ in parts)
     n_ar = sum(float(w.sum()) for _, w in parts)
     opt.zero_grad(set_to_none=True)
     draft = ar = 0.0
     for rows, ar_w in parts:
-        rows = type(rows)(**{k: v.to(device) if torch.is_tensor(v) else v for k, v in vars(rows).items()})
-        d, a = loss_sums(model, rows, ar_w.to(device), cfg.ce_chunk)
+        d, a = loss_sums(model, shard_rows(rows, dist), ar_w.to(dist.device), cfg.ce_chunk)
         (d / max(n_draft, 1e-6) + cfg.ar_weight * a / max(n_ar, 1e-6)).backward()
         draft, ar = draft + float(d.detach()), ar + float(a.detach())
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -187,9 +182,9 @@ def train_draft(cfg: DraftConfig, out: str | Path, resume: bool = True, allow_co
         model.eval()
         samples = sample_prompts(cfg.tasks, cfg.prompts_per_update, f"draft|{cfg.seed}|{update}")
         rolls = roll_out(dec, samples, cfg, cfg.seed * 7919 + update)
-        st = stats(rolls, cfg.keep_reward)
+        st = rollout_stats(rolls)
         gen_tokens += st["tokens"]
-        kept = [(p, g.token_ids) for _, p, g, r in rolls if r >= cfg.keep_reward and g.n_tokens >= 2]
+        kept = [(dec.encode(r.sample.prompt), r.gen.token_ids) for r in rolls if r.verified and r.gen.n_tokens >= 2]
         rec = {"update": update + 1, **{f"rollout_{k}": v for k, v in st.items()}, "kept": len(kept),
                "generated_tokens": gen_tokens}
         idle = 0 if kept else idle + 1
@@ -199,13 +194,13 @@ def train_draft(cfg: DraftConfig, out: str | Path, resume: bool = True, allow_co
                                f"and max_new_tokens ({cfg.max_new_tokens})")
         if kept:
             model.train()
-            rec.update(update_on(model, opt, kept, cfg, ids, dist.device))
+            rec.update(update_on(model, opt, kept, cfg, ids, dist))
         done = update + 1
         if loop.due(done, cfg.eval_every):
             ev = heldout(dec, cfg, cfg.tasks)
             rec["eval"] = ev
-            accs, tpfs = [v["acc"] for v in ev.values()], [v["tpf"] for v in ev.values()]
-            log(f"update {done}: acc {100 * sum(accs) / len(accs):.1f}% tpf {sum(tpfs) / len(tpfs):.2f} {json.dumps(ev)}")
+            log(f"update {done}: acc {100 * mean_over_tasks(ev, 'acc'):.1f}% tpf {mean_over_tasks(ev, 'tpf'):.2f} "
+                f"{json.dumps(ev)}")
         rec["wall_s"] = round(time.perf_counter() - t0, 1)
         loop.bar.set_postfix(reward=f"{st['reward']:.2f}", tpf=f"{st['tpf']:.2f}", loss=f"{rec.get('loss', float('nan')):.3f}")
         loop.write(rec)

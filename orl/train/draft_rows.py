@@ -9,9 +9,9 @@ train the diffusion path at block-aligned cuts, with the block's other tokens pa
 exactly where and how the fused decoder reads it, at every cut of an answer, from sequences the model's own AR
 path produced (on-policy draft training; the recipe that rolls them out and keeps verified ones builds on this).
 
-A row packs one sequence: its L clean tokens (causal: the AR path, with a next-token loss on the answer at
-`ar_weight`, which keeps that path where it is) and then one group of m masks per anchor c (every answer cut
-from `start`, the first answer position, to L - 2). One forward trains every anchor; its logits at a group are
+A row packs one sequence: its L clean tokens (causal: the AR path; `answer_weights` marks the positions of
+the answer's next-token term) and then one group of m masks per anchor c (every answer cut from `start`, the
+first answer position, to L - 2). One forward trains every anchor; its logits at a group are
 those of an uncached forward over [x[0:c], m masks] (tests/test_draft_rows.py), which are fused_verify's
 (tests/test_fused_self_draft.py).
 """
@@ -32,10 +32,11 @@ def anchors(start: int, length: int, stride: int = 1) -> list[int]:
 
 
 def draft_rows(seqs: list[list[int]], starts: list[int], m: int, mask_id: int, pad_id: int,
-               ar_weight: float = 0.0, stride: int = 1) -> Batch:
+               stride: int = 1) -> Batch:
     """Rows (module docstring) for sequences seqs (prompt + answer, as the AR path produced them) whose answers
     start at starts; m masks a group (the decoder's spec_tokens); a group every `stride` cuts. Targets are
-    aligned to the position that reads them (no read_from): orl.train.convert.masked_loss_sum takes it as is."""
+    aligned to the position that reads them (no read_from); `weight` is the draft term's (1 at every group
+    position with a token to predict), `answer_weights` the next-token term's."""
     if m < 1:
         raise ValueError(f"a draft group holds at least one mask, got m = {m}")
     if len(seqs) != len(starts) or not seqs:
@@ -54,7 +55,6 @@ def draft_rows(seqs: list[list[int]], starts: list[int], m: int, mask_id: int, p
         pos[b, :L] = torch.arange(L)
         mask[b, :L, :L] = torch.ones(L, L, dtype=torch.bool).tril()                        # clean: causal
         targets[b, :L - 1] = torch.tensor(x[1:])
-        weight[b, s - 1:L - 1] = ar_weight  # position i reads x[i + 1]: the answer's tokens x[s:]
         for g, c in enumerate(cs):
             q = L + g * m                                                                   # the group's first row
             tokens[b, q:q + m] = mask_id
@@ -69,8 +69,9 @@ def draft_rows(seqs: list[list[int]], starts: list[int], m: int, mask_id: int, p
 
 
 def answer_weights(rows: Batch, seqs: list[list[int]], starts: list[int]) -> torch.Tensor:
-    """[B, N] weight 1 at the clean positions that read an answer token (position i reads x[i + 1]): the AR
-    path's next-token term, kept apart from the draft term so that each is normalised by its own count."""
+    """[B, N] weight 1 at the clean positions that read an answer token (position i reads x[i + 1], so the
+    answer's tokens x[s:]): the AR path's next-token term, apart from the draft term so that each is normalised
+    by its own count."""
     w = torch.zeros_like(rows.weight)
     for b, (x, s) in enumerate(zip(seqs, starts)):
         w[b, s - 1:len(x) - 1] = 1.0
