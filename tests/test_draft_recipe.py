@@ -106,3 +106,44 @@ def test_a_run_that_keeps_nothing_stops_and_says_why(tmp_path, monkeypatch):
         DraftConfig(max_new_tokens=2)
     with pytest.raises(ValueError, match="row_tokens .* must hold the longest row"):
         DraftConfig(row_tokens=100)
+
+
+def test_kl_anchor_holds_the_ar_path_to_the_base(tmp_path):
+    """kl_weight > 0 loads the base as a frozen reference: at the first update the model is the base, so the KL
+    and its gradient are 0 (the same weights as without the term); later updates log a KL > 0, and a run with
+    the anchor moves the AR path's answers less from the base's distribution than one without."""
+    import copy
+
+    from orl.model.vocab import special_ids
+    from orl.train.draft import update_on
+    from orl.train.loop import make_optimizer
+
+    model, tok, manifest = load_checkpoint(SHIPPED_BASE)
+    dec = ARDecoder(model, tok, manifest=manifest)
+    cfg = DraftConfig(**{**get_preset("draft", "smoke").to_dict(), "kl_weight": 1.0})
+    rolls = roll_out(dec, sample_prompts(("split", "prog"), 3, "kl"), cfg, seed=0)
+    kept = [(dec.encode(r.sample.prompt), r.gen.token_ids) for r in rolls if r.gen.n_tokens >= 2]
+    ids = special_ids(tok, model.args.vocab_size)
+    ref = copy.deepcopy(model).eval().requires_grad_(False)
+    with_kl, without = copy.deepcopy(model).train(), copy.deepcopy(model).train()
+    rec = update_on(with_kl, make_optimizer(with_kl, cfg.lr), kept, cfg, ids, ref=ref)
+    rec0 = update_on(without, make_optimizer(without, cfg.lr), kept, cfg, ids)
+    assert rec["kl"] == 0.0 and "kl" not in rec0
+    for (n, a), b in zip(with_kl.state_dict().items(), without.state_dict().values()):
+        # a step moves a weight by lr = 1e-4 (Adam); the KL's float-noise gradient may move it by 1e-6
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0, msg=n)
+    # then several updates at a high learning rate, with and without the anchor: the KL to the base grows less
+    fast = DraftConfig(**{**cfg.to_dict(), "lr": 3e-3, "kl_weight": 20.0})
+    kls = []
+    for ref_arg in (ref, None):
+        m = copy.deepcopy(model).train()
+        opt = make_optimizer(m, fast.lr)
+        for _ in range(4):
+            update_on(m, opt, kept, fast, ids, ref=ref_arg)
+        kls.append(update_on(copy.deepcopy(m), make_optimizer(m, 0.0), kept, fast, ids, ref=ref)["kl"])
+    assert 0 < kls[0] < kls[1], kls
+    run = train_draft(cfg, tmp_path / "kl", log=lambda *_: None)
+    log = [json.loads(x) for x in (tmp_path / "kl" / "train.log.jsonl").read_text().splitlines()]
+    assert all("kl" in r for r in log if "loss" in r) and run is not None
+    with pytest.raises(ValueError, match="kl_weight must be >= 0"):
+        DraftConfig(kl_weight=-1.0)

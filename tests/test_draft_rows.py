@@ -87,9 +87,48 @@ def test_loss_sums_are_the_weighted_ce_of_the_read_positions(model):
     rows = draft_rows(seqs, [5], 2, MASK, PAD)
     ar = answer_weights(rows, seqs, [5])
     with torch.no_grad():
-        draft, nxt = loss_sums(model, rows, ar, chunk=4)
+        draft, nxt, kl = loss_sums(model, rows, ar, chunk=4)
         logits = model(rows.tokens, rows.pos, rows.mask)[0]
         ce = F.cross_entropy(logits, rows.targets[0], reduction="none")
     torch.testing.assert_close(draft, (ce * rows.weight[0]).sum(), atol=1e-4, rtol=1e-5)
     torch.testing.assert_close(nxt, (ce * ar[0]).sum(), atol=1e-4, rtol=1e-5)
-    assert draft > 0 and nxt > 0
+    assert draft > 0 and nxt > 0 and kl == 0  # no reference: no KL term
+
+
+def test_kl_term_is_the_capped_reverse_kl_of_the_plain_causal_forwards(model):
+    """With a reference, the third sum is sum over answer positions of min(KL(p_model || p_ref), cap), where both
+    distributions are those of a plain causal forward over the sequence alone: two sequences of different lengths,
+    so the shorter row's draft groups sit inside the columns the reference reads (and must not change it). Zero
+    against itself, its gradient reaches the model, and the cap binds."""
+    import copy
+
+    torch.manual_seed(3)
+    ref = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    seqs = [torch.randint(4, V, (13,)).tolist(), torch.randint(4, V, (8,)).tolist()]
+    starts = [6, 3]
+    rows = draft_rows(seqs, starts, 3, MASK, PAD)
+    ar = answer_weights(rows, seqs, starts)
+    want = torch.zeros(())
+    for x, s in zip(seqs, starts):
+        T = len(x)
+        causal = torch.ones(T, T, dtype=torch.bool).tril()[None]
+        with torch.no_grad():
+            lp = F.log_softmax(model(torch.tensor([x]), torch.arange(T)[None], causal)[0], -1)
+            lq = F.log_softmax(ref(torch.tensor([x]), torch.arange(T)[None], causal)[0], -1)
+        want += (lp.exp() * (lp - lq)).sum(-1)[s - 1:T - 1].sum()
+    with torch.no_grad():
+        _, _, kl = loss_sums(model, rows, ar, chunk=4, ref=ref, kl_cap=100.0)
+        _, _, self_kl = loss_sums(model, rows, ar, chunk=4, ref=model)
+        _, _, capped = loss_sums(model, rows, ar, chunk=4, ref=ref, kl_cap=1e-3)
+    assert want > 0.1
+    torch.testing.assert_close(kl, want, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(self_kl, torch.zeros(()), atol=1e-5, rtol=0)
+    n_answer = sum(len(x) - s for x, s in zip(seqs, starts))
+    torch.testing.assert_close(capped, torch.tensor(1e-3 * n_answer), atol=1e-6, rtol=1e-4)
+    m = copy.deepcopy(model)
+    m.zero_grad()
+    loss_sums(m, rows, ar, chunk=4, ref=ref, kl_cap=100.0)[2].backward()
+    assert m.lm_head.weight.grad.abs().sum() > 0 and m.model.layers[0].self_attn.q_proj.weight.grad.abs().sum() > 0

@@ -5,9 +5,11 @@ AR path's, and its speed is how much of its diffusion path's drafts that path ac
 acceptance where it is read: roll out with the current weights through that decoder (the same ARDecoder that
 serves), keep the verified answers, train the diffusion path on them in the decoder's own draft geometry
 (orl.train.draft_rows: every answer cut, m masks after it) beside a next-token loss on the answer at `ar_weight`
-(which, on the model's own greedy tokens, does not hold the AR path in place: a KL anchor is the next step), then
-roll out again with the new weights. No residual and
-no replay of denoising states: a fused round has none, its states are the cuts.
+(which, on the model's own greedy tokens, does not hold the AR path in place) and, at `kl_weight`, a capped
+reverse KL of the AR path to the frozen base at the same positions (the anchor that does), then roll out again
+with the new weights. No residual and no replay of denoising states: a fused round has none, its states are the
+cuts. The KL's reference is the base, not the rollout policy as in ORL's L_KL (DESIGN.md): rollouts here are
+always fresh, so ORL's anchor would be 0; what must not move is the base's AR path, the decoder's output.
 """
 from __future__ import annotations
 
@@ -47,6 +49,10 @@ class DraftConfig:
     # the answer's next-token CE (its own mean) at this weight beside the draft CE's mean. On the model's own greedy
     # tokens it is small and does not anchor the AR path (docs/TRAINING.md, session 32: the same outputs with 0)
     ar_weight: float = 0.5
+    # min(KL(p_theta || p_base), kl_cap) of the AR path at the answers' positions, mean over them, at this weight
+    # (0: off, no reference model is loaded)
+    kl_weight: float = 0.0
+    kl_cap: float = 1.0
     stride: int = 1                     # a draft group every `stride` answer cuts
     lr: float = 5e-5
     grad_clip: float = 1.0
@@ -65,8 +71,8 @@ class DraftConfig:
     def __post_init__(self):
         problems = check_fields(self, positive=("updates", "prompts_per_update", "spec_tokens", "max_new_tokens",
                                                 "stride", "lr", "grad_clip", "ce_chunk", "row_tokens", "engine_max_len",
-                                                "eval_every", "eval_samples", "save_every"),
-                                non_negative=("temperature", "ar_weight", "keep_every", "threads"))
+                                                "eval_every", "eval_samples", "save_every", "kl_cap"),
+                                non_negative=("temperature", "ar_weight", "kl_weight", "keep_every", "threads"))
         if self.max_new_tokens < 3:
             problems.append(f"max_new_tokens must be >= 3 (an answer needs a token after its first draft's bonus slot), "
                             f"got {self.max_new_tokens}")
@@ -131,9 +137,10 @@ def micro_batches(kept: list, cfg: DraftConfig) -> list[list]:
     return out + [cur] if cur else out
 
 
-def update_on(model, opt, kept: list, cfg: DraftConfig, ids, dist: Dist = SINGLE) -> dict:
-    """One optimizer step: mean draft CE + ar_weight x mean next-token CE over every kept answer, each mean over
-    its own positions, accumulated over micro-batches of at most row_tokens."""
+def update_on(model, opt, kept: list, cfg: DraftConfig, ids, dist: Dist = SINGLE, ref=None) -> dict:
+    """One optimizer step: mean draft CE + ar_weight x mean next-token CE + kl_weight x mean KL to `ref` (the
+    frozen base; None: no KL term) over every kept answer, each mean over its own positions, accumulated over
+    micro-batches of at most row_tokens."""
     parts = []
     for group in micro_batches(kept, cfg):
         seqs, starts = [p + a for p, a in group], [len(p) for p, _ in group]
@@ -142,16 +149,20 @@ def update_on(model, opt, kept: list, cfg: DraftConfig, ids, dist: Dist = SINGLE
     n_draft = sum(float(r.weight.sum()) for r, _ in parts)
     n_ar = sum(float(w.sum()) for _, w in parts)
     opt.zero_grad(set_to_none=True)
-    draft = ar = 0.0
+    draft = ar = kl = 0.0
     for rows, ar_w in parts:
-        d, a = loss_sums(model, shard_rows(rows, dist), ar_w.to(dist.device), cfg.ce_chunk)
-        (d / max(n_draft, 1e-6) + cfg.ar_weight * a / max(n_ar, 1e-6)).backward()
-        draft, ar = draft + float(d.detach()), ar + float(a.detach())
+        d, a, k = loss_sums(model, shard_rows(rows, dist), ar_w.to(dist.device), cfg.ce_chunk, ref, cfg.kl_cap)
+        (d / max(n_draft, 1e-6) + (cfg.ar_weight * a + cfg.kl_weight * k) / max(n_ar, 1e-6)).backward()
+        draft, ar, kl = draft + float(d.detach()), ar + float(a.detach()), kl + float(k.detach())
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     opt.step()
-    d_mean, a_mean = draft / max(n_draft, 1e-6), ar / max(n_ar, 1e-6)
-    return {"loss": round(d_mean + cfg.ar_weight * a_mean, 5), "draft_ce": round(d_mean, 5), "ar_ce": round(a_mean, 5),
-            "grad_norm": round(float(norm), 5), "micro_batches": len(parts)}
+    d_mean, a_mean, k_mean = draft / max(n_draft, 1e-6), ar / max(n_ar, 1e-6), kl / max(n_ar, 1e-6)
+    rec = {"loss": round(d_mean + cfg.ar_weight * a_mean + (cfg.kl_weight * k_mean if ref is not None else 0.0), 5),
+           "draft_ce": round(d_mean, 5), "ar_ce": round(a_mean, 5), "grad_norm": round(float(norm), 5),
+           "micro_batches": len(parts)}
+    if ref is not None:
+        rec["kl"] = round(k_mean, 6)
+    return rec
 
 
 def train_draft(cfg: DraftConfig, out: str | Path, resume: bool = True, allow_config_change: bool = False,
@@ -175,6 +186,9 @@ def train_draft(cfg: DraftConfig, out: str | Path, resume: bool = True, allow_co
     if state:
         opt.load_state_dict(state["optimizer"])
     ids = special_ids(tok, model.args.vocab_size)
+    ref = None
+    if cfg.kl_weight > 0:  # the base, frozen: what the KL holds the AR path to (on resume too: cfg.base, not out)
+        ref = load_checkpoint(cfg.base, device=dist.device)[0].eval().requires_grad_(False)
     dec = ARDecoder(model, tok, max_len=min(cfg.engine_max_len, model.args.max_seq_len), manifest=manifest)
     gen_tokens = state["generated_tokens"] if state else 0
     t0, idle = time.perf_counter(), 0
@@ -194,7 +208,7 @@ def train_draft(cfg: DraftConfig, out: str | Path, resume: bool = True, allow_co
                                f"and max_new_tokens ({cfg.max_new_tokens})")
         if kept:
             model.train()
-            rec.update(update_on(model, opt, kept, cfg, ids, dist))
+            rec.update(update_on(model, opt, kept, cfg, ids, dist, ref))
         done = update + 1
         if loop.due(done, cfg.eval_every):
             ev = heldout(dec, cfg, cfg.tasks)

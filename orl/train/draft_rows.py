@@ -78,10 +78,17 @@ def answer_weights(rows: Batch, seqs: list[list[int]], starts: list[int]) -> tor
     return w
 
 
-def loss_sums(model, rows: Batch, ar_w: torch.Tensor, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(draft CE sum over rows.weight, next-token CE sum over ar_w) from one forward; the head runs only on
-    the positions with a weight (orl.train.chunked_ce)."""
+def loss_sums(model, rows: Batch, ar_w: torch.Tensor, chunk: int, ref=None,
+              kl_cap: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(draft CE sum over rows.weight, next-token CE sum over ar_w, KL sum over ar_w) from one forward; the head
+    runs only on the positions with a weight (orl.train.chunked_ce, orl.train.chunked_head).
+
+    The KL term is min(KL(p_theta || p_ref), kl_cap) of the AR path at the answer's positions against a frozen
+    `ref` (the run's base): the next-token CE on the model's own greedy tokens only sharpens what the path
+    already says, while the KL holds its whole distribution where the fused decoder reads it. 0 without ref."""
     from orl.train.chunked_ce import chunked_ce_sum
+    from orl.train.chunked_head import chunked_head
+    from orl.train.losses import capped_reverse_kl
 
     core = getattr(model, "module", model)
     h = model(rows.tokens, rows.pos, rows.mask, return_hidden=True)                        # [B, N, D]
@@ -90,4 +97,24 @@ def loss_sums(model, rows: Batch, ar_w: torch.Tensor, chunk: int) -> tuple[torch
         b, t = (w > 0).nonzero(as_tuple=True)
         sums.append(chunked_ce_sum(h[b, t], core.lm_head.weight, rows.targets[b, t], w[b, t], chunk,
                                    core.args.final_logit_softcap) if len(b) else h.sum() * 0.0)
-    return sums[0], sums[1]
+    b, t = (ar_w > 0).nonzero(as_tuple=True)
+    if ref is None or not len(b):
+        return sums[0], sums[1], h.sum() * 0.0
+    # the clean tokens come first in every row and see only clean tokens (causal), so the first
+    # max-clean-length columns give the reference their exact hidden states without the draft groups
+    n = int(t.max()) + 1
+    with torch.no_grad():
+        ref_h = ref(rows.tokens[:, :n], rows.pos[:, :n], rows.mask[:, :n, :n], return_hidden=True)[b, t]  # [P, D]
+    ref_core = getattr(ref, "module", ref)
+    w_sel = ar_w[b, t]
+
+    def read(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return core.softcap((x.to(weight.dtype) @ weight.T).float())
+
+    def stats(logits: torch.Tensor, sl: slice) -> torch.Tensor:
+        with torch.no_grad():
+            ref_logits = ref_core.softcap((ref_h[sl].to(ref_core.lm_head.weight.dtype) @ ref_core.lm_head.weight.T).float())
+        return (capped_reverse_kl(logits, ref_logits, kl_cap) * w_sel[sl])[:, None]
+
+    kl = chunked_head(h[b, t], core.lm_head.weight, read, stats, chunk)                   # [P, 1]
+    return sums[0], sums[1], kl.sum()
