@@ -50,6 +50,7 @@ from orl.train.convert_base import base_digest, load_base, to_diffusion
 from orl.train.corpus import (STREAMS, CorpusConfig, build_corpus, corpus_key, corpus_summary, fixed_windows,
                               read_corpus, windows, with_bos)
 from orl.train.dist import SINGLE, Dist, setup, shard_rows
+from orl.train.draft_rows import corpus_draft_batch
 from orl.train.fsdp import check_parallel, gathered
 from orl.train.loop import TrainLoop, check_fields, make_optimizer
 from orl.train.orl import CARRIED
@@ -67,6 +68,11 @@ class ConvertConfig:
     mix: tuple[int, ...] = (8, 0, 0)    # rows per step from the code / tasks / distill streams
     noisy_copies: int = 1
     ar_aux: float = 0.0                 # weight of a next-token loss on the same windows, causal (0: off)
+    # weight of draft rows on the same windows (orl.train.draft_rows: m = draft_tokens masks after every
+    # draft_stride-th answer cut, the fused self-draft's geometry; 0: off); they carry ar_aux's term too
+    draft_aux: float = 0.0
+    draft_tokens: int = 3               # the decoder's spec_tokens (`--spec-tokens`, convert_eval --spec)
+    draft_stride: int = 4
     steps: int = 1000
     lr: float = 2e-5
     min_lr_frac: float = 0.1
@@ -91,8 +97,10 @@ class ConvertConfig:
 
     def __post_init__(self):
         problems = check_fields(self, positive=("block_len", "window", "context", "noisy_copies", "steps", "lr",
-                                                "grad_clip", "ce_chunk", "eval_every", "eval_windows", "save_every"),
-                                non_negative=("warmup", "weight_decay", "threads", "time_limit_s", "ar_aux"))
+                                                "grad_clip", "ce_chunk", "eval_every", "eval_windows", "save_every",
+                                                "draft_tokens", "draft_stride"),
+                                non_negative=("warmup", "weight_decay", "threads", "time_limit_s", "ar_aux",
+                                              "draft_aux"))
         if self.context >= self.window or (self.window - self.context) % self.block_len:
             problems.append(f"window - context ({self.window} - {self.context}) must be a positive multiple of "
                             f"block_len ({self.block_len})")
@@ -150,7 +158,8 @@ def row_pairs(rows: torch.Tensor, context: int) -> list[tuple[list[int], list[in
 
 def make_batches(cfg: ConvertConfig, streams: dict, ids, step: int, bos: int | None = None) -> list[Batch]:
     """One micro-batch per stream with rows this step (each row starting with `bos`, if given); with
-    ar_aux, then the same rows as causal next-token rows at that weight."""
+    ar_aux, then the same rows as causal next-token rows at that weight; with draft_aux, as draft rows
+    (which carry the next-token term, so no separate causal rows)."""
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
     out, aux = [], []
     for name, n in zip(STREAMS, cfg.mix):
@@ -158,7 +167,10 @@ def make_batches(cfg: ConvertConfig, streams: dict, ids, step: int, bos: int | N
             rows = with_bos(windows(streams["code_train" if name == "code" else name], n, cfg.window, gen), bos)
             out.append(diffusion_batch(row_pairs(rows, cfg.context), cfg.block_len, ids, gen, cfg.noisy_copies,
                                        eos=False, grid=cfg.layout == "absolute_grid"))
-            if cfg.ar_aux > 0:  # no draw from gen: the diffusion rows stay those of a run without it
+            if cfg.draft_aux > 0:  # no draw from gen either
+                aux.append(corpus_draft_batch(rows, cfg.context, cfg.draft_tokens, cfg.draft_stride, ids.mask,
+                                              ids.pad, cfg.draft_aux, cfg.ar_aux))
+            elif cfg.ar_aux > 0:  # no draw from gen: the diffusion rows stay those of a run without it
                 b = next_token_batch(rows)
                 b.weight *= cfg.ar_aux
                 aux.append(b)

@@ -78,6 +78,20 @@ def answer_weights(rows: Batch, seqs: list[list[int]], starts: list[int]) -> tor
     return w
 
 
+def corpus_draft_batch(rows: torch.Tensor, start: int, m: int, stride: int, mask_id: int, pad_id: int,
+                       draft_weight: float, ar_weight: float = 0.0) -> Batch:
+    """Draft rows (draft_rows) for text windows rows [B, T] whose answer part starts at `start` (teacher forced:
+    the drafts learn the text's next tokens at every `stride`-th cut), the groups at draft_weight; with
+    ar_weight > 0 the clean positions also carry the next-token term at that weight - the same loss as
+    batches.next_token_batch on these rows (the clean part is causal and sees no group), from the same forward."""
+    seqs = rows.tolist()
+    b = draft_rows(seqs, [start] * len(seqs), m, mask_id, pad_id, stride)
+    w = b.weight * draft_weight
+    if ar_weight > 0:
+        w[:, :rows.shape[1] - 1] = ar_weight
+    return Batch(tokens=b.tokens, pos=b.pos, mask=b.mask, targets=b.targets, weight=w)
+
+
 def loss_sums(model, rows: Batch, ar_w: torch.Tensor, chunk: int, ref=None,
               kl_cap: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(draft CE sum over rows.weight, next-token CE sum over ar_w, KL sum over ar_w) from one forward; the head
