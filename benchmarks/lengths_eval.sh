@@ -11,12 +11,15 @@
 #          sweep  thresholds 0.8, 0.95, 0.99 in range (with thr: the curve for AUP)            -> <name>-sweep.jsonl
 #          rules  the factor rule (f = 1) and the entropy rule (bound 0.5) in range             -> <name>-rules.jsonl
 #   default modes: thr fused.  Env: R (runs, default ~/.cache/orl/runs), E (records, default $R/eval),
-#   SEEDS (prompt seeds, default "0 1 2": the test; validation uses 100 101 and E=$R/eval/val), LIMIT (100).
-# Records are appended: rerunning a mode on the same name doubles its prompts (length_table refuses the pairs).
+#   SEEDS (prompt seeds, default "0 1 2": the test; validation uses 100 101 and E=$R/eval/val), LIMIT (100),
+#   DRY=1 prints the `orl eval` commands instead of running them.
+# Records are appended to files named after the checkpoint directory's basename (two runs named alike share a
+# file: give them distinct names); `orl eval` skips prompts a file already holds for the same model id.
 set -euo pipefail
 M=${1:?usage: lengths_eval.sh MODEL [ar|thr|fused|sweep|rules ...]}
 shift
-MODES=${*:-thr fused}
+MODES="$*"
+[ -n "${MODES// /}" ] || MODES="thr fused"
 R=${R:-$HOME/.cache/orl/runs}
 E=${E:-$R/eval}
 SEEDS=${SEEDS:-0 1 2}
@@ -28,7 +31,8 @@ mkdir -p "$E"
 ev() {  # split out extra-args...
   local split=$1 out=$2; shift 2
   for seed in $SEEDS; do
-    orl eval --model "$DIR" --tasks long7xp,prog7xp --split "$split" --limit "$LIMIT" --seed "$seed" --out "$out" "$@"
+    ${DRY:+echo} orl eval --model "$DIR" --tasks long7xp,prog7xp --split "$split" --limit "$LIMIT" --seed "$seed" \
+        --out "$out" "$@"
   done
 }
 for mode in $MODES; do

@@ -12,7 +12,7 @@ from orl.checkpoint import load_checkpoint
 from orl.model.vocab import special_ids
 from orl.train import convert as cv
 from orl.train.batches import next_token_batch
-from orl.train.draft_rows import corpus_draft_batch, draft_rows, loss_sums
+from orl.train.draft_rows import corpus_draft_batch, draft_rows, loss_sums, with_ar_targets
 from test_convert import TOK, base, smoke_cfg  # noqa: F401  (base: a module fixture)
 from test_convert_ar_aux import run  # noqa: F401  (a converted model and the smoke corpus)
 
@@ -54,11 +54,31 @@ def test_the_terms_are_next_token_batch_and_draft_rows_losses(run):
     torch.testing.assert_close(cv.masked_loss_sum(model, draft_only, 4), want, rtol=1e-5, atol=1e-4)
 
 
-def test_a_run_with_draft_aux_trains_and_bad_values_are_named(base, tmp_path):
-    cfg = smoke_cfg(base, ar_aux=0.5, draft_aux=1.0, draft_tokens=2, draft_stride=2)
+def test_ar_targets_are_the_causal_forwards_greedy_tokens(run):
+    """draft_target "ar": each draft position's target is the argmax of the plain causal forward at its own
+    position (what the AR path emits there); the clean positions keep the text; weights do not change."""
+    model = load_checkpoint(run[0])[0]
+    rows = torch.randint(5, TOK.vocab_size, (2, 14), generator=torch.Generator().manual_seed(2))
+    b = corpus_draft_batch(rows, 6, 3, 2, 3, 0, draft_weight=1.0, ar_weight=0.5)
+    got = with_ar_targets(model, b, 14, chunk=5)
+    with torch.no_grad():
+        greedy = model(rows, torch.arange(14)[None].expand(2, -1), torch.ones(14, 14, dtype=torch.bool).tril()[None]
+                       ).argmax(-1)                                                      # [2, 14]
+    assert torch.equal(got.targets[:, :14], b.targets[:, :14]) and torch.equal(got.weight, b.weight)
+    g = b.weight[:, 14:] > 0
+    want = greedy.gather(1, b.pos[:, 14:].clamp(max=13))
+    assert g.any() and torch.equal(got.targets[:, 14:][g], want[g])
+    assert not torch.equal(got.targets[:, 14:][g], b.targets[:, 14:][g])  # random text: the AR path disagrees
+
+
+@pytest.mark.parametrize("target", ["text", "ar"])
+def test_a_run_with_draft_aux_trains_and_bad_values_are_named(base, tmp_path, target):
+    cfg = smoke_cfg(base, ar_aux=0.5, draft_aux=1.0, draft_tokens=2, draft_stride=2, draft_target=target)
     model = cv.convert(cfg, tmp_path / "run", log=lambda *_: None)
     _, _, manifest = load_checkpoint(tmp_path / "run")
-    assert manifest["recipe"]["config"]["draft_aux"] == 1.0 and model.args.shift_logits
-    for bad in ({"draft_aux": -1.0}, {"draft_tokens": 0}, {"draft_stride": 0}):
+    assert manifest["recipe"]["config"]["draft_target"] == target and model.args.shift_logits
+    for bad in ({"draft_aux": -1.0}, {"draft_tokens": 0}, {"draft_stride": 0}, {"draft_target": "soft"}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             smoke_cfg(base, **bad)
+    with pytest.raises(ValueError, match="exceed 4 x window"):
+        smoke_cfg(base, draft_aux=1.0, draft_tokens=64, draft_stride=1)

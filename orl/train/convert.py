@@ -50,7 +50,7 @@ from orl.train.convert_base import base_digest, load_base, to_diffusion
 from orl.train.corpus import (STREAMS, CorpusConfig, build_corpus, corpus_key, corpus_summary, fixed_windows,
                               read_corpus, windows, with_bos)
 from orl.train.dist import SINGLE, Dist, setup, shard_rows
-from orl.train.draft_rows import corpus_draft_batch
+from orl.train.draft_rows import corpus_draft_batch, with_ar_targets
 from orl.train.fsdp import check_parallel, gathered
 from orl.train.loop import TrainLoop, check_fields, make_optimizer
 from orl.train.orl import CARRIED
@@ -69,10 +69,14 @@ class ConvertConfig:
     noisy_copies: int = 1
     ar_aux: float = 0.0                 # weight of a next-token loss on the same windows, causal (0: off)
     # weight of draft rows on the same windows (orl.train.draft_rows: m = draft_tokens masks after every
-    # draft_stride-th answer cut, the fused self-draft's geometry; 0: off); they carry ar_aux's term too
+    # draft_stride-th answer cut, the fused self-draft's geometry; 0: off); they carry ar_aux's term too. A
+    # weight in the step's one weighted mean, as ar_aux: each draft position counts draft_aux, a masked one 1
     draft_aux: float = 0.0
-    draft_tokens: int = 3               # the decoder's spec_tokens (`--spec-tokens`, convert_eval --spec)
+    draft_tokens: int = 3               # decode with the same spec_tokens (`--spec-tokens`, convert_eval --spec)
     draft_stride: int = 4
+    # the drafts' targets: "text" (the window's next tokens) or "ar" (the model's own AR path's greedy token
+    # at the same position, from a no-grad forward of the clean window: what its verifier will accept)
+    draft_target: str = "text"
     steps: int = 1000
     lr: float = 2e-5
     min_lr_frac: float = 0.1
@@ -104,6 +108,13 @@ class ConvertConfig:
         if self.context >= self.window or (self.window - self.context) % self.block_len:
             problems.append(f"window - context ({self.window} - {self.context}) must be a positive multiple of "
                             f"block_len ({self.block_len})")
+        n_draft = self.window + len(range(self.context, self.window - 1, max(self.draft_stride, 1))) * self.draft_tokens
+        if self.draft_aux > 0 and n_draft > 4 * self.window:
+            problems.append(f"draft rows of {n_draft} tokens (window {self.window} + draft_tokens {self.draft_tokens} "
+                            f"per {self.draft_stride}-th cut) exceed 4 x window: a [rows, N, N] mask each; raise "
+                            f"draft_stride or lower draft_tokens")
+        if self.draft_target not in ("text", "ar"):
+            problems.append(f"draft_target must be 'text' or 'ar', got {self.draft_target!r}")
         if self.layout not in LAYOUTS:
             problems.append(f"unknown layout {self.layout!r}; expected one of {LAYOUTS}")
         elif self.layout == "absolute_grid" and self.context % self.block_len:
@@ -270,6 +281,10 @@ def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_conf
     t_last, tokens_since, done = time.perf_counter(), 0, loop.start
     for step in loop.steps():
         batches = make_batches(cfg, streams, ids, step, bos)
+        if cfg.draft_aux > 0 and cfg.draft_target == "ar":  # the draft batches come last, one per stream
+            n = sum(1 for k in cfg.mix if k)
+            with torch.autocast(dist.device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
+                batches[-n:] = [with_ar_targets(ddp, b, cfg.window, cfg.ce_chunk) for b in batches[-n:]]
         loss, norm = train_step(ddp, opt, batches, cfg, lr_at(cfg, step), dist)
         done = step + 1
         tokens_since += cfg.rows_per_step * cfg.window

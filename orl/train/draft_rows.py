@@ -92,6 +92,29 @@ def corpus_draft_batch(rows: torch.Tensor, start: int, m: int, stride: int, mask
     return Batch(tokens=b.tokens, pos=b.pos, mask=b.mask, targets=b.targets, weight=w)
 
 
+@torch.no_grad()
+def with_ar_targets(model, b: Batch, length: int, chunk: int) -> Batch:
+    """b (corpus_draft_batch rows of `length` clean tokens) with every draft position's target replaced by the
+    model's own AR path's greedy token at the same position: a group position at pos p predicts x[p + 1], which
+    is what the clean position p reads out, so the drafts learn what the verifier will accept (self-distillation
+    of the AR path into the drafts, on the text's prefixes). One no-grad forward of the clean columns only
+    (they are causal and see no group)."""
+    from orl.train.chunked_ce import chunked_predict
+
+    core = getattr(model, "module", model)
+    dev = core.lm_head.weight.device
+    h = model(b.tokens[:, :length].to(dev), b.pos[:, :length].to(dev), b.mask[:, :length, :length].to(dev),
+              return_hidden=True)                                                           # [B, L, D]
+    flat = h.flatten(0, 1)
+    _, top = chunked_predict(flat, core.lm_head.weight, torch.zeros(len(flat), dtype=torch.long, device=dev), chunk,
+                             core.args.final_logit_softcap)
+    top = top.view(h.shape[0], length).cpu()                                               # [B, L]
+    targets = b.targets.clone()
+    at = b.pos[:, length:].clamp(max=length - 1)                                           # [B, N - L]
+    targets[:, length:] = torch.where(b.weight[:, length:] > 0, top.gather(1, at), targets[:, length:])
+    return Batch(tokens=b.tokens, pos=b.pos, mask=b.mask, targets=targets, weight=b.weight)
+
+
 def loss_sums(model, rows: Batch, ar_w: torch.Tensor, chunk: int, ref=None,
               kl_cap: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(draft CE sum over rows.weight, next-token CE sum over ar_w, KL sum over ar_w) from one forward; the head
