@@ -82,3 +82,32 @@ def test_a_run_with_draft_aux_trains_and_bad_values_are_named(base, tmp_path, ta
             smoke_cfg(base, **bad)
     with pytest.raises(ValueError, match="exceed 4 x window"):
         smoke_cfg(base, draft_aux=1.0, draft_tokens=64, draft_stride=1)
+
+
+def test_heldout_eval_and_the_benchmark_report_draft_acceptance(base, run, tmp_path):
+    """convert's periodic eval logs the drafts' estimated acceptance; benchmarks/draft_accept.py gives the same
+    numbers for the checkpoint on the same windows (its rows are exact counts, not means of means)."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    log = [json.loads(x) for x in (run[0] / "train.log.jsonl").read_text().splitlines()]
+    ev = [r["heldout"] for r in log if "heldout" in r][-1]
+    d = ev["drafts"]
+    assert len(d["agree"]) == 3 and d["cuts"] > 0 and d["tpf_estimate"] == round(1 + d["accepted"], 4)
+    spec = importlib.util.spec_from_file_location(
+        "draft_accept", Path(__file__).resolve().parents[1] / "benchmarks" / "draft_accept.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    cfg = smoke_cfg(base)
+    out = tmp_path / "da.json"
+    assert mod.main(["--corpus", cfg.data_dir, "--dlm", str(run[0]), "--windows", "4", "--window", str(cfg.window),
+                     "--context", str(cfg.context), "--k", "2", "--stride", "3", "--batch", "3", "--out", str(out)]) == 0
+    row = json.loads(out.read_text())[0]
+    model = load_checkpoint(run[0])[0]
+    from orl.train.corpus import fixed_windows, read_corpus
+    from orl.train.draft_eval import draft_agreement
+
+    rows = fixed_windows(read_corpus(cfg.data_dir)["code_heldout"], 4, cfg.window)
+    whole = draft_agreement(model, rows, cfg.context, 2, 3, TOK.mask_id, TOK.pad_id)
+    assert row["cuts"] == whole["cuts"] and row["agree"] == whole["agree"] and row["accepted"] == whole["accepted"]

@@ -50,6 +50,7 @@ from orl.train.convert_base import base_digest, load_base, to_diffusion
 from orl.train.corpus import (STREAMS, CorpusConfig, build_corpus, corpus_key, corpus_summary, fixed_windows,
                               read_corpus, windows, with_bos)
 from orl.train.dist import SINGLE, Dist, setup, shard_rows
+from orl.train.draft_eval import draft_agreement
 from orl.train.draft_rows import corpus_draft_batch, with_ar_targets
 from orl.train.fsdp import check_parallel, gathered
 from orl.train.loop import TrainLoop, check_fields, make_optimizer
@@ -235,9 +236,12 @@ def evaluate(model: Transformer, streams: dict, cfg: ConvertConfig, ids, bos: in
         ok = (top == tgt).view(len(b.tokens), -1, cfg.block_len)
         ce_sum, hits, n = ce_sum + float(ce.sum()), hits + int(ok.sum()), n + ok.numel()
         blocks_hit, n_blocks = blocks_hit + int(ok.all(-1).sum()), n_blocks + ok.shape[0] * ok.shape[1]
+    with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.bf16):  # the fused decoder's drafts, estimated
+        drafts = draft_agreement(model, rows, cfg.context, cfg.draft_tokens, cfg.draft_stride, ids.mask, ids.pad,
+                                 cfg.ce_chunk)
     model.train(was)
     return {"heldout_loss": round(ce_sum / n, 4), "oneshot_token_acc": round(hits / n, 4),
-            "oneshot_block_match": round(blocks_hit / n_blocks, 4), "windows": len(rows)}
+            "oneshot_block_match": round(blocks_hit / n_blocks, 4), "windows": len(rows), "drafts": drafts}
 
 
 def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_config_change: bool = False,
