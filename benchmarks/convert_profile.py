@@ -103,7 +103,7 @@ def main() -> None:
         streams, bos = read_corpus(Path(args.corpus)), getattr(tok, "bos_id", None)
 
         def batches_at(step: int) -> list:
-            return cv.make_batches(cfg, streams, ids, step, bos)
+            return cv.step_batches(cfg, streams, ids, step, bos, model)  # draft_target ar: its forward included
     else:  # code rows from torch's own sources, one micro-batch (no corpus needed)
         stream = torch.tensor(sum((tok.encode(p.read_text()) for p in
                                    sorted(Path(torch.__file__).parent.glob("*.py"))[:40]), []), dtype=torch.int32)

@@ -189,6 +189,18 @@ def make_batches(cfg: ConvertConfig, streams: dict, ids, step: int, bos: int | N
     return out + aux
 
 
+def step_batches(cfg: ConvertConfig, streams: dict, ids, step: int, bos: int | None, model) -> list[Batch]:
+    """make_batches, then (draft_target "ar") the draft batches' targets from `model`'s own AR path: a step's
+    whole input, for the run and for benchmarks/convert_profile.py's timing alike."""
+    batches = make_batches(cfg, streams, ids, step, bos)
+    if cfg.draft_aux > 0 and cfg.draft_target == "ar":  # the draft batches come last, one per stream
+        n = sum(1 for k in cfg.mix if k)
+        dev = getattr(model, "module", model).lm_head.weight.device
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.bf16):
+            batches[-n:] = [with_ar_targets(model, b, cfg.window, cfg.ce_chunk) for b in batches[-n:]]
+    return batches
+
+
 def train_step(model, opt, batches: list[Batch], cfg: ConvertConfig, lr: float, dist: Dist = SINGLE) -> tuple[float, float]:
     """One optimizer step: the weighted mean masked CE over all micro-batches; (loss, grad norm)."""
     for g in opt.param_groups:
@@ -284,11 +296,7 @@ def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_conf
         loop.load_optimizer(model, opt)
     t_last, tokens_since, done = time.perf_counter(), 0, loop.start
     for step in loop.steps():
-        batches = make_batches(cfg, streams, ids, step, bos)
-        if cfg.draft_aux > 0 and cfg.draft_target == "ar":  # the draft batches come last, one per stream
-            n = sum(1 for k in cfg.mix if k)
-            with torch.autocast(dist.device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
-                batches[-n:] = [with_ar_targets(ddp, b, cfg.window, cfg.ce_chunk) for b in batches[-n:]]
+        batches = step_batches(cfg, streams, ids, step, bos, ddp)
         loss, norm = train_step(ddp, opt, batches, cfg, lr_at(cfg, step), dist)
         done = step + 1
         tokens_since += cfg.rows_per_step * cfg.window
