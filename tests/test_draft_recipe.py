@@ -147,3 +147,14 @@ def test_kl_anchor_holds_the_ar_path_to_the_base(tmp_path):
     assert all("kl" in r for r in log if "loss" in r) and run is not None
     with pytest.raises(ValueError, match="kl_weight must be >= 0"):
         DraftConfig(kl_weight=-1.0)
+
+
+def test_the_stage2_preset_decodes_as_the_fused_evaluation_does():
+    """tiny_draft7: the families it names exist, its drafts are lengths_eval.sh's fused k = 8, its KL anchor is on."""
+    from pathlib import Path
+
+    cfg = get_preset("draft", "tiny_draft7")
+    assert all(get_task(t).name == t for t in cfg.tasks) and cfg.kl_weight > 0
+    script = (Path(__file__).resolve().parents[1] / "benchmarks" / "lengths_eval.sh").read_text()
+    assert f"--spec-tokens {cfg.spec_tokens} --spec-draft fused" in script
+    assert f"--max-new-tokens {cfg.max_new_tokens} --batch-size 1" in script

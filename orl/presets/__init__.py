@@ -17,7 +17,7 @@ PRESETS: dict[str, dict[str, Callable]] = {
             "gemma_smoke": gemma_orl.gemma_smoke},
     "rcd": {"rcd": orl.rcd, "smoke": orl.rcd_smoke, "gemma_rcd": gemma_orl.gemma_rcd,
             "gemma_smoke": gemma_orl.gemma_rcd_smoke},
-    "draft": {"tiny_draft": draft.tiny_draft, "smoke": draft.smoke},
+    "draft": {"tiny_draft": draft.tiny_draft, "tiny_draft7": draft.tiny_draft7, "smoke": draft.smoke},
     "convert": {"gemma_convert": convert.gemma_convert, "gemma_convert16": convert.gemma_convert16,
                 "gemma_convert_short": convert.gemma_convert_short,
                 "gemma_convert_gpu": convert.gemma_convert_gpu, "qwen3_convert": convert.qwen3_convert,
