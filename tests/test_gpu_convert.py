@@ -52,8 +52,10 @@ def test_staged_tiny_gguf_converts_and_is_evaluated(tmp_path, device):
     env = {**os.environ, "OUT": str(out), "STORE": str(tmp_path / "store"), "WORK": str(work), "TRAIN_S": "0.001",
            "PRESET": "smoke", "GGUF": "tiny.gguf", "PYTHON": sys.executable, "DEVICE": device,
            # gemma_convert_gpu's settings on the smoke shapes: two micro-batches (code, task text), bf16
-           # autocast, frozen tied embeddings (the head's no-weight-gradient path), no recomputation
-           "EXTRA_SET": "--set mix=2,1,0 --set bf16=true --set freeze_embeddings=true --set checkpointing=false",
+           # autocast, frozen tied embeddings (the head's no-weight-gradient path), no recomputation; and the
+           # next lease's draft rows with AR targets (RESULTS-gemma, "The next lease")
+           "EXTRA_SET": "--set mix=2,1,0 --set bf16=true --set freeze_embeddings=true --set checkpointing=false "
+                        "--set ar_aux=0.5 --set draft_aux=1.0 --set draft_target=ar",
            "OMP_NUM_THREADS": "1", "EVAL_WINDOWS": "32",  # the tiny corpus's held-out text holds 32 windows
            "ROWS_X": "2", "ROWS_GAIN": "0"}  # the second probe at twice the rows, always kept: its path runs
     env.pop("STEPS", None), env.pop("DEADLINE_S", None)
@@ -83,7 +85,8 @@ def test_staged_tiny_gguf_converts_and_is_evaluated(tmp_path, device):
     assert [x["mix"] for x in probe if "mix" in x] == [[2, 1, 0], [4, 2, 0]], (out / "log.txt").read_text()[-3000:]
     assert sum("summary" in x for x in probe) == 2
     assert "training at mix 4,2,0" in (out / "log.txt").read_text()
-    assert json.loads((work / "run" / "orl.json").read_text())["recipe"]["config"]["mix"] == [4, 2, 0]
+    run_cfg = json.loads((work / "run" / "orl.json").read_text())["recipe"]["config"]
+    assert run_cfg["mix"] == [4, 2, 0] and (run_cfg["draft_aux"], run_cfg["draft_target"]) == (1.0, "ar")
     prof = next(x["profile"] for x in probe if "profile" in x)  # where a step's time goes, op by op
     assert prof["clock"] == ("device" if device == "cuda" else "cpu") and 0 < len(prof["top"]) <= 15
     assert prof["self_total_ms"] > 0 and all(0 <= t["frac"] <= 1 for t in prof["top"])
