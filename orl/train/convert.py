@@ -51,7 +51,7 @@ from orl.train.corpus import (STREAMS, CorpusConfig, build_corpus, corpus_key, c
                               read_corpus, windows, with_bos)
 from orl.train.dist import SINGLE, Dist, setup, shard_rows
 from orl.train.draft_eval import draft_agreement
-from orl.train.draft_rows import corpus_draft_batch, with_ar_targets
+from orl.train.draft_rows import anchors, corpus_draft_batch, with_ar_targets
 from orl.train.fsdp import check_parallel, gathered
 from orl.train.loop import TrainLoop, check_fields, make_optimizer
 from orl.train.orl import CARRIED
@@ -109,8 +109,9 @@ class ConvertConfig:
         if self.context >= self.window or (self.window - self.context) % self.block_len:
             problems.append(f"window - context ({self.window} - {self.context}) must be a positive multiple of "
                             f"block_len ({self.block_len})")
-        n_draft = self.window + len(range(self.context, self.window - 1, max(self.draft_stride, 1))) * self.draft_tokens
-        if self.draft_aux > 0 and n_draft > 4 * self.window:
+        n_draft = (self.window + len(anchors(self.context, self.window, self.draft_stride)) * self.draft_tokens
+                   if self.draft_aux > 0 and 0 < self.context < self.window and self.draft_stride > 0 else 0)
+        if n_draft > 4 * self.window:
             problems.append(f"draft rows of {n_draft} tokens (window {self.window} + draft_tokens {self.draft_tokens} "
                             f"per {self.draft_stride}-th cut) exceed 4 x window: a [rows, N, N] mask each; raise "
                             f"draft_stride or lower draft_tokens")

@@ -157,7 +157,7 @@ def update_on(model, opt, kept: list, cfg: DraftConfig, ids, dist: Dist = SINGLE
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     opt.step()
     d_mean, a_mean, k_mean = draft / max(n_draft, 1e-6), ar / max(n_ar, 1e-6), kl / max(n_ar, 1e-6)
-    rec = {"loss": round(d_mean + cfg.ar_weight * a_mean + (cfg.kl_weight * k_mean if ref is not None else 0.0), 5),
+    rec = {"loss": round(d_mean + cfg.ar_weight * a_mean + cfg.kl_weight * k_mean, 5),  # k_mean is 0 without ref
            "draft_ce": round(d_mean, 5), "ar_ce": round(a_mean, 5), "grad_norm": round(float(norm), 5),
            "micro_batches": len(parts)}
     if ref is not None:

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from orl.train.chunked_ce import chunked_predict
-from orl.train.draft_rows import corpus_draft_batch
+from orl.train.draft_rows import corpus_draft_batch, greedy_tokens
 
 
 @torch.no_grad()
@@ -23,14 +22,11 @@ def draft_agreement(model, rows: torch.Tensor, start: int, m: int, stride: int, 
     """rows [B, L] of text, the answer part from `start`; drafts of m at every stride-th cut -> agree_j (j < m),
     accepted (mean leading run of agreeing drafts per cut) and tpf_estimate = 1 + accepted. Cuts whose draft
     j would predict past the window count only their first L - 1 - c drafts."""
-    core = getattr(model, "module", model)
-    dev = core.lm_head.weight.device
+    dev = getattr(model, "module", model).lm_head.weight.device
     b = corpus_draft_batch(rows, start, m, stride, mask_id, pad_id, draft_weight=1.0)
     B, L = rows.shape
     h = model(b.tokens.to(dev), b.pos.to(dev), b.mask.to(dev), return_hidden=True)        # [B, N, D]
-    zeros = torch.zeros(h.shape[0] * h.shape[1], dtype=torch.long, device=dev)
-    _, top = chunked_predict(h.flatten(0, 1), core.lm_head.weight, zeros, chunk, core.args.final_logit_softcap)
-    top = top.view(B, -1).cpu()                                                             # [B, N]
+    top = greedy_tokens(model, h, chunk)                                                    # [B, N]
     greedy = top[:, :L]                                                                     # the AR path's tokens
     drafts = top[:, L:].view(B, -1, m)                                                      # [B, cuts, m]
     live = (b.weight[:, L:] > 0).view(B, -1, m)                                             # inside the window

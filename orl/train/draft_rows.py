@@ -92,6 +92,18 @@ def corpus_draft_batch(rows: torch.Tensor, start: int, m: int, stride: int, mask
     return Batch(tokens=b.tokens, pos=b.pos, mask=b.mask, targets=b.targets, weight=w)
 
 
+def greedy_tokens(model, h: torch.Tensor, chunk: int) -> torch.Tensor:
+    """[B, N] argmax of the head over hidden states h [B, N, D], a chunk of positions at a time (no [B, N, V]
+    logits), on the host: the tokens a greedy read-out emits there."""
+    from orl.train.chunked_ce import chunked_predict
+
+    core = getattr(model, "module", model)
+    flat = h.flatten(0, 1)
+    _, top = chunked_predict(flat, core.lm_head.weight, torch.zeros(len(flat), dtype=torch.long, device=flat.device),
+                             chunk, core.args.final_logit_softcap)
+    return top.view(h.shape[0], h.shape[1]).cpu()
+
+
 @torch.no_grad()
 def with_ar_targets(model, b: Batch, length: int, chunk: int) -> Batch:
     """b (corpus_draft_batch rows of `length` clean tokens) with every draft position's target replaced by the
@@ -99,16 +111,10 @@ def with_ar_targets(model, b: Batch, length: int, chunk: int) -> Batch:
     is what the clean position p reads out, so the drafts learn what the verifier will accept (self-distillation
     of the AR path into the drafts, on the text's prefixes). One no-grad forward of the clean columns only
     (they are causal and see no group)."""
-    from orl.train.chunked_ce import chunked_predict
-
-    core = getattr(model, "module", model)
-    dev = core.lm_head.weight.device
+    dev = getattr(model, "module", model).lm_head.weight.device
     h = model(b.tokens[:, :length].to(dev), b.pos[:, :length].to(dev), b.mask[:, :length, :length].to(dev),
               return_hidden=True)                                                           # [B, L, D]
-    flat = h.flatten(0, 1)
-    _, top = chunked_predict(flat, core.lm_head.weight, torch.zeros(len(flat), dtype=torch.long, device=dev), chunk,
-                             core.args.final_logit_softcap)
-    top = top.view(h.shape[0], length).cpu()                                               # [B, L]
+    top = greedy_tokens(model, h, chunk)                                                   # [B, L]
     targets = b.targets.clone()
     at = b.pos[:, length:].clamp(max=length - 1)                                           # [B, N - L]
     targets[:, length:] = torch.where(b.weight[:, length:] > 0, top.gather(1, at), targets[:, length:])
@@ -142,15 +148,14 @@ def loss_sums(model, rows: Batch, ar_w: torch.Tensor, chunk: int, ref=None,
     n = int(t.max()) + 1
     with torch.no_grad():
         ref_h = ref(rows.tokens[:, :n], rows.pos[:, :n], rows.mask[:, :n, :n], return_hidden=True)[b, t]  # [P, D]
-    ref_core = getattr(ref, "module", ref)
-    w_sel = ar_w[b, t]
+    ref_w, w_sel = getattr(ref, "module", ref).lm_head.weight, ar_w[b, t]
 
-    def read(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    def read(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:  # the reference is of the same family
         return core.softcap((x.to(weight.dtype) @ weight.T).float())
 
     def stats(logits: torch.Tensor, sl: slice) -> torch.Tensor:
         with torch.no_grad():
-            ref_logits = ref_core.softcap((ref_h[sl].to(ref_core.lm_head.weight.dtype) @ ref_core.lm_head.weight.T).float())
+            ref_logits = read(ref_h[sl], ref_w)
         return (capped_reverse_kl(logits, ref_logits, kl_cap) * w_sel[sl])[:, None]
 
     kl = chunked_head(h[b, t], core.lm_head.weight, read, stats, chunk)                   # [P, 1]
