@@ -80,6 +80,8 @@ def test_a_run_with_draft_aux_trains_and_bad_values_are_named(base, tmp_path, ta
     for bad in ({"draft_aux": -1.0}, {"draft_tokens": 0}, {"draft_stride": 0}, {"draft_target": "soft"}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             smoke_cfg(base, **bad)
+    with pytest.raises(ValueError, match=r"invalid ConvertConfig: window - context"):  # named, not an anchors() error
+        smoke_cfg(base, draft_aux=1.0, context=cfg.window)
     with pytest.raises(ValueError, match="exceed 4 x window"):
         smoke_cfg(base, draft_aux=1.0, draft_tokens=64, draft_stride=1)
 
