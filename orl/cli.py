@@ -243,9 +243,11 @@ def build_parser() -> argparse.ArgumentParser:
     from orl.cli_models import add_commands  # import-gguf, fetch (real models)
     from orl.cli_tasks import add_commands as add_task_commands  # tasks (families, examples, what models know)
     from orl.cli_quant import add_commands as add_quant_commands  # quantize (int8 / fp8 / nvfp4)
+    from orl.cli_average import add_commands as add_average_commands  # average (checkpoints of one model)
 
     add_commands(sub)
     add_quant_commands(sub)
+    add_average_commands(sub)
     add_task_commands(sub)
     return p
 
