@@ -13,7 +13,7 @@ Checkpoints are named as the records name them (the directory's name) and listed
 is the run's final checkpoint. `--kept RUN_DIR` lists them from disk instead: the copies PretrainConfig.keep_every
 left beside the run (RUN_DIR-atSTEP, by step) that have the final checkpoint's objective (a block-diffusion run's
 AR-stage copies are not candidates) and come before its step (a run resumed with fewer steps leaves later ones), then
-the run. Without --test only the validation tables are printed;
+the run; `--from-step N` keeps the copies from step N on (the grid fixed before the run). Without --test only the validation tables are printed;
 --names-only prints one "LABEL CHOSEN" line per run (for scripts: benchmarks/gpu_lengths.sh). The choice reads only --val (orl/eval/select.py: mean accuracy over the
 families on --split, ties to the later checkpoint, validation prompts also in --test left out). The test
 table pairs chosen against final on the prompts both answered (exact McNemar); the last table is the mean
@@ -39,8 +39,9 @@ def parse_run(text: str) -> tuple[str, list[str]]:
     return label, names
 
 
-def kept(run_dir: str) -> tuple[str, list[str]]:
-    """(label, candidates) of a run directory and the keep_every copies beside it."""
+def kept(run_dir: str, from_step: int = 0) -> tuple[str, list[str]]:
+    """(label, candidates) of a run directory and the keep_every copies beside it from step `from_step` on (a
+    grid fixed before the run: the early copies need no validation records)."""
     run = Path(run_dir).resolve()
     manifest = read_manifest(run) or {}
     objective, recipe = manifest.get("objective"), manifest.get("recipe") or {}
@@ -51,7 +52,7 @@ def kept(run_dir: str) -> tuple[str, list[str]]:
     for d in run.parent.glob(f"{run.name}-at*"):
         step = d.name[len(run.name) + 3:]
         if (step.isdigit() and d.is_dir() and (read_manifest(d) or {}).get("objective") == objective
-                and (not isinstance(last, int) or int(step) < last)):
+                and (not isinstance(last, int) or int(step) < last) and int(step) >= from_step):
             steps.append((int(step), d.name))
     return run.name, [name for _, name in sorted(steps)] + [run.name]
 
@@ -124,13 +125,15 @@ def main() -> None:
     ap.add_argument("--run", action="append", type=parse_run, default=[], metavar="LABEL=CKPT,...,FINAL")
     ap.add_argument("--kept", action="append", default=[], metavar="RUN_DIR",
                     help="a run whose candidates are its keep_every copies beside it, then itself")
+    ap.add_argument("--from-step", type=int, default=0, metavar="N",
+                    help="with --kept: only the copies from step (update) N on, then the run itself")
     ap.add_argument("--names-only", action="store_true", help='print "LABEL CHOSEN" per run, nothing else')
     ap.add_argument("--split", default="beyond", help="the split whose mean family accuracy is maximised")
     ap.add_argument("--in-range", default="heldout", help="the split --min-in-range applies to")
     ap.add_argument("--min-in-range", type=float, default=0.0,
                     help="only checkpoints whose mean accuracy on --in-range reaches this fraction")
     args = ap.parse_args()
-    runs = args.run + [kept(d) for d in args.kept]
+    runs = args.run + [kept(d, args.from_step) for d in args.kept]
     if not runs:
         ap.error("name the runs: --run LABEL=CKPT,...,FINAL or --kept RUN_DIR")
     val, test = read_records(args.val), read_records(args.test) if args.test else []

@@ -138,6 +138,9 @@ def test_kept_lists_a_runs_copies_by_step_with_its_objective_and_names_only_prin
     assert out.stdout == "r r-at10\n"
     table = subprocess.run(script + ["--kept", str(tmp_path / "r")], capture_output=True, text=True, check=True).stdout
     assert [line.split()[0] for line in table.splitlines()[2:5]] == ["r-at4", "r-at10", "r"]
+    late = subprocess.run(script + ["--kept", str(tmp_path / "r"), "--from-step", "5"], capture_output=True, text=True,
+                          check=True).stdout
+    assert [line.split()[0] for line in late.splitlines()[2:4]] == ["r-at10", "r"] and "r-at4" not in late
     # chosen == final: said in a line, no paired table of a checkpoint against itself
     test = write(tmp_path / "test.jsonl", run("r", 10, 10, 5, 1, seed=0))
     same = subprocess.run(script + ["--run", "s=r-at4,r", "--test", test], capture_output=True, text=True, check=True).stdout
