@@ -192,6 +192,8 @@ def test_cli_average(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["average", str(a), str(b), "--out", str(tmp_path / "x"), "--weights", "1,a"])
     assert "comma-separated numbers" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["average", str(a), str(b), "--out", str(tmp_path / "x"), "--weights", "1_0,1"])
 
 
 def test_plain_hugging_face_inputs_average_with_their_generation_defaults(tmp_path):
