@@ -97,22 +97,24 @@ def check_apart(out: Path, source: Path, flag: str) -> None:
     check_replaceable); a run inside the base writes entries into the base; a base inside --out is
     deleted with the old copy when a checkpoint is swapped in (only the run files are carried)."""
     out, source = Path(out).resolve(), Path(source).resolve()
-    if _same(out, source):
+    if same_dir(out, source):
         raise OutputIsInput(f"--out {out} is the {flag} checkpoint: the run's first checkpoint would replace the "
                             "weights it starts from; give the run a directory of its own")
-    if any(_same(p, source) for p in out.parents):
+    if any(same_dir(p, source) for p in out.parents):
         raise OutputIsInput(f"--out {out} lies inside the {flag} checkpoint {source}: the run would write into "
                             f"the base's directory; choose a directory outside {source}")
-    if any(_same(p, out) for p in source.parents):
+    if any(same_dir(p, out) for p in source.parents):
         raise OutputIsInput(f"the {flag} checkpoint {source} lies inside --out {out}: every checkpoint write "
                             "replaces --out with a new copy, and the base with it; choose another --out")
 
 
-def _same(a: Path, b: Path) -> bool:
+def same_dir(a: Path, b: Path) -> bool:
+    """Whether two paths name one directory (or file): the same inode, or, when one does not exist (yet), the same
+    resolved path."""
     try:
         return os.path.samefile(a, b)
-    except OSError:  # one of them does not exist (yet): resolved paths are all there is to compare
-        return a == b
+    except OSError:
+        return Path(a).resolve() == Path(b).resolve()
 
 
 def _siblings(target: Path, kind: str) -> list[Path]:

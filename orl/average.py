@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from orl.atomic_dir import RUN_FILES, OutputIsInput, check_apart, check_replaceable, file_digest
+from orl.atomic_dir import RUN_FILES, OutputIsInput, check_apart, check_replaceable, same_dir
 
 # manifest fields that belong to one checkpoint's history, not to what its weights mean: not compared, not carried
 HISTORY = ("files", "git_commit", "recipe", "averaged_from", "quantized_from", "source")
@@ -47,7 +47,8 @@ def normalized_weights(n: int, weights: list[float] | None) -> list[float]:
     return [w / total for w in weights]
 
 
-def accumulate(total: dict[str, Tensor] | None, state: dict[str, Tensor], weight: float, name: str) -> dict[str, Tensor]:
+def accumulate(total: dict[str, Tensor] | None, state: dict[str, Tensor], weight: float,
+               name: str) -> dict[str, Tensor]:
     """total + weight x state, in place, for floating tensors (in float64, so the order of the inputs does not
     change the result's last bits); other tensors (integer buffers) must be equal in every input. `name` is the
     input's, for errors."""
@@ -61,7 +62,8 @@ def accumulate(total: dict[str, Tensor] | None, state: dict[str, Tensor], weight
         if v.is_floating_point():
             total[k].add_(v.double(), alpha=weight)
         elif not torch.equal(v, total[k]):
-            raise AverageError(f"{name}: the integer tensor {k} differs from the first checkpoint's; it cannot be averaged")
+            raise AverageError(f"{name}: the integer tensor {k} differs from the first checkpoint's; "
+                               "it cannot be averaged")
     return total
 
 
@@ -71,10 +73,6 @@ def unique_state(model) -> dict[str, Tensor]:
     if model.args.tie_embeddings:
         state.pop("lm_head.weight")
     return state
-
-
-def same_dir(a: Path, b: Path) -> bool:
-    return os.path.samefile(a, b) if a.exists() and b.exists() else a.resolve() == b.resolve()
 
 
 def defining_files(d: Path) -> dict[str, bytes]:
@@ -98,7 +96,8 @@ def check_inputs(paths: list[Path], out: Path) -> tuple[dict, dict[str, bytes]]:
         try:
             check_apart(out, p, "input")
         except OutputIsInput:
-            raise AverageError(f"--out {out} is, holds or lies inside the input {p}; write the average elsewhere") from None
+            raise AverageError(f"--out {out} is, holds or lies inside the input {p}; "
+                               "write the average elsewhere") from None
         m = read_manifest(p)
         if m.get("quantization") is not None:
             raise AverageError(f"{p} is quantized ({m['quantization'].get('kind')}); average the full-precision "
@@ -134,12 +133,12 @@ def average_checkpoints(dirs: list[str | os.PathLike], out: str | os.PathLike,
     paths, out = [Path(d) for d in dirs], Path(out)
     w = normalized_weights(len(paths), weights)
     shared, files = check_inputs(paths, out)
-    total, sources, trained = None, [], []
+    total, sources, tasks = None, [], []
     for p, wi in zip(paths, w):
         model, tokenizer, manifest = load_checkpoint(p)  # checksums and sizes checked before allocation
         total = accumulate(total, unique_state(model), wi, str(p))
         sources.append({"path": str(p), "weight": wi, "step": step_of(manifest), "files": manifest.get("files")})
-        trained.append(((manifest.get("recipe") or {}).get("config") or {}).get("tasks") or [])
+        tasks.append(((manifest.get("recipe") or {}).get("config") or {}).get("tasks") or [])
         if p != paths[-1]:
             del model  # one input's weights in memory at a time, beside the float64 sum
     with torch.no_grad():
@@ -147,7 +146,8 @@ def average_checkpoints(dirs: list[str | os.PathLike], out: str | os.PathLike,
             v.copy_(total.pop(k).to(v.dtype) if v.is_floating_point() else total.pop(k))
     # the derived fields (family, model_args, dtype, ...) were compared above; save_checkpoint derives them again
     carried = {k: v for k, v in shared.items() if k not in DERIVED and v is not None}
-    keep = {**carried, "recipe": {"name": "average", "config": {"tasks": trained[0] if all(t == trained[0] for t in trained) else []}}, "averaged_from": sources}
+    shared_tasks = tasks[0] if all(t == tasks[0] for t in tasks) else []
+    keep = {**carried, "recipe": {"name": "average", "config": {"tasks": shared_tasks}}, "averaged_from": sources}
     extra = {f: b for f, b in files.items() if f != "config.json"}  # the inputs' own bytes over what save writes
     config = json.loads(files["config.json"]) if "config.json" in files else None
     return save_checkpoint(model, tokenizer, out, manifest=keep, config=config, extra_files=extra)
