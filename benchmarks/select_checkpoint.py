@@ -13,9 +13,10 @@ Checkpoints are named as the records name them (the directory's name) and listed
 is the run's final checkpoint. `--kept RUN_DIR` lists them from disk instead: the copies PretrainConfig.keep_every
 left beside the run (RUN_DIR-atSTEP, by step) that have the final checkpoint's objective (a block-diffusion run's
 AR-stage copies are not candidates) and come before its step (a run resumed with fewer steps leaves later ones), then
-the run; `--from-step N` keeps the copies from step N on (the grid fixed before the run). Without --test only the validation tables are printed;
---names-only prints one "LABEL CHOSEN" line per run (for scripts: benchmarks/gpu_lengths.sh). The choice reads only --val (orl/eval/select.py: mean accuracy over the
-families on --split, ties to the later checkpoint, validation prompts also in --test left out). The test
+the run; `--from-step N` keeps the copies from step N on (the grid fixed before the run). Without --test only the
+validation tables are printed; --names-only prints one "LABEL CHOSEN" line per run (for scripts:
+benchmarks/gpu_lengths.sh). The choice reads only --val (orl/eval/select.py: mean accuracy over the families on
+--split, ties to the later checkpoint, validation prompts also in --test left out). The test
 table pairs chosen against final on the prompts both answered (exact McNemar); the last table is the mean
 over runs, the number a selection protocol would report.
 """
