@@ -125,11 +125,13 @@ SPEC_DRAFTS = ("fused", "diffusion")
 def evaluate_thresholds(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows: int, context: int,
                         block: int | None, thresholds: tuple[float, ...], free_tokens: int, free_prompts: int,
                         layout: str | None = None, device: str = "cpu", spec: int = 0,
-                        spec_draft: str = "fused", on_result=None) -> list[dict]:
+                        spec_draft: str = "fused", on_result=None, spec_verifier: str = "own") -> list[dict]:
     """One result per threshold, the two checkpoints loaded once (a GPU lease spends seconds per load); with
     spec = k > 0 one more: the converted model's AR path verifying its own diffusion drafts of k tokens
     (spec_draft: "fused", one forward a round, or "diffusion", a draft forward and a verify forward), whose
     tokens are that AR path's greedy ones - what a conversion that kept the AR path (--set ar_aux=W) gives.
+    spec_verifier "ar": the AR original's weights score the verify rows instead (orl.model.row_split), so the
+    tokens are the original's greedy ones exactly and the converted weights only draft.
     on_result(results so far) runs after each decoder's result (main writes --out there: a run cut off by a
     deadline keeps what it measured)."""
     from orl.checkpoint import load_checkpoint
@@ -141,6 +143,11 @@ def evaluate_thresholds(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows
         dlm_model, dtok, manifest = to_diffusion(ar_model).eval(), tok, {}
     else:
         dlm_model, dtok, manifest = load_checkpoint(dlm_dir, device=device)
+    from orl.engine.loaded import recorded_verifier
+
+    if recorded_verifier(manifest) and (thresholds or spec_verifier != "ar"):  # orl.train.draft_only
+        raise ValueError(f"{dlm_dir} is a draft-only conversion (its clean rows never trained): measure it only as "
+                         "a drafter for the AR original: --thresholds none --spec K --spec-verifier ar")
     block = block or manifest.get("block_len") or 4
     layout = layout or manifest.get("layout") or "prompt_block"
     # caches sized to the requests, not the model's context (32k for Gemma: GiBs per row)
@@ -158,14 +165,24 @@ def evaluate_thresholds(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows
 
         # the decoder's max_len bounds the cache, which must hold a fused round's draft groups too
         spec_len = max_len + scratch_slots(spec, max(block, free_tokens))
-        dec = ARDecoder(dlm_model, dtok, manifest=manifest, max_len=spec_len)
+        if spec_verifier not in ("own", "ar"):
+            raise ValueError(f"--spec-verifier {spec_verifier!r}: 'own' or 'ar'")
+        spec_model = dlm_model
+        if spec_verifier == "ar":
+            import copy
+
+            from orl.model.row_split import verify_with
+
+            # a copy when the threshold rows still need the converted model whole (one more set of weights)
+            spec_model = verify_with(copy.deepcopy(dlm_model) if thresholds else dlm_model, ar_model)
+        dec = ARDecoder(spec_model, dtok, manifest=manifest, max_len=spec_len)
         # refused now (no mask token, no shifted read-out), not after the threshold rows have run
         dec.check(ARConfig(max_new_tokens=block, spec_tokens=min(spec, max(block - 1, 1)), spec_draft=spec_draft))
         decoders.append((None, self_spec_decoder(dec, spec, spec_draft)))
     for threshold, decode in decoders:
         out = {"ar": ar_dir, "dlm": dlm_dir, "dlm_recipe_step": (manifest.get("recipe") or {}).get("step"),
-               "threshold": threshold, "decoder": f"self-spec {spec_draft} k={spec}" if threshold is None else
-               "threshold", "layout": layout, "threads": torch.get_num_threads(), "device": device,
+               "threshold": threshold, "decoder": f"self-spec {spec_draft} k={spec}" + (
+                   " verifier=ar" if spec_verifier == "ar" else "") if threshold is None else "threshold", "layout": layout, "threads": torch.get_num_threads(), "device": device,
                "next_block": None}
         try:
             out["next_block"] = next_block(ar, decode, rows, context, block, tok.eos_id)
@@ -205,7 +222,8 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=64)
     ap.add_argument("--block", type=int, help="default: the converted model's block_len")
     ap.add_argument("--threshold", type=float, default=0.9)
-    ap.add_argument("--thresholds", help="comma-separated thresholds, one load: --out then holds a list of results")
+    ap.add_argument("--thresholds", help="comma-separated thresholds, one load: --out then holds a list of "
+                    "results; 'none': only the --spec decoder")
     ap.add_argument("--layout", choices=("prompt_block", "absolute_grid"),
                     help="the engine's block layout; default: the checkpoint's orl.json, else prompt_block")
     ap.add_argument("--free-tokens", type=int, default=32)
@@ -215,18 +233,24 @@ def main() -> None:
     ap.add_argument("--spec", type=int, default=0, help="also decode with the converted model's AR path verifying "
                     "its own diffusion drafts of K tokens (self-speculative; exactly the AR path's tokens)")
     ap.add_argument("--spec-draft", default="fused", choices=SPEC_DRAFTS)
+    ap.add_argument("--spec-verifier", default="own", choices=("own", "ar"), help="whose weights verify the "
+                    "drafts: the converted model's own AR path, or the AR original's (orl.model.row_split: "
+                    "exactly the original's tokens)")
     ap.add_argument("--out", help="write the JSON here too")
     args = ap.parse_args()
     from safetensors.torch import load_file
 
     torch.set_num_threads(args.threads)
     stream = load_file(Path(args.corpus) / "tokens.safetensors")["code_heldout"]
-    taus = tuple(float(t) for t in args.thresholds.split(",")) if args.thresholds else (args.threshold,)
+    taus = (() if args.thresholds == "none" else tuple(float(t) for t in args.thresholds.split(","))
+            if args.thresholds else (args.threshold,))
+    if not taus and not args.spec:
+        ap.error("--thresholds none leaves nothing to measure without --spec")
     many = bool(args.thresholds or args.spec)
     partial = (lambda rs: Path(args.out).write_text(json.dumps(rs, indent=1) + "\n")) if args.out and many else None
     res = evaluate_thresholds(args.ar, args.dlm, stream, args.windows, args.context, args.block, taus,
                               args.free_tokens, args.free_prompts, args.layout, args.device, args.spec,
-                              args.spec_draft, on_result=partial)
+                              args.spec_draft, on_result=partial, spec_verifier=args.spec_verifier)
     emit(res if many else res[0], args.out)
 
 

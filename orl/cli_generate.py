@@ -13,6 +13,10 @@ def add_command(sub) -> None:
     s.add_argument("prompt", help="prompt text")
     s.add_argument("--model", required=True, help="checkpoint directory")
     add_decode_flags(s)
+    s.add_argument("--spec-verifier", default=None, metavar="DIR",
+                   help="with --spec-draft diffusion | fused: the checkpoint whose weights verify the drafts (the AR "
+                        "original a conversion came from): its greedy tokens exactly (orl.model.row_split). Default: "
+                        "the verifier a draft-only conversion records")
     s.add_argument("--dtype", default=None, help="cast the weights at load: float32 | bfloat16 | float16 (default: the file's)")
     s.add_argument("--seed", type=int, default=0, help="sampling seed")
     s.add_argument("--device", default=None, help="cpu | cuda (default: cuda when available)")
@@ -39,6 +43,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     DecodeConfig.from_manifest(early, **flags).validate()
     dtype = dtype_from_name(args.dtype) if args.dtype else None  # an unknown name fails before loading too
     model, tok, manifest = load_checkpoint(args.model, device=resolve_device(args.device), dtype=dtype)  # orl.json, once
+    from orl.verifier import attach_verifier
+
+    model = attach_verifier(model, manifest, args.model, args.spec_verifier, args.spec_draft,
+                            resolve_device(args.device), dtype)
     if manifest.get("objective") == "diffusion_gemma":  # no mask token: dlmrt's canvas mode
         from orl.cli_canvas import generate_canvas
 

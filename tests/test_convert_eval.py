@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from orl.checkpoint import save_checkpoint
+from orl.checkpoint import load_checkpoint, save_checkpoint
 from orl.model.args import ModelArgs
 from orl.model.model import Transformer
 from orl.tokenizer import CharTokenizer
@@ -106,3 +106,24 @@ def test_bad_spec_settings_are_refused_before_any_decoding(models, monkeypatch):
     with pytest.raises(ValueError, match="needs a block-diffusion checkpoint"):
         ce.evaluate_thresholds(str(d / "ar"), str(d / "ar"), stream, 2, 10, 4, (0.5,), 4, 1, spec=3)
     assert not ran
+
+
+def test_the_ar_original_as_verifier_gives_its_tokens_from_a_drifted_conversion(models, tmp_path):
+    """--spec-verifier ar (orl.model.row_split): a conversion whose AR path drifted from the original's (here:
+    perturbed weights) verifies to its own tokens, not the original's; with the original's weights on the
+    verify rows the tokens are the original's again, and --thresholds none skips the block decoder."""
+    d, stream = models
+    dlm, tok, manifest = load_checkpoint(d / "dlm")
+    with torch.no_grad():
+        for p in dlm.parameters():
+            p.mul_(1 + 0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(2)))
+    save_checkpoint(dlm, tok, tmp_path / "drift", manifest)
+    kw = dict(windows=6, context=10, block=4, free_tokens=8, free_prompts=3, spec=3)
+    own = ce.evaluate_thresholds(str(d / "ar"), str(tmp_path / "drift"), stream, thresholds=(), **kw)
+    ar = ce.evaluate_thresholds(str(d / "ar"), str(tmp_path / "drift"), stream, thresholds=(), spec_verifier="ar", **kw)
+    assert [r["decoder"] for r in own + ar] == ["self-spec fused k=3", "self-spec fused k=3 verifier=ar"]
+    assert own[0]["free_running"]["position_agreement"] < 1.0
+    nb, fr = ar[0]["next_block"], ar[0]["free_running"]
+    assert nb["dlm"] == nb["ar"] and nb["dlm_block_agrees_with_ar"] == 1.0 and fr["position_agreement"] == 1.0
+    with pytest.raises(ValueError, match="--spec-verifier 'mine'"):
+        ce.evaluate_thresholds(str(d / "ar"), str(d / "dlm"), stream, thresholds=(), spec_verifier="mine", **kw)

@@ -45,6 +45,7 @@ __all__ = ["ARConfig", "ARDecoder", "ARState", "ar_step", "next_tokens"]
 
 class ARDecoder(LoadedModel):
     objective = "autoregressive"
+    verifies_drafts = True  # self-speculative rounds mark their draft rows (orl.engine.self_draft)
 
     def __init__(self, model: Transformer, tokenizer, max_len: int | None = None, manifest: dict | None = None):
         if tokenizer.eos_id is None:

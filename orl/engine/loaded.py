@@ -5,17 +5,36 @@ from __future__ import annotations
 import torch
 
 
+def recorded_verifier(manifest: dict) -> dict:
+    """orl.json recipe.verifier of a draft-only conversion (orl.train.draft_only); {} for any other checkpoint."""
+    return (manifest.get("recipe") or {}).get("verifier") or {}
+
+
 class LoadedModel:
     """Base of Engine and ARDecoder."""
 
     objective: str  # the training objective this decoder's checkpoints must carry (orl.json "objective")
+    # whether its forwards mark the draft rows of a model with a separate verifier (orl.model.row_split): only
+    # the AR decoder's self-speculative rounds do; any other decoder would run the verifier's weights alone
+    verifies_drafts: bool = False
 
     def __init__(self, model: torch.nn.Module, tokenizer, max_len: int | None = None, manifest: dict | None = None):
+        from orl.model.row_split import has_verifier
+
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.max_len = max_len or model.args.max_seq_len
         # the checkpoint's orl.json as loaded (decode defaults: DecodeConfig.from_manifest); {} for a bare model
         self.manifest = dict(manifest or {})
+        kind = type(self).__name__
+        if has_verifier(model) and not self.verifies_drafts:
+            raise ValueError(f"a model with a separate verifier drafts only for self-speculative decoding (the "
+                             f"ARDecoder with spec_draft 'diffusion' | 'fused'), not under the {kind}")
+        if recorded_verifier(self.manifest) and not has_verifier(model):
+            raise ValueError(f"this checkpoint is a draft-only conversion (orl.json recipe.verifier: "
+                             f"{recorded_verifier(self.manifest).get('base')}): its clean rows never trained, so it "
+                             f"decodes only as a drafter beside that verifier (orl.verifier.attach_verifier; `orl "
+                             f"generate --spec-draft fused --spec-tokens K`), not alone under the {kind}")
 
     @classmethod
     def from_checkpoint(cls, directory, device: str = "cpu", dtype: torch.dtype | None = None):

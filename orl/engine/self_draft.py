@@ -33,6 +33,7 @@ import torch
 
 from orl.engine.ar_step import ARState, next_tokens
 from orl.engine.config import UnsupportedSetting
+from orl.model.row_split import draft_rows_from
 
 
 def scratch_slots(k: int, max_new_tokens: int, groups: int = 0) -> int:
@@ -72,7 +73,8 @@ def diffusion_draft(model, st: ARState, slot: int, last: int, k: int, mask_id: i
     # noisy ones (and a block's first token is read off the clean commit forward in the engine)
     mask[:, 0] &= keys <= slot
     tokens = torch.tensor([[last] + [mask_id] * k], device=dev)
-    logits = model(tokens, slots[None] - st.pad[:, None], mask, cache=st.cache, slots=slots)[0]  # [T, V]
+    with draft_rows_from(model, 1):  # the clean last token is a verify row (orl.model.row_split)
+        logits = model(tokens, slots[None] - st.pad[:, None], mask, cache=st.cache, slots=slots)[0]  # [T, V]
     scores = logits[:k].masked_fill(st.banned, float("-inf"))                                   # [k, V]
     scores[:, mask_id] = float("-inf")  # a draft never proposes a mask
     # a host sync per draft, like the verify's: the draft's tokens are the next verify's inputs
@@ -145,7 +147,8 @@ def fused_verify(model, st: ARState, slot: int, tokens: list[int], guesses: list
     mask = torch.cat([seq, own], 1)                                                           # [N, S]
     x = torch.tensor([tokens + [t for g, with_guess in groups for t in
                                 ([guesses[g]] if with_guess else [mask_id]) + [mask_id] * (m - 1)]], device=dev)
-    logits = model(x, pos[None] - st.pad[:, None], mask[None], cache=st.cache, slots=slots)[0]  # [N, V]
+    with draft_rows_from(model, T):  # with a separate verifier (orl.model.row_split) the groups are the drafter's
+        logits = model(x, pos[None] - st.pad[:, None], mask[None], cache=st.cache, slots=slots)[0]  # [N, V]
     targets = next_tokens(logits[:T], st.banned, temperature, st.seed.expand(T), index + a)
     scores = logits[T:].masked_fill(st.banned, float("-inf"))                                 # [G m, V]
     scores[:, mask_id] = float("-inf")

@@ -43,6 +43,7 @@ from tqdm import tqdm
 
 from orl.engine.layouts import LAYOUTS
 from orl.model.model import Transformer
+from orl.model.row_split import draft_rows_from, drafter_of
 from orl.model.vocab import special_ids
 from orl.train.batches import Batch, diffusion_batch, next_token_batch
 from orl.train.chunked_ce import chunked_ce_sum, chunked_predict
@@ -51,6 +52,7 @@ from orl.train.corpus import (STREAMS, CorpusConfig, build_corpus, corpus_key, c
                               read_corpus, windows, with_bos)
 from orl.train.dist import SINGLE, Dist, setup, shard_rows
 from orl.train.draft_eval import draft_agreement
+from orl.train.draft_only import draft_only_model, draft_only_problems
 from orl.train.draft_rows import anchors, corpus_draft_batch, with_ar_targets
 from orl.train.fsdp import check_parallel, gathered
 from orl.train.loop import TrainLoop, check_fields, make_optimizer
@@ -98,6 +100,9 @@ class ConvertConfig:
     # wall-clock budget of one invocation (0: none): past it the run saves and stops; rerunning continues.
     # The schedule stays the one over `steps` (a lease of fixed length: size `steps` to fit it)
     time_limit_s: float = 0.0
+    # train only the noisy / draft rows; the base, frozen, runs the clean ones (orl.train.draft_only)
+    draft_only: bool = False
+    init_from: str = ""                 # draft_only: a converted checkpoint of the base to start the drafter from
     RESUME_FREE: ClassVar[frozenset[str]] = frozenset({"data_dir", "eval_windows", "time_limit_s"})
 
     def __post_init__(self):
@@ -130,7 +135,7 @@ class ConvertConfig:
             problems.append("mix asks for distill rows but corpus.distill_prompts is 0")
         if not 0.0 <= self.min_lr_frac <= 1.0:
             problems.append(f"min_lr_frac must be in [0, 1], got {self.min_lr_frac}")
-        problems += check_parallel(self)
+        problems += check_parallel(self) + draft_only_problems(self)
         if problems:
             raise ValueError("invalid ConvertConfig: " + "; ".join(problems))
 
@@ -209,9 +214,12 @@ def train_step(model, opt, batches: list[Batch], cfg: ConvertConfig, lr: float, 
     total_w = torch.stack([b.weight.sum() for b in batches]).sum().clamp(min=1e-6)
     opt.zero_grad(set_to_none=True)
     sums = []
+    core = getattr(model, "module", model)
     for i, batch in enumerate(batches):
         rows = shard_rows(batch, dist)
-        with dist.no_sync(model, skip=i < len(batches) - 1):
+        # every batch's first `window` rows are clean (orl.train.draft_only); a no-op without draft_only. The
+        # backward too: activation checkpointing recomputes the forward there
+        with dist.no_sync(model, skip=i < len(batches) - 1), draft_rows_from(core, cfg.window):
             with torch.autocast(dist.device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
                 s = masked_loss_sum(model, rows, cfg.ce_chunk)
             (s * (dist.world / total_w)).backward()
@@ -282,14 +290,18 @@ def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_conf
     dist.on_main(lambda: build_corpus(tok, cfg.corpus, data_dir, model=teacher, seed=cfg.seed, log=log))
     streams = dist.on_every(lambda: read_corpus(data_dir))
     model = dist.on_every(lambda: load_checkpoint(loop.out, device=dist.device)[0] if loop.state
-                          else to_diffusion(teacher))
+                          else None if cfg.draft_only else to_diffusion(teacher))
+    if cfg.draft_only:
+        model = draft_only_model(cfg, teacher, model, dist.device)
     del teacher
-    if cfg.freeze_embeddings:
+    if cfg.freeze_embeddings and not cfg.draft_only:
         model.model.embed_tokens.weight.requires_grad_(False)
     if cfg.checkpointing:
         checkpoint_blocks(model)
     ids, bos = special_ids(tok, model.args.vocab_size), getattr(tok, "bos_id", None)
     extra = {"base": cfg.base, "base_files_sha256": base_files, "mask_token": mask, "corpus": corpus_summary(data_dir)}
+    if cfg.draft_only:  # the saved drafter decodes with this verifier (orl.train.draft_only)
+        extra["verifier"] = {"base": cfg.base, "base_files_sha256": base_files, "init_from": cfg.init_from or None}
     model.train()
     ddp = dist.wrap(model, parallel=cfg.parallel, bf16=cfg.bf16)
     opt = make_optimizer(model, cfg.lr, cfg.weight_decay)  # on the parameters as they train (maybe sharded)
@@ -308,7 +320,8 @@ def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_conf
         loop.bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{rec['tok_s']:.0f}")
         if loop.due(done, cfg.eval_every):
             with gathered(model):  # sharded weights: every rank gathers them, rank 0 evaluates
-                heldout = dist.on_main(lambda: evaluate(model, streams, cfg, ids, bos))
+                with draft_rows_from(model, cfg.window):
+                    heldout = dist.on_main(lambda: evaluate(model, streams, cfg, ids, bos))
             if dist.main:
                 rec["heldout"] = heldout
                 log(f"step {done} held-out {json.dumps(heldout)}")
@@ -322,7 +335,7 @@ def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_conf
                         "residual_mode": "off", "mask_token": mask["token"],
                         "recipe": {"name": "convert", "config": loop.config, "step": done,
                                    "tokens_seen": rec["tokens_seen"], "heldout": rec.get("heldout"), **extra}}
-            loop.save(model, tok, manifest, opt, done)
+            loop.save(drafter_of(model), tok, manifest, opt, done)
             model.train()
         if stop:
             break

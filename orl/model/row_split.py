@@ -1,0 +1,151 @@
+"""Two weight sets in one forward, split by row: the clean rows run one model's weights, the draft rows another's.
+
+Why: self-speculative decoding (orl.engine.self_draft) emits exactly the AR path of the weights that score the
+clean (verify) rows, and its speed is how many of the draft rows' tokens that path accepts. Converting a
+pretrained AR model into a block-diffusion drafter moves its AR path (issue 22: gemma-3-270m's next-block match
+fell from 27/128 to 17/128 after 300 steps), so the converted weights verify worse than the original. With the
+original's weights on the clean rows and the converted weights on the draft rows, the output is the original's
+greedy continuation token for token, and the converted weights only decide the speed. The draft rows attend
+to the clean rows' K/V, which the original computes; clean rows never attend to draft rows (fused_verify's
+mask), so nothing the drafter computes reaches the output tokens.
+
+A transform applied to a plain model, as quantization is: `verify_with(drafter, verifier)` replaces each
+weight-holding unit (Linear, Embedding, RMSNorm, and a MoE / residual adapter / self-conditioning block
+whole) of the drafter by a RowSplit of the two models' units. Every unit sees its activations as [B, T, ...]
+with the rows (query positions) in dim 1, so a split at row `cut` is a slice and a concatenation, and the
+FLOPs are one model's. Which row starts the draft rows is a Python int the caller sets for one forward
+(`draft_rows_from`); outside it every row is a clean row, so a prefill writes the verifier's K/V.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import fields
+
+import torch
+from torch import Tensor, nn
+
+from orl.model.model import SelfConditioning, Transformer
+from orl.model.moe import MoE
+from orl.model.residual import ResidualAdapter, RMSNorm
+
+UNITS = (nn.Linear, nn.Embedding, RMSNorm, MoE, ResidualAdapter, SelfConditioning)
+# the only ModelArgs field the two may differ in: the conversion turns the shifted read-out on, which changes
+# nothing in an AR forward (position i's logits predict token i + 1 either way)
+MAY_DIFFER = {"shift_logits"}
+
+
+class Cut:
+    """Where the draft rows start in the current forward: None (all rows clean) outside draft_rows_from."""
+
+    def __init__(self):
+        self.at: int | None = None
+
+
+class RowSplit(nn.Module):
+    """clean(x[:, :cut]) and draft(x[:, cut:]) concatenated along the rows; clean(x) when no cut is set."""
+
+    def __init__(self, clean: nn.Module, draft: nn.Module, cut: Cut):
+        super().__init__()
+        self.clean, self.draft, self.cut = clean, draft, cut
+
+    @property
+    def weight(self) -> Tensor:
+        # what the model reads off a unit directly (the embedding's dtype, the cache's device) is the clean one's
+        return self.clean.weight
+
+    def forward(self, x: Tensor, *args, **kwargs) -> Tensor:
+        c = self.cut.at
+        if c is None or c >= x.shape[1]:
+            return self.clean(x, *args, **kwargs)
+        if c <= 0:
+            return self.draft(x, *args, **kwargs)
+
+        def part(s: slice):
+            a = [t[:, s] if isinstance(t, Tensor) else t for t in args]
+            kw = {k: t[:, s] if isinstance(t, Tensor) else t for k, t in kwargs.items()}
+            return x[:, s], a, kw
+
+        x0, a0, k0 = part(slice(None, c))
+        x1, a1, k1 = part(slice(c, None))
+        return torch.cat([self.clean(x0, *a0, **k0), self.draft(x1, *a1, **k1)], 1)
+
+
+class RowSplitError(ValueError):
+    """Two models that cannot share a forward row by row (the message names the difference)."""
+
+
+def check_compatible(drafter: Transformer, verifier: Transformer) -> None:
+    """Same architecture up to MAY_DIFFER, and the same parameter shapes, or a RowSplitError naming the first
+    difference (a verifier of another size or vocabulary would silently index garbage)."""
+    for f in fields(drafter.args):
+        if f.name in MAY_DIFFER:
+            continue
+        a, b = getattr(drafter.args, f.name), getattr(verifier.args, f.name)
+        if a != b:
+            raise RowSplitError(f"the verifier's model_args.{f.name} is {b!r}, the drafter's {a!r}: the two must be "
+                                "the same architecture (a conversion of the verifier)")
+    theirs = dict(verifier.named_parameters(remove_duplicate=False))
+    for name, p in drafter.named_parameters(remove_duplicate=False):
+        q = theirs.get(name)
+        if q is None or q.shape != p.shape:
+            raise RowSplitError(f"parameter {name}: drafter {tuple(p.shape)}, verifier "
+                                f"{None if q is None else tuple(q.shape)}")
+
+
+def verify_with(drafter: Transformer, verifier: Transformer) -> Transformer:
+    """The drafter (a block-diffusion conversion of `verifier`) with `verifier`'s weights on the clean rows;
+    in place, returned. Both stay in memory (twice the weights); the verifier's tied head stays tied."""
+    if getattr(drafter, "row_cut", None) is not None:
+        raise RowSplitError("this model already has a verifier (verify_with was applied to it)")
+    check_compatible(drafter, verifier)
+    cut = Cut()
+    theirs = dict(verifier.named_modules())
+
+    def swap(parent: nn.Module, prefix: str) -> None:
+        for name, child in list(parent.named_children()):
+            path = f"{prefix}{name}"
+            if isinstance(child, UNITS):
+                setattr(parent, name, RowSplit(theirs[path], child, cut))
+            else:
+                swap(child, path + ".")
+
+    swap(drafter, "")
+    drafter.row_cut = cut
+    return drafter
+
+
+def has_verifier(model: nn.Module) -> bool:
+    return getattr(model, "row_cut", None) is not None
+
+
+@contextmanager
+def draft_rows_from(model: nn.Module, row: int):
+    """Within the block, rows >= `row` of the model's forwards run the drafter's weights (a no-op for a model
+    without verify_with: there every row is the one model's)."""
+    cut = getattr(model, "row_cut", None)
+    if cut is None:
+        yield
+        return
+    cut.at = row
+    try:
+        yield
+    finally:
+        cut.at = None
+
+
+def drafter_of(model: Transformer) -> Transformer:
+    """The drafter alone (a plain Transformer sharing the draft units' tensors, nothing copied): what a
+    draft-only training run saves, since the verifier is its base checkpoint unchanged."""
+    if not has_verifier(model):
+        return model
+    # detached tensors (same storage): load_state_dict(assign=True) would set requires_grad on the model's own
+    # parameters, unfreezing what a run froze
+    state = {k.replace(".draft.", "."): v for k, v in model.state_dict().items() if ".clean." not in k}
+    with torch.device("meta"):
+        out = Transformer(model.args)
+    if model.args.tie_embeddings:
+        state["lm_head.weight"] = state["model.embed_tokens.weight"]
+    out.load_state_dict(state, strict=True, assign=True)
+    if model.args.tie_embeddings:
+        out.lm_head.weight = out.model.embed_tokens.weight
+    return out.train(model.training)

@@ -1,0 +1,68 @@
+"""Draft-only conversion (`ConvertConfig.draft_only`): the base's weights, frozen, run every clean row; a trained
+copy runs the noisy and draft rows (orl.model.row_split).
+
+Why: self-speculative decoding emits exactly the AR path of whatever scores the clean rows. A whole-model
+conversion moves that path (gemma-3-270m, 300 CPU steps: next-block exact match 27/128 -> 17/128), so its
+lossless output is no longer the base's. With the base on the clean rows the output is the base's greedy
+continuation by construction, and training only has to make the drafts agree with it: the draft rows learn
+against the base's own K/V (what they attend to at decode time) and, with draft_target "ar", the base's own
+greedy tokens. Every batch of the recipe puts its `window` clean tokens first (staircase rows: the clean copy,
+then the noisy blocks; draft rows: the clean sequence, then the mask groups), so row `window` is where the
+drafter starts, in the forward and in the backward that recomputes it (activation checkpointing).
+
+Costs: twice the weights in memory; no gradient reaches the clean rows (their weights and inputs are
+frozen), so the backward runs over the noisy rows only. The loss reads the head off the clean rows'
+weights (Transformer.read_out through RowSplit.weight), so the embeddings must stay frozen, where the two
+heads are equal. The run saves the drafter alone (orl.model.row_split.drafter_of) and records its verifier;
+decode it with its base as verifier (benchmarks/convert_eval.py --spec-verifier ar).
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from orl.model.model import Transformer
+from orl.model.row_split import verify_with
+
+
+def draft_only_problems(cfg) -> list[str]:
+    """ConvertConfig.__post_init__'s checks of the draft-only fields."""
+    if not cfg.draft_only:
+        return ["init_from is for draft_only runs (it starts the drafter)"] if cfg.init_from else []
+    problems = []
+    if not cfg.freeze_embeddings:
+        problems.append("draft_only needs freeze_embeddings: the loss reads the head off the frozen base's rows, "
+                        "which equals the drafter's only while the (tied) embeddings stay frozen")
+    if cfg.ar_aux > 0:
+        problems.append(f"draft_only trains no clean row (the frozen base runs them): ar_aux {cfg.ar_aux} would "
+                        "weigh a loss nothing can learn from; set ar_aux=0")
+    if cfg.parallel != "ddp":
+        problems.append("draft_only runs without sharding (parallel ddp)")
+    return problems
+
+
+def draft_only_model(cfg, teacher: Transformer, resumed: Transformer | None, device) -> Transformer:
+    """The split model: `teacher` (the base, frozen) on the clean rows; on the others the resumed run's
+    drafter, else cfg.init_from's, else a copy of the base with the shifted read-out."""
+    from orl.checkpoint import CheckpointError, load_checkpoint
+    from orl.train.convert_base import to_diffusion
+
+    teacher.requires_grad_(False)
+    if resumed is not None:
+        drafter = resumed
+    elif cfg.init_from:
+        drafter, _, manifest = load_checkpoint(cfg.init_from, device=device, dtype=torch.float32)
+        if manifest.get("objective") != "block_diffusion":
+            raise CheckpointError(f"init_from {cfg.init_from} is not a block-diffusion checkpoint (a conversion of "
+                                  f"{cfg.base})")
+    else:
+        drafter = to_diffusion(copy.deepcopy(teacher))
+    drafter.requires_grad_(True)
+    if cfg.freeze_embeddings:
+        drafter.model.embed_tokens.weight.requires_grad_(False)
+        bad = (drafter.model.embed_tokens.weight != teacher.model.embed_tokens.weight).any()
+        if bool(bad):  # the loss would read a head the drafter does not have (module docstring)
+            raise CheckpointError(f"init_from {cfg.init_from}'s embeddings differ from the base's: draft_only trains "
+                                  "with the base's (frozen) head; start from a conversion with frozen embeddings")
+    return verify_with(drafter, teacher)

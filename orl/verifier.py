@@ -1,0 +1,41 @@
+"""A separate verifier for self-speculative decoding, at load time: `orl generate --spec-verifier DIR`, and the
+verifier a draft-only conversion records (orl.train.draft_only: orl.json recipe.verifier).
+
+A draft-only checkpoint's own clean rows were never trained (the frozen base ran them), so it decodes only as
+a drafter beside its verifier: with the recorded base when it is here and unchanged (its files' digest), else
+with --spec-verifier, else not at all (a clear error, never its own untrained AR path).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from orl.checkpoint import CheckpointError, load_checkpoint
+from orl.engine.loaded import recorded_verifier
+from orl.model.row_split import verify_with
+
+
+def attach_verifier(model, manifest: dict, where, path: str | None, spec_draft: str | None, device=None,
+                    dtype=None):
+    """`model` with the verifier's weights on its clean rows (orl.model.row_split), when `path` is given or the
+    checkpoint records one; `model` unchanged otherwise. spec_draft: the decode's --spec-draft (a verifier
+    only verifies self-speculative drafts: 'diffusion' or 'fused')."""
+    from orl.engine.ar_step import SELF_DRAFTS
+    from orl.train.convert_base import base_digest
+
+    recorded = recorded_verifier(manifest)
+    if not path and not recorded:
+        return model
+    if spec_draft not in SELF_DRAFTS:
+        what = f"--spec-verifier {path}" if path else f"{where} (a draft-only conversion: its clean rows never trained)"
+        raise ValueError(f"{what} decodes only self-speculatively: add --spec-draft fused --spec-tokens K (its "
+                         f"drafts verified by {path or recorded.get('base')})")
+    path = path or recorded.get("base")
+    if not Path(path).is_dir():
+        raise CheckpointError(f"{where} drafts for the verifier {path} (orl.json recipe.verifier), which is not "
+                              "here: give its directory with --spec-verifier DIR")
+    verifier, _, v_manifest = load_checkpoint(path, device=device or "cpu", dtype=dtype)
+    want = recorded.get("base_files_sha256")
+    if want and base_digest(path, v_manifest) != want:
+        raise CheckpointError(f"{path} is not the verifier {where} was trained against (its files' digest differs "
+                              f"from orl.json recipe.verifier.base_files_sha256)")
+    return verify_with(model, verifier)
