@@ -125,13 +125,14 @@ SPEC_DRAFTS = ("fused", "diffusion")
 def evaluate_thresholds(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows: int, context: int,
                         block: int | None, thresholds: tuple[float, ...], free_tokens: int, free_prompts: int,
                         layout: str | None = None, device: str = "cpu", spec: int = 0,
-                        spec_draft: str = "fused", on_result=None, spec_verifier: str = "own") -> list[dict]:
+                        spec_draft: str = "fused", on_result=None, spec_verifier: str = "own", draft_rank: int = 0) -> list[dict]:
     """One result per threshold, the two checkpoints loaded once (a GPU lease spends seconds per load); with
     spec = k > 0 one more: the converted model's AR path verifying its own diffusion drafts of k tokens
     (spec_draft: "fused", one forward a round, or "diffusion", a draft forward and a verify forward), whose
     tokens are that AR path's greedy ones - what a conversion that kept the AR path (--set ar_aux=W) gives.
     spec_verifier "ar": the AR original's weights score the verify rows instead (orl.model.row_split), so the
-    tokens are the original's greedy ones exactly and the converted weights only draft.
+    tokens are the original's greedy ones exactly and the converted weights only draft; draft_rank r > 0: as the
+    original plus a rank-r delta on the draft rows (orl.model.draft_delta: one weight read a forward).
     on_result(results so far) runs after each decoder's result (main writes --out there: a run cut off by a
     deadline keeps what it measured)."""
     from orl.checkpoint import load_checkpoint
@@ -156,6 +157,7 @@ def evaluate_thresholds(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows
     rows = held_out_rows(stream, windows, context + block, getattr(tok, "bos_id", None))
     results = []
     decoders = [(t, threshold_decoder(dlm, block, t, layout)) for t in thresholds]
+    delta = None  # draft_rank: what the truncated SVD kept
     if spec < 0:
         raise ValueError(f"--spec must be >= 0 (drafted tokens per round; 0: off), got {spec}")
     if spec:
@@ -175,6 +177,12 @@ def evaluate_thresholds(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows
 
             # a copy when the threshold rows still need the converted model whole (one more set of weights)
             spec_model = verify_with(copy.deepcopy(dlm_model) if thresholds else dlm_model, ar_model)
+            if draft_rank:
+                from orl.model.draft_delta import low_rank_drafts
+
+                delta = low_rank_drafts(spec_model, draft_rank)
+        elif draft_rank:
+            raise ValueError("--draft-rank is for --spec-verifier ar (a delta from the AR original)")
         dec = ARDecoder(spec_model, dtok, manifest=manifest, max_len=spec_len)
         # refused now (no mask token, no shifted read-out), not after the threshold rows have run
         dec.check(ARConfig(max_new_tokens=block, spec_tokens=min(spec, max(block - 1, 1)), spec_draft=spec_draft))
@@ -182,8 +190,9 @@ def evaluate_thresholds(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows
     for threshold, decode in decoders:
         out = {"ar": ar_dir, "dlm": dlm_dir, "dlm_recipe_step": (manifest.get("recipe") or {}).get("step"),
                "threshold": threshold, "decoder": f"self-spec {spec_draft} k={spec}" + (
-                   " verifier=ar" if spec_verifier == "ar" else "") if threshold is None else "threshold", "layout": layout, "threads": torch.get_num_threads(), "device": device,
-               "next_block": None}
+                   " verifier=ar" if spec_verifier == "ar" else "") + (
+                   f" rank={draft_rank}" if draft_rank else "") if threshold is None else "threshold", "layout": layout, "threads": torch.get_num_threads(), "device": device,
+               "next_block": None, **({"draft_delta": delta} if threshold is None and delta else {})}
         try:
             out["next_block"] = next_block(ar, decode, rows, context, block, tok.eos_id)
             out["free_running"] = free_running(ar, decode, [r[:context] for r in rows[:free_prompts]], free_tokens,
@@ -236,6 +245,8 @@ def main() -> None:
     ap.add_argument("--spec-verifier", default="own", choices=("own", "ar"), help="whose weights verify the "
                     "drafts: the converted model's own AR path, or the AR original's (orl.model.row_split: "
                     "exactly the original's tokens)")
+    ap.add_argument("--draft-rank", type=int, default=0, help="with --spec-verifier ar: the drafts from the original "
+                    "plus a rank-R truncated SVD of the converted weights' difference (orl.model.draft_delta)")
     ap.add_argument("--out", help="write the JSON here too")
     args = ap.parse_args()
     from safetensors.torch import load_file
@@ -250,7 +261,8 @@ def main() -> None:
     partial = (lambda rs: Path(args.out).write_text(json.dumps(rs, indent=1) + "\n")) if args.out and many else None
     res = evaluate_thresholds(args.ar, args.dlm, stream, args.windows, args.context, args.block, taus,
                               args.free_tokens, args.free_prompts, args.layout, args.device, args.spec,
-                              args.spec_draft, on_result=partial, spec_verifier=args.spec_verifier)
+                              args.spec_draft, on_result=partial, spec_verifier=args.spec_verifier,
+                              draft_rank=args.draft_rank)
     emit(res if many else res[0], args.out)
 
 

@@ -125,5 +125,11 @@ def test_the_ar_original_as_verifier_gives_its_tokens_from_a_drifted_conversion(
     assert own[0]["free_running"]["position_agreement"] < 1.0
     nb, fr = ar[0]["next_block"], ar[0]["free_running"]
     assert nb["dlm"] == nb["ar"] and nb["dlm_block_agrees_with_ar"] == 1.0 and fr["position_agreement"] == 1.0
+    low = ce.evaluate_thresholds(str(d / "ar"), str(tmp_path / "drift"), stream, thresholds=(), spec_verifier="ar",
+                                 draft_rank=2, **kw)[0]
+    assert low["decoder"] == "self-spec fused k=3 verifier=ar rank=2" and low["draft_delta"]["units"] > 0
+    assert low["next_block"]["dlm_block_agrees_with_ar"] == 1.0 and low["free_running"]["position_agreement"] == 1.0
+    with pytest.raises(ValueError, match="--draft-rank is for"):
+        ce.evaluate_thresholds(str(d / "ar"), str(d / "dlm"), stream, thresholds=(), draft_rank=2, **kw)
     with pytest.raises(ValueError, match="--spec-verifier 'mine'"):
         ce.evaluate_thresholds(str(d / "ar"), str(d / "dlm"), stream, thresholds=(), spec_verifier="mine", **kw)

@@ -107,3 +107,33 @@ def test_draft_rows_from_is_a_no_op_without_a_verifier_and_resets_on_error(model
         with draft_rows_from(split, 3):
             raise RuntimeError("boom")
     assert split.row_cut.at is None
+
+
+def test_equal_units_are_shared_and_a_low_rank_delta_keeps_the_verifiers_tokens(models):
+    """share_equal: a unit the two hold equal is the verifier's own module. low_rank_drafts: the draft rows
+    read W x + B (A x); at full rank that is the drafter's logits, and at any rank the output tokens stay
+    the verifier's (only the drafts change)."""
+    from orl.model.draft_delta import DraftDelta, low_rank_drafts
+
+    drafter, verifier, _, tok, manifest = models
+    d = copy.deepcopy(drafter)
+    d.model.layers[0].mlp.up_proj.weight.data.copy_(verifier.model.layers[0].mlp.up_proj.weight)
+    shared = verify_with(d, verifier)
+    assert shared.model.layers[0].mlp.up_proj is verifier.model.layers[0].mlp.up_proj
+    delta, split = verify_with(copy.deepcopy(drafter), verifier), verify_with(copy.deepcopy(drafter), verifier)
+    info = low_rank_drafts(delta, 10_000)
+    assert info["units"] > 0 and info["energy_kept"] > 0.999
+    assert isinstance(delta.model.layers[0].self_attn.q_proj, DraftDelta)
+    x = torch.tensor([tok.encode("cumsum:87734764=8,15,22")])
+    T, c = x.shape[1], 9
+    mask = torch.ones(T, T, dtype=torch.bool).tril()[None]
+    with torch.no_grad(), draft_rows_from(delta, c):
+        got = delta(x, torch.arange(T)[None], mask)
+    with torch.no_grad(), draft_rows_from(split, c):
+        want = split(x, torch.arange(T)[None], mask)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert low_rank_drafts(split, 2)["energy_kept"] < 0.9
+    plain, spec = ARConfig(max_new_tokens=24), ARConfig(max_new_tokens=24, spec_tokens=4, spec_draft="fused")
+    ref = ARDecoder(verifier, tok, manifest=manifest).generate(PROMPTS[:3], plain)
+    dec = ARDecoder(split, tok, manifest=manifest)
+    assert [dec.generate([p], spec)[0].token_ids for p in PROMPTS[:3]] == [r.token_ids for r in ref]

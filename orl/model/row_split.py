@@ -92,9 +92,17 @@ def check_compatible(drafter: Transformer, verifier: Transformer) -> None:
                                 f"{None if q is None else tuple(q.shape)}")
 
 
-def verify_with(drafter: Transformer, verifier: Transformer) -> Transformer:
+def same_weights(a: nn.Module, b: nn.Module) -> bool:
+    pa, pb = dict(a.named_parameters()), dict(b.named_parameters())
+    return pa.keys() == pb.keys() and all(torch.equal(pa[k], pb[k]) for k in pa)
+
+
+def verify_with(drafter: Transformer, verifier: Transformer, share_equal: bool = True) -> Transformer:
     """The drafter (a block-diffusion conversion of `verifier`) with `verifier`'s weights on the clean rows;
-    in place, returned. Both stay in memory (twice the weights); the verifier's tied head stays tied."""
+    in place, returned. The verifier's tied head stays tied. share_equal: a unit whose weights the two hold
+    equal (frozen embeddings, and with them a tied head: most of a 262k-vocabulary model) is the verifier's
+    alone, read once a forward; a training run (orl.train.draft_only) keeps every unit split, since equal
+    weights there are only a starting point."""
     if getattr(drafter, "row_cut", None) is not None:
         raise RowSplitError("this model already has a verifier (verify_with was applied to it)")
     check_compatible(drafter, verifier)
@@ -105,7 +113,8 @@ def verify_with(drafter: Transformer, verifier: Transformer) -> Transformer:
         for name, child in list(parent.named_children()):
             path = f"{prefix}{name}"
             if isinstance(child, UNITS):
-                setattr(parent, name, RowSplit(theirs[path], child, cut))
+                shared = share_equal and same_weights(theirs[path], child)
+                setattr(parent, name, theirs[path] if shared else RowSplit(theirs[path], child, cut))
             else:
                 swap(child, path + ".")
 

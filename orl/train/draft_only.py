@@ -65,4 +65,4 @@ def draft_only_model(cfg, teacher: Transformer, resumed: Transformer | None, dev
         if bool(bad):  # the loss would read a head the drafter does not have (module docstring)
             raise CheckpointError(f"init_from {cfg.init_from}'s embeddings differ from the base's: draft_only trains "
                                   "with the base's (frozen) head; start from a conversion with frozen embeddings")
-    return verify_with(drafter, teacher)
+    return verify_with(drafter, teacher, share_equal=False)
