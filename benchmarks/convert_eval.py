@@ -137,7 +137,7 @@ def evaluate_thresholds(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows
     deadline keeps what it measured)."""
     from orl.checkpoint import load_checkpoint
 
-    ar_model, tok, _ = load_checkpoint(ar_dir, device=device)
+    ar_model, tok, ar_manifest = load_checkpoint(ar_dir, device=device)
     if dlm_dir == UNTRAINED:  # the conversion's starting point: the AR weights with the shifted read-out
         from orl.train.convert import to_diffusion
 
@@ -149,11 +149,19 @@ def evaluate_thresholds(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows
     if recorded_verifier(manifest) and (thresholds or spec_verifier != "ar"):  # orl.train.draft_only
         raise ValueError(f"{dlm_dir} is a draft-only conversion (its clean rows never trained): measure it only as "
                          "a drafter for the AR original: --thresholds none --spec K --spec-verifier ar")
+    want = recorded_verifier(manifest).get("base_files_sha256")
+    if want:  # the AR original given must be the verifier the drafter trained against
+        from orl.train.convert_base import base_digest
+
+        if base_digest(ar_dir, ar_manifest) != want:
+            raise ValueError(f"--ar {ar_dir} is not the verifier {dlm_dir} was trained against (orl.json "
+                             "recipe.verifier.base_files_sha256)")
     block = block or manifest.get("block_len") or 4
     layout = layout or manifest.get("layout") or "prompt_block"
     # caches sized to the requests, not the model's context (32k for Gemma: GiBs per row)
     max_len = context + max(block, free_tokens) + 2 * block
-    ar, dlm = ARDecoder(ar_model, tok, max_len=max_len), Engine(dlm_model, dtok, max_len=max_len)
+    ar = ARDecoder(ar_model, tok, max_len=max_len)
+    dlm = Engine(dlm_model, dtok, max_len=max_len) if thresholds else None  # the threshold rows' decoder
     rows = held_out_rows(stream, windows, context + block, getattr(tok, "bos_id", None))
     results = []
     decoders = [(t, threshold_decoder(dlm, block, t, layout)) for t in thresholds]

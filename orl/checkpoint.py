@@ -163,7 +163,11 @@ def load_checkpoint(directory: str | os.PathLike, device: str | torch.device = "
     model.load_state_dict(tensors, strict=True, assign=True)
     if args.tie_embeddings:  # assign=True replaced embed_tokens.weight; re-point the head at it
         model.lm_head.weight = model.model.embed_tokens.weight
-    return model.to(device=device, dtype=None if read_cast else dtype).eval(), tokenizer, manifest
+    model = model.to(device=device, dtype=None if read_cast else dtype).eval()
+    # a draft-only conversion's clean rows never trained (orl.train.draft_only): the mark travels with the model,
+    # so a decoder built without the manifest still refuses it alone (orl.engine.loaded)
+    model.verifier_record = (manifest.get("recipe") or {}).get("verifier") or None
+    return model, tokenizer, manifest
 
 
 def _read_config(d: Path) -> tuple[dict, ModelArgs, torch.dtype, ModuleType]:

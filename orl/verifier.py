@@ -33,6 +33,8 @@ def attach_verifier(model, manifest: dict, where, path: str | None, spec_draft: 
     if not Path(path).is_dir():
         raise CheckpointError(f"{where} drafts for the verifier {path} (orl.json recipe.verifier), which is not "
                               "here: give its directory with --spec-verifier DIR")
+    # the verifier in the drafter's dtype (a bf16 base beside an fp32 conversion would fail mid-decode)
+    dtype = dtype or next(model.parameters()).dtype
     verifier, _, v_manifest = load_checkpoint(path, device=device or "cpu", dtype=dtype)
     want = recorded.get("base_files_sha256")
     if want and base_digest(path, v_manifest) != want:

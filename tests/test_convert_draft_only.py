@@ -43,8 +43,18 @@ def test_a_step_trains_the_drafter_only_and_recomputation_does_not_change_it(bas
         if recompute:
             cv.checkpoint_blocks(model)
         model.train()
+        cuts = []
+        model.model.layers[0].mlp.up_proj.register_forward_pre_hook(lambda mod, _: cuts.append(mod.cut.at))
         opt = cv.make_optimizer(model, 1e-2)
-        cv.train_step(model, opt, cv.step_batches(cfg, streams, ids, 0, None, model), cfg, 1e-2)
+        batches = cv.step_batches(cfg, streams, ids, 0, None, model)
+        n_batches = len(batches)
+        for b in batches:  # rows before the window are clean and never see a row after it
+            assert not (b.tokens[:, :cfg.window] == ids.mask).any() and b.tokens.shape[1] > cfg.window
+            assert not b.mask[:, :cfg.window, cfg.window:].any()
+        cuts.clear()  # the ar targets' clean-window forwards (uncut: the base's) ran above
+        cv.train_step(model, opt, batches, cfg, 1e-2)
+        # every forward (the recomputing backward's too) is cut at the window: the first row no batch leaves clean
+        assert cuts and set(cuts) == {cfg.window} and len(cuts) == (2 if recompute else 1) * n_batches
         state = model.state_dict()
         clean = [k for k in state if ".clean." in k]
         moved = [k for k in state if ".draft." in k and not torch.equal(state[k], before[k])]
@@ -75,7 +85,7 @@ def test_the_run_saves_the_drafter_resumes_exactly_and_decodes_to_the_bases_toke
     assert not has_verifier(saved) and manifest["objective"] == "block_diffusion"
     for (n, a), b in zip(drafter_of(whole).state_dict().items(), saved.state_dict().values()):
         assert torch.equal(a, b), n
-    assert manifest["recipe"]["verifier"]["base"] == cfg.base
+    assert manifest["recipe"]["verifier"]["base"] == str(Path(cfg.base).resolve())
     base_model = load_checkpoint(cfg.base)[0]  # never written to
     assert torch.equal(saved.model.embed_tokens.weight, base_model.model.embed_tokens.weight)
     assert not torch.equal(saved.model.layers[0].mlp.up_proj.weight, base_model.model.layers[0].mlp.up_proj.weight)
@@ -121,6 +131,12 @@ def test_a_draft_only_checkpoint_decodes_only_beside_its_verifier(base, tmp_path
     for decoder in (Engine, ARDecoder):
         with pytest.raises(ValueError, match="draft-only conversion"):
             decoder(model, tok, manifest=manifest)
+        with pytest.raises(ValueError, match="draft-only conversion"):  # the mark travels with the model
+            decoder(model, tok)
+    from orl.export import ExportError, export_hf
+
+    with pytest.raises(ExportError, match="draft-only"):
+        export_hf(model, tok, tmp_path / "hf", manifest)
     with pytest.raises(ValueError, match="--spec-draft fused"):
         attach_verifier(model, manifest, "d", None, "lookup")
     split = attach_verifier(model, manifest, "d", None, "fused")

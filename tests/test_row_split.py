@@ -137,3 +137,54 @@ def test_equal_units_are_shared_and_a_low_rank_delta_keeps_the_verifiers_tokens(
     ref = ARDecoder(verifier, tok, manifest=manifest).generate(PROMPTS[:3], plain)
     dec = ARDecoder(split, tok, manifest=manifest)
     assert [dec.generate([p], spec)[0].token_ids for p in PROMPTS[:3]] == [r.token_ids for r in ref]
+
+
+def test_each_forward_is_cut_where_its_draft_rows_start(models):
+    """fused_verify cuts at its T verify rows, diffusion_draft at 1 (its clean last token), the prefill not at
+    all; nested cuts restore the outer one."""
+    from orl.engine.self_draft import diffusion_draft, fused_verify, scratch_slots
+
+    _, _, split, tok, manifest = models
+    seen = []
+    hook = split.model.layers[0].mlp.up_proj.register_forward_pre_hook(
+        lambda mod, args: seen.append((mod.cut.at, args[0].shape[1])))
+    try:
+        dec = ARDecoder(split, tok, manifest=manifest)
+        prompt, draft = tok.encode("cumsum:8773476="), tok.encode("8,15,22")
+        st = dec.setup([prompt], ARConfig(max_new_tokens=16), extra=scratch_slots(len(draft), 16))
+        assert seen and all(c is None for c, _ in seen)  # the prefill: the verifier's alone
+        seen.clear()
+        fused_verify(split, st, len(prompt) - 1, prompt[-1:] + draft, tok.encode("9.3"), len(draft), tok.mask_id, 0.0, 0)
+        assert [c for c, _ in seen] == [1 + len(draft)] and seen[0][1] > 1 + len(draft)
+        seen.clear()
+        diffusion_draft(split, st, len(prompt) - 1, prompt[-1], 4, tok.mask_id)
+        assert seen == [(1, 5)]
+    finally:
+        hook.remove()
+    with draft_rows_from(split, 3):
+        with draft_rows_from(split, 5):
+            assert split.row_cut.at == 5
+        assert split.row_cut.at == 3
+    assert split.row_cut.at is None
+
+
+def test_tensors_outside_the_units_must_be_the_verifiers(models):
+    """What a split cannot reach runs on the clean rows too: a quantized drafter's linears (buffers), attention's
+    logn_scale. Different from the verifier's, they are refused by name, not left to move the verify rows."""
+    from orl.model import ModelArgs
+    from orl.quant import quantize
+
+    drafter, verifier, _, _, _ = models
+    with pytest.raises(RowSplitError, match="drafter torch.int8|quantized model on one side"):
+        verify_with(quantize(copy.deepcopy(drafter), "int8"), verifier)
+    args = ModelArgs(vocab_size=64, dim=32, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=16, ffn_dim=64,
+                     max_seq_len=64, attn_logn=True)
+    a = Transformer(args)
+    b = copy.deepcopy(a)
+    verify_with(copy.deepcopy(a), b)  # equal: accepted
+    with torch.no_grad():
+        b.model.layers[0].self_attn.logn_scale.mul_(3)
+    with pytest.raises(RowSplitError, match="logn_scale"):
+        verify_with(a, b)
+    with pytest.raises(RowSplitError, match="bfloat16"):
+        verify_with(copy.deepcopy(drafter).to(torch.bfloat16), verifier)

@@ -30,9 +30,10 @@ class LoadedModel:
         if has_verifier(model) and not self.verifies_drafts:
             raise ValueError(f"a model with a separate verifier drafts only for self-speculative decoding (the "
                              f"ARDecoder with spec_draft 'diffusion' | 'fused'), not under the {kind}")
-        if recorded_verifier(self.manifest) and not has_verifier(model):
+        recorded = recorded_verifier(self.manifest) or getattr(model, "verifier_record", None)
+        if recorded and not has_verifier(model):
             raise ValueError(f"this checkpoint is a draft-only conversion (orl.json recipe.verifier: "
-                             f"{recorded_verifier(self.manifest).get('base')}): its clean rows never trained, so it "
+                             f"{recorded.get('base')}): its clean rows never trained, so it "
                              f"decodes only as a drafter beside that verifier (orl.verifier.attach_verifier; `orl "
                              f"generate --spec-draft fused --spec-tokens K`), not alone under the {kind}")
 

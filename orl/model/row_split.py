@@ -84,12 +84,18 @@ def check_compatible(drafter: Transformer, verifier: Transformer) -> None:
         if a != b:
             raise RowSplitError(f"the verifier's model_args.{f.name} is {b!r}, the drafter's {a!r}: the two must be "
                                 "the same architecture (a conversion of the verifier)")
-    theirs = dict(verifier.named_parameters(remove_duplicate=False))
-    for name, p in drafter.named_parameters(remove_duplicate=False):
-        q = theirs.get(name)
-        if q is None or q.shape != p.shape:
-            raise RowSplitError(f"parameter {name}: drafter {tuple(p.shape)}, verifier "
-                                f"{None if q is None else tuple(q.shape)}")
+    def tensors(m):
+        return {**dict(m.named_parameters(remove_duplicate=False)), **dict(m.named_buffers(remove_duplicate=False))}
+
+    mine, theirs = tensors(drafter), tensors(verifier)
+    for name in sorted(mine.keys() | theirs.keys()):
+        p, q = mine.get(name), theirs.get(name)
+        if p is None or q is None or p.shape != q.shape:
+            raise RowSplitError(f"tensor {name}: drafter {None if p is None else tuple(p.shape)}, verifier "
+                                f"{None if q is None else tuple(q.shape)} (a quantized model on one side only?)")
+        if p.dtype != q.dtype or p.device != q.device:
+            raise RowSplitError(f"tensor {name}: drafter {p.dtype} on {p.device}, verifier {q.dtype} on {q.device}: "
+                                "load both in one dtype, on one device")
 
 
 def same_weights(a: nn.Module, b: nn.Module) -> bool:
@@ -119,8 +125,30 @@ def verify_with(drafter: Transformer, verifier: Transformer, share_equal: bool =
                 swap(child, path + ".")
 
     swap(drafter, "")
+    check_outside_units(drafter, verifier)
     drafter.row_cut = cut
     return drafter
+
+
+def check_outside_units(drafter: nn.Module, verifier: nn.Module) -> None:
+    """Tensors a split cannot reach (a module's own parameters or buffers outside the units: attention's
+    logn_scale, a block's layer_scalar; a quantized linear's buffers) run on every row, clean ones included,
+    so they must be the verifier's values, or the verify rows would not be the verifier's."""
+    theirs = dict(verifier.named_modules())
+
+    def walk(m: nn.Module, path: str) -> None:
+        if isinstance(m, RowSplit) or m is theirs.get(path):
+            return
+        for kind, own in (("parameter", m.named_parameters(recurse=False)), ("buffer", m.named_buffers(recurse=False))):
+            for name, t in own:
+                if not torch.equal(t, getattr(theirs[path], name)):
+                    raise RowSplitError(f"{kind} {path + '.' if path else ''}{name} ({type(m).__name__}) differs "
+                                        f"between drafter and verifier, and runs on the clean rows too (outside "
+                                        f"the split units): it must be the verifier's")
+        for name, child in m.named_children():
+            walk(child, f"{path}.{name}" if path else name)
+
+    walk(drafter, "")
 
 
 def has_verifier(model: nn.Module) -> bool:
@@ -135,11 +163,11 @@ def draft_rows_from(model: nn.Module, row: int):
     if cut is None:
         yield
         return
-    cut.at = row
+    outer, cut.at = cut.at, row
     try:
         yield
     finally:
-        cut.at = None
+        cut.at = outer
 
 
 def drafter_of(model: Transformer) -> Transformer:
@@ -158,3 +186,19 @@ def drafter_of(model: Transformer) -> Transformer:
     if model.args.tie_embeddings:
         out.lm_head.weight = out.model.embed_tokens.weight
     return out.train(model.training)
+
+
+def params_outside_units(model: nn.Module) -> list[nn.Parameter]:
+    """The parameters a split model runs on every row (check_outside_units): a draft-only run freezes them,
+    since training them would move the verify rows."""
+    out = []
+
+    def walk(m: nn.Module) -> None:
+        if isinstance(m, (RowSplit,) + UNITS):
+            return
+        out.extend(p for _, p in m.named_parameters(recurse=False))
+        for child in m.children():
+            walk(child)
+
+    walk(model)
+    return out

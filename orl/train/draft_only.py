@@ -23,7 +23,7 @@ import copy
 import torch
 
 from orl.model.model import Transformer
-from orl.model.row_split import verify_with
+from orl.model.row_split import params_outside_units, verify_with
 
 
 def draft_only_problems(cfg) -> list[str]:
@@ -60,9 +60,16 @@ def draft_only_model(cfg, teacher: Transformer, resumed: Transformer | None, dev
         drafter = to_diffusion(copy.deepcopy(teacher))
     drafter.requires_grad_(True)
     if cfg.freeze_embeddings:
-        drafter.model.embed_tokens.weight.requires_grad_(False)
-        bad = (drafter.model.embed_tokens.weight != teacher.model.embed_tokens.weight).any()
-        if bool(bad):  # the loss would read a head the drafter does not have (module docstring)
-            raise CheckpointError(f"init_from {cfg.init_from}'s embeddings differ from the base's: draft_only trains "
-                                  "with the base's (frozen) head; start from a conversion with frozen embeddings")
-    return verify_with(drafter, teacher, share_equal=False)
+        # the loss reads the head off the clean rows' unit (RowSplit.weight), so the drafter's head (tied or not)
+        # must be the base's and stay so (module docstring)
+        for name in ("model.embed_tokens.weight", "lm_head.weight"):
+            mine, theirs = drafter.get_parameter(name), teacher.get_parameter(name)
+            mine.requires_grad_(False)
+            if not torch.equal(mine, theirs):
+                raise CheckpointError(f"init_from {cfg.init_from}'s {name} differs from the base's: draft_only trains "
+                                      "with the base's (frozen) embeddings and head; start from a conversion that "
+                                      "froze them")
+    model = verify_with(drafter, teacher, share_equal=False)
+    for p in params_outside_units(model):  # they run on the clean rows too: trained, the verifier would move
+        p.requires_grad_(False)
+    return model
