@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stride", type=int, default=1)
     ap.add_argument("--batch", type=int, default=8, help="windows per forward")
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--verifier", help="score every drafter against this checkpoint's AR path instead of its own "
+                    "(orl.model.row_split: the verifier's weights on the clean rows; a draft-only conversion's base)")
     ap.add_argument("--out", help="write the JSON rows here too")
     a = ap.parse_args(argv)
     if a.threads:
@@ -53,15 +55,25 @@ def main(argv: list[str] | None = None) -> int:
             model = to_diffusion(ar).eval()
         else:
             model, tok, _ = load_checkpoint(name)
+        if a.verifier:
+            from orl.model.row_split import verify_with
+
+            model = verify_with(model, load_checkpoint(a.verifier)[0])
+        else:
+            if getattr(model, "verifier_record", None):
+                ap.error(f"{name} is a draft-only conversion: give its base as --verifier")
         ids = special_ids(tok, model.args.vocab_size)
         rows = with_bos(fixed_windows(stream, a.windows, a.window), getattr(tok, "bos_id", None))
-        parts = [draft_agreement(model, rows[i:i + a.batch], a.context, a.k, a.stride, ids.mask, ids.pad)
-                 for i in range(0, len(rows), a.batch)]
+        from orl.model.row_split import draft_rows_from
+
+        with draft_rows_from(model, a.window):  # the clean window first, then the groups (a no-op without --verifier)
+            parts = [draft_agreement(model, rows[i:i + a.batch], a.context, a.k, a.stride, ids.mask, ids.pad)
+                     for i in range(0, len(rows), a.batch)]
         cuts = sum(p["cuts"] for p in parts)
         acc = sum(p["counts"]["run_sum"] for p in parts) / cuts
         agree = [sum(p["counts"]["hits"][j] for p in parts) / max(sum(p["counts"]["live"][j] for p in parts), 1)
                  for j in range(a.k)]
-        row = {"dlm": name, "windows": len(rows), "cuts": cuts, "k": a.k, "agree": [round(x, 4) for x in agree],
+        row = {"dlm": name, "verifier": a.verifier, "windows": len(rows), "cuts": cuts, "k": a.k, "agree": [round(x, 4) for x in agree],
                "accepted": round(acc, 4), "tpf_estimate": round(1 + acc, 4)}
         out.append(row)
         print(json.dumps(row), flush=True)

@@ -149,3 +149,28 @@ def test_a_draft_only_checkpoint_decodes_only_beside_its_verifier(base, tmp_path
     manifest["recipe"]["verifier"]["base_files_sha256"] = "0" * 64
     with pytest.raises(Exception, match="not the verifier"):
         attach_verifier(load_checkpoint(tmp_path / "d")[0], manifest, "d", None, "fused")
+
+
+def test_draft_accept_scores_a_drafter_against_its_verifier_as_the_run_did(base, tmp_path):
+    """benchmarks/draft_accept.py --verifier: the same estimate the run's last periodic eval logged on the same
+    windows; without --verifier a draft-only checkpoint is refused."""
+    import json
+
+    cfg = smoke_cfg(base, **DRAFT)
+    cv.convert(cfg, tmp_path / "d", log=quiet)
+    log = [json.loads(x) for x in (tmp_path / "d" / "train.log.jsonl").read_text().splitlines()]
+    logged = [r for r in log if "heldout" in r][-1]
+    assert logged["step"] == cfg.steps
+    spec = importlib.util.spec_from_file_location("draft_accept", Path(__file__).parents[1] / "benchmarks" /
+                                                  "draft_accept.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    argv = ["--corpus", cfg.data_dir, "--dlm", str(tmp_path / "d"), "--windows", str(cfg.eval_windows), "--window",
+            str(cfg.window), "--context", str(cfg.context), "--k", str(cfg.draft_tokens), "--stride",
+            str(cfg.draft_stride), "--out", str(tmp_path / "da.json")]
+    assert mod.main(argv + ["--verifier", cfg.base]) == 0
+    row = json.loads((tmp_path / "da.json").read_text())[0]
+    d = logged["heldout"]["drafts"]
+    assert row["agree"] == d["agree"] and row["accepted"] == d["accepted"] and row["cuts"] == d["cuts"]
+    with pytest.raises(SystemExit):
+        mod.main(argv)
