@@ -52,6 +52,21 @@ def smoke_cfg(base, **kw) -> cv.ConvertConfig:
                    corpus=replace(cfg.corpus, roots=(str(base / "src"),)), **kw)
 
 
+def cut_after_step_2(cfg: cv.ConvertConfig, out, monkeypatch) -> None:
+    """A run of cfg into `out` interrupted as step 3 begins (after step 2's checkpoint), as a killed run is."""
+    real = cv.make_batches
+
+    def stop_at_3(c, s, i, step, *a):
+        if step == 2:
+            raise KeyboardInterrupt
+        return real(c, s, i, step, *a)
+
+    monkeypatch.setattr(cv, "make_batches", stop_at_3)
+    with pytest.raises(KeyboardInterrupt):
+        cv.convert(cfg, out, log=lambda *_: None)
+    monkeypatch.setattr(cv, "make_batches", real)
+
+
 @pytest.mark.parametrize("softcap,frozen", [(None, False), (30.0, False), (None, True)])
 def test_chunked_ce_equals_full_ce(softcap, frozen):
     torch.manual_seed(0)
@@ -146,17 +161,7 @@ def test_recipe_runs_from_the_cli_and_resumes_exactly(base, tmp_path, monkeypatc
 
     cfg = smoke_cfg(base)
     whole = cv.convert(cfg, tmp_path / "whole", log=lambda *_: None)
-    real = cv.make_batches
-
-    def stop_at_3(c, s, i, step, *a):
-        if step == 2:
-            raise KeyboardInterrupt  # after step 2's checkpoint
-        return real(c, s, i, step, *a)
-
-    monkeypatch.setattr(cv, "make_batches", stop_at_3)
-    with pytest.raises(KeyboardInterrupt):
-        cv.convert(cfg, tmp_path / "cut", log=lambda *_: None)
-    monkeypatch.setattr(cv, "make_batches", real)
+    cut_after_step_2(cfg, tmp_path / "cut", monkeypatch)
     argv = ["train", "--recipe", "convert", "--preset", "smoke", "--base", cfg.base, "--out", str(tmp_path / "cut"),
             "--set", f"data_dir={cfg.data_dir}", "--set", f"corpus.roots={cfg.corpus.roots[0]}"]
     assert main(argv) == 0

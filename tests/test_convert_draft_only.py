@@ -15,7 +15,7 @@ from orl.model.row_split import drafter_of, has_verifier
 from orl.model.vocab import special_ids
 from orl.train import convert as cv
 from orl.train.draft_only import draft_only_model
-from test_convert import TOK, base, smoke_cfg  # noqa: F401  (base: a module fixture)
+from test_convert import TOK, base, cut_after_step_2, smoke_cfg  # noqa: F401  (base: a module fixture)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -69,17 +69,7 @@ def test_the_run_saves_the_drafter_resumes_exactly_and_decodes_to_the_bases_toke
     cfg = smoke_cfg(base, **DRAFT)
     whole = cv.convert(cfg, tmp_path / "whole", log=quiet)
     assert has_verifier(whole)
-    real = cv.make_batches
-
-    def stop_at_3(c, s, i, step, *a):
-        if step == 2:
-            raise KeyboardInterrupt  # after step 2's checkpoint
-        return real(c, s, i, step, *a)
-
-    monkeypatch.setattr(cv, "make_batches", stop_at_3)
-    with pytest.raises(KeyboardInterrupt):
-        cv.convert(cfg, tmp_path / "cut", log=quiet)
-    monkeypatch.setattr(cv, "make_batches", real)
+    cut_after_step_2(cfg, tmp_path / "cut", monkeypatch)
     cv.convert(cfg, tmp_path / "cut", log=quiet)
     saved, _, manifest = load_checkpoint(tmp_path / "cut")
     assert not has_verifier(saved) and manifest["objective"] == "block_diffusion"
