@@ -125,7 +125,8 @@ SPEC_DRAFTS = ("fused", "diffusion")
 def evaluate_thresholds(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows: int, context: int,
                         block: int | None, thresholds: tuple[float, ...], free_tokens: int, free_prompts: int,
                         layout: str | None = None, device: str = "cpu", spec: int = 0,
-                        spec_draft: str = "fused", on_result=None, spec_verifier: str = "own", draft_rank: int = 0) -> list[dict]:
+                        spec_draft: str = "fused", on_result=None, spec_verifier: str = "own",
+                        draft_rank: int = 0) -> list[dict]:
     """One result per threshold, the two checkpoints loaded once (a GPU lease spends seconds per load); with
     spec = k > 0 one more: the converted model's AR path verifying its own diffusion drafts of k tokens
     (spec_draft: "fused", one forward a round, or "diffusion", a draft forward and a verify forward), whose
@@ -135,7 +136,7 @@ def evaluate_thresholds(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows
     original plus a rank-r delta on the draft rows (orl.model.draft_delta: one weight read a forward).
     on_result(results so far) runs after each decoder's result (main writes --out there: a run cut off by a
     deadline keeps what it measured)."""
-    from orl.checkpoint import load_checkpoint
+    from orl.checkpoint import load_checkpoint, recorded_verifier
 
     ar_model, tok, ar_manifest = load_checkpoint(ar_dir, device=device)
     if dlm_dir == UNTRAINED:  # the conversion's starting point: the AR weights with the shifted read-out
@@ -144,8 +145,6 @@ def evaluate_thresholds(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows
         dlm_model, dtok, manifest = to_diffusion(ar_model).eval(), tok, {}
     else:
         dlm_model, dtok, manifest = load_checkpoint(dlm_dir, device=device)
-    from orl.engine.loaded import recorded_verifier
-
     if recorded_verifier(manifest) and (thresholds or spec_verifier != "ar"):  # orl.train.draft_only
         raise ValueError(f"{dlm_dir} is a draft-only conversion (its clean rows never trained): measure it only as "
                          "a drafter for the AR original: --thresholds none --spec K --spec-verifier ar")
@@ -195,12 +194,13 @@ def evaluate_thresholds(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows
         # refused now (no mask token, no shifted read-out), not after the threshold rows have run
         dec.check(ARConfig(max_new_tokens=block, spec_tokens=min(spec, max(block - 1, 1)), spec_draft=spec_draft))
         decoders.append((None, self_spec_decoder(dec, spec, spec_draft)))
+    spec_label = (f"self-spec {spec_draft} k={spec}" + (" verifier=ar" if spec_verifier == "ar" else "")
+                  + (f" rank={draft_rank}" if draft_rank else ""))
     for threshold, decode in decoders:
         out = {"ar": ar_dir, "dlm": dlm_dir, "dlm_recipe_step": (manifest.get("recipe") or {}).get("step"),
-               "threshold": threshold, "decoder": f"self-spec {spec_draft} k={spec}" + (
-                   " verifier=ar" if spec_verifier == "ar" else "") + (
-                   f" rank={draft_rank}" if draft_rank else "") if threshold is None else "threshold", "layout": layout, "threads": torch.get_num_threads(), "device": device,
-               "next_block": None, **({"draft_delta": delta} if threshold is None and delta else {})}
+               "threshold": threshold, "decoder": "threshold" if threshold is not None else spec_label,
+               "layout": layout, "threads": torch.get_num_threads(), "device": device, "next_block": None,
+               **({"draft_delta": delta} if threshold is None and delta else {})}
         try:
             out["next_block"] = next_block(ar, decode, rows, context, block, tok.eos_id)
             out["free_running"] = free_running(ar, decode, [r[:context] for r in rows[:free_prompts]], free_tokens,

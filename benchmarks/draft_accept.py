@@ -59,9 +59,8 @@ def main(argv: list[str] | None = None) -> int:
             from orl.model.row_split import verify_with
 
             model = verify_with(model, load_checkpoint(a.verifier)[0])
-        else:
-            if getattr(model, "verifier_record", None):
-                ap.error(f"{name} is a draft-only conversion: give its base as --verifier")
+        elif getattr(model, "verifier_record", None):
+            ap.error(f"{name} is a draft-only conversion: give its base as --verifier")
         ids = special_ids(tok, model.args.vocab_size)
         rows = with_bos(fixed_windows(stream, a.windows, a.window), getattr(tok, "bos_id", None))
         from orl.model.row_split import draft_rows_from
@@ -73,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         acc = sum(p["counts"]["run_sum"] for p in parts) / cuts
         agree = [sum(p["counts"]["hits"][j] for p in parts) / max(sum(p["counts"]["live"][j] for p in parts), 1)
                  for j in range(a.k)]
-        row = {"dlm": name, "verifier": a.verifier, "windows": len(rows), "cuts": cuts, "k": a.k, "agree": [round(x, 4) for x in agree],
-               "accepted": round(acc, 4), "tpf_estimate": round(1 + acc, 4)}
+        row = {"dlm": name, "verifier": a.verifier, "windows": len(rows), "cuts": cuts, "k": a.k,
+               "agree": [round(x, 4) for x in agree], "accepted": round(acc, 4), "tpf_estimate": round(1 + acc, 4)}
         out.append(row)
         print(json.dumps(row), flush=True)
         del model

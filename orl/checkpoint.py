@@ -135,6 +135,11 @@ def require_objective(manifest: dict, expected: str, directory) -> None:
         raise CheckpointError(f"{directory} holds a {got} model, not a {expected} one: {hint}")
 
 
+def recorded_verifier(manifest: dict | None) -> dict:
+    """orl.json recipe.verifier of a draft-only conversion (orl.train.draft_only); {} for any other checkpoint."""
+    return ((manifest or {}).get("recipe") or {}).get("verifier") or {}
+
+
 def load_checkpoint(directory: str | os.PathLike, device: str | torch.device = "cpu",
                     dtype: torch.dtype | None = None) -> tuple[Transformer, Tokenizer, dict]:
     """-> (model in eval mode, tokenizer, manifest). Every mismatch is reported before any weight is used."""
@@ -166,7 +171,7 @@ def load_checkpoint(directory: str | os.PathLike, device: str | torch.device = "
     model = model.to(device=device, dtype=None if read_cast else dtype).eval()
     # a draft-only conversion's clean rows never trained (orl.train.draft_only): the mark travels with the model,
     # so a decoder built without the manifest still refuses it alone (orl.engine.loaded)
-    model.verifier_record = (manifest.get("recipe") or {}).get("verifier") or None
+    model.verifier_record = recorded_verifier(manifest) or None
     return model, tokenizer, manifest
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from orl.checkpoint import save_checkpoint
+from orl.checkpoint import recorded_verifier, save_checkpoint
 from orl.model import ModelArgs, Transformer
 from orl.model.families import family_for
 from orl.tokenizer import SPECIALS, CharTokenizer
@@ -47,7 +47,7 @@ def export_hf(model: Transformer, tokenizer, directory: str | os.PathLike, manif
     quant = (manifest or {}).get("quantization") or next(
         (str(t.dtype) for t in model.state_dict().values() if t.dtype in (torch.int8, torch.uint8)
          or t.dtype.is_floating_point and t.element_size() == 1), None)
-    if getattr(model, "verifier_record", None) or (((manifest or {}).get("recipe") or {}).get("verifier")):
+    if getattr(model, "verifier_record", None) or recorded_verifier(manifest):
         raise ExportError("cannot export a draft-only conversion (orl.train.draft_only): its clean rows never trained, "
                           "so as a causal LM it would be its untrained AR path; it decodes only beside its verifier")
     if quant:

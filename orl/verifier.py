@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orl.checkpoint import CheckpointError, load_checkpoint
-from orl.engine.loaded import recorded_verifier
+from orl.checkpoint import CheckpointError, load_checkpoint, recorded_verifier
 from orl.model.row_split import verify_with
 
 

@@ -154,7 +154,8 @@ def test_each_forward_is_cut_where_its_draft_rows_start(models):
         st = dec.setup([prompt], ARConfig(max_new_tokens=16), extra=scratch_slots(len(draft), 16))
         assert seen and all(c is None for c, _ in seen)  # the prefill: the verifier's alone
         seen.clear()
-        fused_verify(split, st, len(prompt) - 1, prompt[-1:] + draft, tok.encode("9.3"), len(draft), tok.mask_id, 0.0, 0)
+        fused_verify(split, st, len(prompt) - 1, prompt[-1:] + draft, tok.encode("9.3"), len(draft), tok.mask_id,
+                     0.0, 0)
         assert [c for c, _ in seen] == [1 + len(draft)] and seen[0][1] > 1 + len(draft)
         seen.clear()
         diffusion_draft(split, st, len(prompt) - 1, prompt[-1], 4, tok.mask_id)

@@ -5,11 +5,6 @@ from __future__ import annotations
 import torch
 
 
-def recorded_verifier(manifest: dict) -> dict:
-    """orl.json recipe.verifier of a draft-only conversion (orl.train.draft_only); {} for any other checkpoint."""
-    return (manifest.get("recipe") or {}).get("verifier") or {}
-
-
 class LoadedModel:
     """Base of Engine and ARDecoder."""
 
@@ -19,6 +14,7 @@ class LoadedModel:
     verifies_drafts: bool = False
 
     def __init__(self, model: torch.nn.Module, tokenizer, max_len: int | None = None, manifest: dict | None = None):
+        from orl.checkpoint import recorded_verifier
         from orl.model.row_split import has_verifier
 
         self.model = model.eval()

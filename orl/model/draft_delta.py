@@ -34,8 +34,8 @@ class DraftDelta(nn.Module):
         c = self.cut.at
         if c is None or c >= x.shape[1]:
             return y
-        d = (x[:, c:] @ self.a.T.to(x.dtype)) @ self.b.T.to(x.dtype)         # [B, T - c, out]
-        return torch.cat([y[:, :c], y[:, c:] + d], 1)
+        y[:, c:] += (x[:, c:] @ self.a.T) @ self.b.T                         # [B, T - c, out]
+        return y
 
 
 def low_rank(delta: Tensor, rank: int) -> tuple[Tensor, Tensor, float]:

@@ -84,6 +84,7 @@ def check_compatible(drafter: Transformer, verifier: Transformer) -> None:
         if a != b:
             raise RowSplitError(f"the verifier's model_args.{f.name} is {b!r}, the drafter's {a!r}: the two must be "
                                 "the same architecture (a conversion of the verifier)")
+
     def tensors(m):
         return {**dict(m.named_parameters(remove_duplicate=False)), **dict(m.named_buffers(remove_duplicate=False))}
 
@@ -130,25 +131,26 @@ def verify_with(drafter: Transformer, verifier: Transformer, share_equal: bool =
     return drafter
 
 
+def outside_units(model: nn.Module, path: str = ""):
+    """(module path, module, tensor name, tensor) for every parameter or buffer a module owns outside the units
+    (split, shared, or not yet swapped): attention's logn_scale, a block's layer_scalar, a quantized linear's
+    buffers. They run on every row, clean ones included."""
+    if isinstance(model, (RowSplit,) + UNITS):
+        return
+    for name, t in [*model.named_parameters(recurse=False), *model.named_buffers(recurse=False)]:
+        yield path, model, name, t
+    for name, child in model.named_children():
+        yield from outside_units(child, f"{path}.{name}" if path else name)
+
+
 def check_outside_units(drafter: nn.Module, verifier: nn.Module) -> None:
-    """Tensors a split cannot reach (a module's own parameters or buffers outside the units: attention's
-    logn_scale, a block's layer_scalar; a quantized linear's buffers) run on every row, clean ones included,
-    so they must be the verifier's values, or the verify rows would not be the verifier's."""
+    """What outside_units yields must be the verifier's values, or the verify rows would not be the verifier's."""
     theirs = dict(verifier.named_modules())
-
-    def walk(m: nn.Module, path: str) -> None:
-        if isinstance(m, RowSplit) or m is theirs.get(path):
-            return
-        for kind, own in (("parameter", m.named_parameters(recurse=False)), ("buffer", m.named_buffers(recurse=False))):
-            for name, t in own:
-                if not torch.equal(t, getattr(theirs[path], name)):
-                    raise RowSplitError(f"{kind} {path + '.' if path else ''}{name} ({type(m).__name__}) differs "
-                                        f"between drafter and verifier, and runs on the clean rows too (outside "
-                                        f"the split units): it must be the verifier's")
-        for name, child in m.named_children():
-            walk(child, f"{path}.{name}" if path else name)
-
-    walk(drafter, "")
+    for path, m, name, t in outside_units(drafter):
+        if not torch.equal(t, getattr(theirs[path], name)):
+            raise RowSplitError(f"{path + '.' if path else ''}{name} ({type(m).__name__}) differs between drafter and "
+                                "verifier, and runs on the clean rows too (outside the split units): it must be the "
+                                "verifier's")
 
 
 def has_verifier(model: nn.Module) -> bool:
@@ -189,16 +191,6 @@ def drafter_of(model: Transformer) -> Transformer:
 
 
 def params_outside_units(model: nn.Module) -> list[nn.Parameter]:
-    """The parameters a split model runs on every row (check_outside_units): a draft-only run freezes them,
-    since training them would move the verify rows."""
-    out = []
-
-    def walk(m: nn.Module) -> None:
-        if isinstance(m, (RowSplit,) + UNITS):
-            return
-        out.extend(p for _, p in m.named_parameters(recurse=False))
-        for child in m.children():
-            walk(child)
-
-    walk(model)
-    return out
+    """The parameters a split model runs on every row (outside_units): a draft-only run freezes them, since
+    training them would move the verify rows."""
+    return [t for _, _, _, t in outside_units(model) if isinstance(t, nn.Parameter)]

@@ -301,7 +301,8 @@ def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_conf
     ids, bos = special_ids(tok, model.args.vocab_size), getattr(tok, "bos_id", None)
     extra = {"base": cfg.base, "base_files_sha256": base_files, "mask_token": mask, "corpus": corpus_summary(data_dir)}
     if cfg.draft_only:  # the saved drafter decodes with this verifier (orl.train.draft_only)
-        extra["verifier"] = {"base": str(Path(cfg.base).resolve()), "base_files_sha256": base_files, "init_from": cfg.init_from or None}
+        extra["verifier"] = {"base": str(Path(cfg.base).resolve()), "base_files_sha256": base_files,
+                             "init_from": cfg.init_from or None}
     model.train()
     ddp = dist.wrap(model, parallel=cfg.parallel, bf16=cfg.bf16)
     opt = make_optimizer(model, cfg.lr, cfg.weight_decay)  # on the parameters as they train (maybe sharded)
