@@ -75,7 +75,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         read_timeout_s=args.read_timeout, api_key=args.api_key, allowed_hosts=names(args.allowed_hosts),
         cors_origins=names(args.cors_origins), docs=args.docs)
     ar = ar_overrides(args)  # speculative decoding: the AR decoder serves (orl.serve.server.decoder_for)
-    serve(args.model, config, device=args.device, dtype=args.dtype, ar=ARConfig(**ar) if ar else None)
+    serve(args.model, config, device=args.device, dtype=args.dtype, ar=ARConfig(**ar) if ar else None,
+          spec_verifier=args.spec_verifier)
     return 0
 
 
@@ -101,7 +102,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                     thresholds=_floats(args.thresholds) if args.thresholds else
                     [threshold] if threshold is not None else None, decode=decode, ar=ar_overrides(args),
                     batch_size=args.batch_size, n_samples=args.n_samples, seed=args.seed, device=args.device,
-                    prompt_style=args.prompt_style, progress=not args.no_progress, dtype=args.dtype)
+                    prompt_style=args.prompt_style, progress=not args.no_progress, dtype=args.dtype,
+                    spec_verifier=args.spec_verifier)
     print(eval_summary(run_eval(spec)))
     return 0
 
@@ -136,7 +138,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from orl.cli_bench import add_command as add_bench  # bench (speed and accuracy, one table)
-    from orl.cli_decode import AR_FLAGS, add_decode_flags  # the decode flags of generate, eval (and serve)
+    from orl.cli_decode import AR_FLAGS, add_decode_flags, add_verifier_flag  # the decode flags of generate, eval (and serve)
     from orl.cli_generate import add_command as add_generate  # generate (dLLMs, AR and canvas models)
     from orl.cli_tasks import add_task_flags  # --task-module / --tasks-file of train and eval
 
@@ -200,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
                                           "https://app.example.com ('*': any); default none")
     s.add_argument("--docs", action="store_true", help="serve /docs and /openapi.json (off by default)")
     add_decode_flags(s, AR_FLAGS)  # the AR decoder's speculative settings: the server's, not a request's
+    add_verifier_flag(s)
     s.set_defaults(func=cmd_serve)
     s = sub.add_parser("eval", help="evaluate a checkpoint on tasks; one JSONL record per sample (resumable)")
     s.add_argument("--model", required=True, help="checkpoint directory")
@@ -208,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--split", default="heldout", help="train | heldout | beyond (tasks v7: sizes past the training range)")
     s.add_argument("--limit", type=int, default=100, help="samples per task")
     add_decode_flags(s)  # --threshold: one point
+    add_verifier_flag(s)
     s.add_argument("--thresholds", help="comma-separated thresholds to sweep; overrides --threshold")
     s.add_argument("--dtype", help="cast the weights at load: float32 | bfloat16 | float16 (default: the file's)")
     s.add_argument("--batch-size", type=int, default=16, help="prompts per generate call; 1 for latency/tokens-per-s runs")

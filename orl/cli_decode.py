@@ -85,6 +85,14 @@ def add_decode_flags(parser: argparse.ArgumentParser, flags=DECODE_FLAGS + AR_FL
             parser.add_argument(flag, type=kind, default=None, choices=choices, help=text)
 
 
+def add_verifier_flag(parser: argparse.ArgumentParser) -> None:
+    """--spec-verifier, for every command that decodes a checkpoint (generate, eval, serve)."""
+    parser.add_argument("--spec-verifier", default=None, metavar="DIR",
+                        help="with --spec-draft diffusion | fused: the checkpoint whose weights verify the drafts (the "
+                             "AR original a conversion came from): its greedy tokens exactly (orl.model.row_split). "
+                             "Default: the verifier a draft-only conversion records")
+
+
 def decode_overrides(args: argparse.Namespace) -> dict:
     """The decode flags given, as DecodeConfig overrides (field name -> value)."""
     return {name: getattr(args, name) for name in DECODE_FIELDS if getattr(args, name) is not None}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from orl.cli_decode import add_decode_flags, decode_overrides, refuse_ar_flags
+from orl.cli_decode import add_decode_flags, add_verifier_flag, decode_overrides, refuse_ar_flags
 
 
 def add_command(sub) -> None:
@@ -13,10 +13,7 @@ def add_command(sub) -> None:
     s.add_argument("prompt", help="prompt text")
     s.add_argument("--model", required=True, help="checkpoint directory")
     add_decode_flags(s)
-    s.add_argument("--spec-verifier", default=None, metavar="DIR",
-                   help="with --spec-draft diffusion | fused: the checkpoint whose weights verify the drafts (the AR "
-                        "original a conversion came from): its greedy tokens exactly (orl.model.row_split). Default: "
-                        "the verifier a draft-only conversion records")
+    add_verifier_flag(s)
     s.add_argument("--dtype", default=None, help="cast the weights at load: float32 | bfloat16 | float16 (default: the file's)")
     s.add_argument("--seed", type=int, default=0, help="sampling seed")
     s.add_argument("--device", default=None, help="cpu | cuda (default: cuda when available)")

@@ -13,6 +13,11 @@ from orl.checkpoint import CheckpointError, load_checkpoint, recorded_verifier
 from orl.model.row_split import verify_with
 
 
+def verifier_dir(manifest: dict, path: str | None) -> str | None:
+    """The verifier a decode uses: `path` (--spec-verifier), else the one a draft-only conversion records."""
+    return path or recorded_verifier(manifest).get("base")
+
+
 def attach_verifier(model, manifest: dict, where, path: str | None, spec_draft: str | None, device=None,
                     dtype=None):
     """`model` with the verifier's weights on its clean rows (orl.model.row_split), when `path` is given or the
@@ -28,7 +33,7 @@ def attach_verifier(model, manifest: dict, where, path: str | None, spec_draft: 
         what = f"--spec-verifier {path}" if path else f"{where} (a draft-only conversion: its clean rows never trained)"
         raise ValueError(f"{what} decodes only self-speculatively: add --spec-draft fused --spec-tokens K (its "
                          f"drafts verified by {path or recorded.get('base')})")
-    path = path or recorded.get("base")
+    path = verifier_dir(manifest, path)
     if not Path(path).is_dir():
         raise CheckpointError(f"{where} drafts for the verifier {path} (orl.json recipe.verifier), which is not "
                               "here: give its directory with --spec-verifier DIR")

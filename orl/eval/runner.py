@@ -54,6 +54,8 @@ class EvalSpec:
     device: str = "cpu"
     prompt_style: str = "auto"           # humaneval: chat if the tokenizer has a chat template
     dtype: str | None = None             # cast the weights at load (None: the file's dtype)
+    spec_verifier: str | None = None     # self-draft: the checkpoint verifying the drafts (orl.verifier; None:
+                                         # the one a draft-only conversion records, if any)
     progress: bool = True
 
     def validate(self) -> "EvalSpec":
@@ -125,10 +127,13 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
     """Evaluate and return this spec's records (earlier ones from the file included). on_batch sees
     each batch's new records after they are written."""
     from orl.checkpoint import load_checkpoint, require_objective
+    from orl.verifier import attach_verifier, verifier_dir
 
     spec.validate()
     model, tokenizer, manifest = load_checkpoint(spec.model, device=spec.device,
                                                  dtype=DTYPES[spec.dtype] if spec.dtype else None)
+    model = attach_verifier(model, manifest, spec.model, spec.spec_verifier, spec.ar.get("spec_draft"), spec.device,
+                            DTYPES[spec.dtype] if spec.dtype else None)
     objective = manifest.get("objective") or Engine.objective
     # a block-diffusion checkpoint drafting for its own AR path (orl.engine.self_draft) decodes as an AR model
     self_draft = spec.ar.get("spec_draft") in SELF_DRAFTS and objective == Engine.objective
@@ -160,6 +165,9 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
     model_id = model_identity(spec.model)
     if spec.dtype:  # a cast model is another model: its records must not resume the file dtype's
         model_id["id"] += f"-{spec.dtype}"
+    if (where := verifier_dir(manifest, spec.spec_verifier)) is not None:  # another verifier: other tokens
+        model_id["verifier"] = model_identity(where)
+        model_id["id"] += f"+{model_id['verifier']['id']}"
     ident = {"model": model_id, "code": code_identity(),
              "device": torch.cuda.get_device_name() if engine.device.type == "cuda" else platform.processor() or "cpu"}
     by_stop: dict[tuple[str, ...], list[Sample]] = {}  # a task's own stop strings (k-shot: the newline)
