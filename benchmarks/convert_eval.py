@@ -54,10 +54,13 @@ def threshold_decoder(dlm: Engine, block: int, threshold: float, layout: str):
                                                                        threshold=threshold, layout=layout))
 
 
-def self_spec_decoder(dec: ARDecoder, k: int, draft: str):
+def self_spec_decoder(dec: ARDecoder, k: int, draft: str, groups: int = 0):
     """The converted model's AR path verifying drafts of its diffusion path (orl.engine.self_draft): exactly the
-    AR path's greedy tokens, TPF = tokens / all forwards (drafts included). Batch 1, so one prefix at a time."""
-    cfg = lambda n: ARConfig(max_new_tokens=n, spec_tokens=min(k, max(n - 1, 1)), spec_draft=draft)  # noqa: E731
+    AR path's greedy tokens, TPF = tokens / all forwards (drafts included). Batch 1, so one prefix at a time.
+    groups: ARConfig.spec_groups (fused: the likeliest groups only, a shorter forward)."""
+    def cfg(n: int) -> ARConfig:
+        kn = min(k, max(n - 1, 1))
+        return ARConfig(max_new_tokens=n, spec_tokens=kn, spec_draft=draft, spec_groups=min(groups, 2 * kn))
     return lambda prefixes, n: [dec.generate_ids([p], cfg(n))[0] for p in prefixes]
 
 
@@ -126,7 +129,8 @@ def evaluate_thresholds(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows
                         block: int | None, thresholds: tuple[float, ...], free_tokens: int, free_prompts: int,
                         layout: str | None = None, device: str = "cpu", spec: int = 0,
                         spec_draft: str = "fused", on_result=None, spec_verifier: str = "own",
-                        draft_rank: int = 0) -> list[dict]:
+                        draft_rank: int = 0, spec_groups: int = 0, draft_ids: torch.Tensor | None = None
+                        ) -> list[dict]:
     """One result per threshold, the two checkpoints loaded once (a GPU lease spends seconds per load); with
     spec = k > 0 one more: the converted model's AR path verifying its own diffusion drafts of k tokens
     (spec_draft: "fused", one forward a round, or "diffusion", a draft forward and a verify forward), whose
@@ -134,6 +138,8 @@ def evaluate_thresholds(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows
     spec_verifier "ar": the AR original's weights score the verify rows instead (orl.model.row_split), so the
     tokens are the original's greedy ones exactly and the converted weights only draft; draft_rank r > 0: as the
     original plus a rank-r delta on the draft rows (orl.model.draft_delta: one weight read a forward).
+    spec_groups: the fused decoder's draft groups a round (0: all); draft_ids: the draft rows score only these
+    tokens (orl.model.draft_vocab; the verify rows the whole vocabulary, so the tokens do not change).
     on_result(results so far) runs after each decoder's result (main writes --out there: a run cut off by a
     deadline keeps what it measured)."""
     from orl.checkpoint import load_checkpoint, recorded_verifier
@@ -172,8 +178,6 @@ def evaluate_thresholds(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows
             raise ValueError(f"--spec-draft {spec_draft!r}: choose one of {', '.join(SPEC_DRAFTS)}")
         from orl.engine.self_draft import scratch_slots
 
-        # the decoder's max_len bounds the cache, which must hold a fused round's draft groups too
-        spec_len = max_len + scratch_slots(spec, max(block, free_tokens))
         if spec_verifier not in ("own", "ar"):
             raise ValueError(f"--spec-verifier {spec_verifier!r}: 'own' or 'ar'")
         spec_model = dlm_model
@@ -190,12 +194,23 @@ def evaluate_thresholds(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows
                 delta = low_rank_drafts(spec_model, draft_rank)
         elif draft_rank:
             raise ValueError("--draft-rank is for --spec-verifier ar (a delta from the AR original)")
+        if draft_ids is not None:
+            from orl.model.draft_vocab import draft_vocab
+
+            spec_model = draft_vocab(spec_model, draft_ids)
+        # spec_groups is the fused decoder's: the scratch it needs is sized by it (fewer groups, fewer slots)
+        spec_len = max_len + scratch_slots(spec, max(block, free_tokens), spec_groups)
         dec = ARDecoder(spec_model, dtok, manifest=manifest, max_len=spec_len)
         # refused now (no mask token, no shifted read-out), not after the threshold rows have run
-        dec.check(ARConfig(max_new_tokens=block, spec_tokens=min(spec, max(block - 1, 1)), spec_draft=spec_draft))
-        decoders.append((None, self_spec_decoder(dec, spec, spec_draft)))
+        kb = min(spec, max(block - 1, 1))
+        dec.check(ARConfig(max_new_tokens=block, spec_tokens=kb, spec_draft=spec_draft,
+                           spec_groups=min(spec_groups, 2 * kb)))
+        decoders.append((None, self_spec_decoder(dec, spec, spec_draft, spec_groups)))
+    elif spec_groups or draft_ids is not None:
+        raise ValueError("--spec-groups / --draft-vocab are for the --spec decoder")
     spec_label = (f"self-spec {spec_draft} k={spec}" + (" verifier=ar" if spec_verifier == "ar" else "")
-                  + (f" rank={draft_rank}" if draft_rank else ""))
+                  + (f" rank={draft_rank}" if draft_rank else "") + (f" groups={spec_groups}" if spec_groups else "")
+                  + (f" vocab={draft_ids.numel()}" if draft_ids is not None else ""))
     for threshold, decode in decoders:
         out = {"ar": ar_dir, "dlm": dlm_dir, "dlm_recipe_step": (manifest.get("recipe") or {}).get("step"),
                "threshold": threshold, "decoder": "threshold" if threshold is not None else spec_label,
@@ -255,12 +270,24 @@ def main() -> None:
                     "exactly the original's tokens)")
     ap.add_argument("--draft-rank", type=int, default=0, help="with --spec-verifier ar: the drafts from the original "
                     "plus a rank-R truncated SVD of the converted weights' difference (orl.model.draft_delta)")
+    ap.add_argument("--spec-groups", type=int, default=0, help="--spec-draft fused: the likeliest G draft groups a "
+                    "round (default 0: all 2K + 1); a shorter forward, the same tokens")
+    ap.add_argument("--draft-vocab", type=int, default=0, help="the draft rows score only the N most frequent "
+                    "tokens of the corpus's training streams (orl.model.draft_vocab; the same tokens, cheaper drafts)")
     ap.add_argument("--out", help="write the JSON here too")
     args = ap.parse_args()
     from safetensors.torch import load_file
 
     torch.set_num_threads(args.threads)
-    stream = load_file(Path(args.corpus) / "tokens.safetensors")["code_heldout"]
+    streams = load_file(Path(args.corpus) / "tokens.safetensors")
+    stream = streams["code_heldout"]
+    draft_ids = None
+    if args.draft_vocab:  # counted on the training streams only, never the held-out windows measured here
+        from orl.model.draft_vocab import frequent_ids
+        from orl.tokenizer import load_tokenizer
+
+        eos = load_tokenizer(args.dlm if args.dlm != UNTRAINED else args.ar).eos_id
+        draft_ids = frequent_ids([v for k, v in streams.items() if k != "code_heldout"], args.draft_vocab, keep=[eos])
     taus = (() if args.thresholds == "none" else tuple(float(t) for t in args.thresholds.split(","))
             if args.thresholds else (args.threshold,))
     if not taus and not args.spec:
@@ -270,7 +297,7 @@ def main() -> None:
     res = evaluate_thresholds(args.ar, args.dlm, stream, args.windows, args.context, args.block, taus,
                               args.free_tokens, args.free_prompts, args.layout, args.device, args.spec,
                               args.spec_draft, on_result=partial, spec_verifier=args.spec_verifier,
-                              draft_rank=args.draft_rank)
+                              draft_rank=args.draft_rank, spec_groups=args.spec_groups, draft_ids=draft_ids)
     emit(res if many else res[0], args.out)
 
 

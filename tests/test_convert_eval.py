@@ -133,3 +133,18 @@ def test_the_ar_original_as_verifier_gives_its_tokens_from_a_drifted_conversion(
         ce.evaluate_thresholds(str(d / "ar"), str(d / "dlm"), stream, thresholds=(), draft_rank=2, **kw)
     with pytest.raises(ValueError, match="--spec-verifier 'mine'"):
         ce.evaluate_thresholds(str(d / "ar"), str(d / "dlm"), stream, thresholds=(), spec_verifier="mine", **kw)
+
+
+def test_draft_groups_and_a_draft_vocabulary_keep_the_originals_tokens(models, tmp_path):
+    """--spec-groups G and --draft-vocab (orl.model.draft_vocab) change only the drafts: the tokens stay the AR
+    original's (that a narrow vocabulary costs forwards: tests/test_draft_vocab.py, on a model whose drafts land)."""
+    d, stream = models
+    kw = dict(windows=6, context=10, block=4, free_tokens=8, free_prompts=3, spec=3, thresholds=(), spec_verifier="ar")
+    full = ce.evaluate_thresholds(str(d / "ar"), str(d / "dlm"), stream, **kw)[0]
+    ids = torch.arange(3, 13)   # 10 of ~95 tokens
+    r = ce.evaluate_thresholds(str(d / "ar"), str(d / "dlm"), stream, spec_groups=2, draft_ids=ids, **kw)[0]
+    assert r["decoder"] == "self-spec fused k=3 verifier=ar groups=2 vocab=10"
+    assert r["next_block"]["dlm_block_agrees_with_ar"] == 1.0 and r["free_running"]["position_agreement"] == 1.0
+    assert r["free_running"]["n"] == full["free_running"]["n"] == 3
+    with pytest.raises(ValueError, match="--spec-groups / --draft-vocab are for the --spec decoder"):
+        ce.evaluate_thresholds(str(d / "ar"), str(d / "dlm"), stream, 2, 10, 4, (0.5,), 4, 1, spec_groups=2)

@@ -110,8 +110,10 @@ def verify_with(drafter: Transformer, verifier: Transformer, share_equal: bool =
     equal (frozen embeddings, and with them a tied head: most of a 262k-vocabulary model) is the verifier's
     alone, read once a forward; a training run (orl.train.draft_only) keeps every unit split, since equal
     weights there are only a starting point."""
-    if getattr(drafter, "row_cut", None) is not None:
+    if has_verifier(drafter):
         raise RowSplitError("this model already has a verifier (verify_with was applied to it)")
+    if getattr(drafter, "row_cut", None) is not None:  # orl.model.draft_vocab's cut: its head copy is the drafter's
+        raise RowSplitError("draft_vocab was applied to this model: apply verify_with first, then draft_vocab")
     check_compatible(drafter, verifier)
     cut = Cut()
     theirs = dict(verifier.named_modules())
@@ -128,6 +130,7 @@ def verify_with(drafter: Transformer, verifier: Transformer, share_equal: bool =
     swap(drafter, "")
     check_outside_units(drafter, verifier)
     drafter.row_cut = cut
+    drafter.verifier_attached = True
     return drafter
 
 
@@ -154,7 +157,8 @@ def check_outside_units(drafter: nn.Module, verifier: nn.Module) -> None:
 
 
 def has_verifier(model: nn.Module) -> bool:
-    return getattr(model, "row_cut", None) is not None
+    # not row_cut alone: orl.model.draft_vocab gives a model without a verifier a cut of its own
+    return getattr(model, "verifier_attached", False)
 
 
 @contextmanager

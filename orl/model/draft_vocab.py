@@ -1,0 +1,82 @@
+"""A smaller vocabulary for the draft rows (`draft_vocab(model, ids)`), a transform of a self-drafting model.
+
+Why: gemma-3-270m's head is 262,144 x 640, 168M of its 268M weights, and a fused self-speculative round
+(orl.engine.self_draft) reads it out on every row: at k = 3, 4 verify rows and 21 draft rows. On the draft rows
+only the draft's argmax and two probabilities are used, and almost every accepted draft is a frequent token,
+so the draft rows score only the `ids` (the corpus's most frequent tokens, FR-Spec's frequency-ranked draft
+head): a [n, D] copy of those head rows, the other logits -inf. The verify rows keep the whole head, so the
+output tokens do not change; a draft outside `ids` is simply never proposed, which costs only TPF.
+
+Which rows draft is the cut orl.model.row_split sets for one forward (`draft_rows_from`); a model without a
+separate verifier gets a cut of its own here, so its own AR path's fused decode (`--spec-draft fused`) uses it
+too. Outside a draft forward (prefill, plain AR steps) the head is the model's own.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+import torch
+from torch import Tensor, nn
+
+from orl.model.row_split import Cut, RowSplit
+
+
+class DraftVocabHead(nn.Module):
+    """head(h) on the rows before cut.at; on the rows from it, h's logits over `ids` only (-inf elsewhere)."""
+
+    def __init__(self, head: nn.Module, ids: Tensor, cut: Cut):
+        super().__init__()
+        self.head, self.cut = head, cut
+        draft = head.draft if isinstance(head, RowSplit) else head  # the drafter's own head on the draft rows
+        self.register_buffer("ids", ids, persistent=False)                          # [n]
+        # a copy, read once a forward: indexing the [V, D] weight each forward would read it
+        self.register_buffer("sub", draft.weight.detach()[ids].clone(), persistent=False)   # [n, D]
+        self.vocab = draft.weight.shape[0]
+
+    @property
+    def weight(self) -> Tensor:
+        return self.head.weight
+
+    def forward(self, h: Tensor) -> Tensor:                                         # h [B, T, D]
+        c = self.cut.at
+        if c is None or c >= h.shape[1]:
+            return self.head(h)
+        part = h[:, c:] @ self.sub.T                                                # [B, T - c, n]
+        out = part.new_full((*part.shape[:2], self.vocab), float("-inf"))          # [B, T - c, V]
+        out[..., self.ids] = part
+        return out if c <= 0 else torch.cat([self.head(h[:, :c]), out], 1)
+
+
+def draft_vocab(model: nn.Module, ids: Tensor) -> nn.Module:
+    """In place: the model's head scores only `ids` on draft rows (module docstring); returned. Refused: a
+    family with a final logit soft-cap (it would map the missing tokens' -inf to -cap, inside the softmax), ids
+    out of range or repeated, a model it was already applied to."""
+    if isinstance(model.lm_head, DraftVocabHead):
+        raise ValueError("draft_vocab was already applied to this model")
+    if model.args.final_logit_softcap:
+        raise ValueError("draft_vocab: this family soft-caps its logits (final_logit_softcap), which turns the "
+                         "excluded tokens' -inf into -cap; not supported")
+    v = model.lm_head.weight.shape[0]
+    ids = torch.as_tensor(ids, dtype=torch.long, device=model.lm_head.weight.device).flatten()
+    if ids.numel() == 0 or int(ids.min()) < 0 or int(ids.max()) >= v:
+        raise ValueError(f"draft vocabulary ids must be a non-empty set within 0..{v - 1}")
+    if ids.unique().numel() != ids.numel():
+        raise ValueError("draft vocabulary ids repeat")
+    if getattr(model, "row_cut", None) is None:
+        model.row_cut = Cut()  # no separate verifier: the model's own draft rows (orl.model.row_split)
+    model.lm_head = DraftVocabHead(model.lm_head, ids, model.row_cut)
+    return model
+
+
+def frequent_ids(streams: Iterable[Iterable[int]], n: int, keep: Iterable[int] = ()) -> Tensor:
+    """The n most frequent token ids of `streams` (ties: the smaller id), plus `keep` (EOS, stop tokens: a draft
+    that ends an answer must stay proposable) within the n. Fewer when the streams hold fewer distinct ids."""
+    if n < 1:
+        raise ValueError(f"draft vocabulary size must be >= 1, got {n}")
+    counts = Counter()
+    for s in streams:
+        counts.update(s.tolist() if isinstance(s, Tensor) else s)
+    keep = list(dict.fromkeys(int(k) for k in keep))
+    ranked = [t for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if t not in set(keep)]
+    return torch.tensor(sorted(keep + ranked[: max(0, n - len(keep))]), dtype=torch.long)

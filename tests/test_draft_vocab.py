@@ -1,0 +1,93 @@
+"""A smaller draft vocabulary (orl.model.draft_vocab): the draft rows score only the given ids, the verify rows
+the whole vocabulary, so self-speculative decoding emits the same tokens (own AR path, or a separate verifier's)
+and only the drafts, hence the forwards, change."""
+import copy
+from dataclasses import replace
+
+import pytest
+import torch
+
+from orl.checkpoint import load_checkpoint
+from orl.engine.ar import ARConfig, ARDecoder
+from orl.model.draft_vocab import DraftVocabHead, draft_vocab, frequent_ids
+from orl.model.row_split import RowSplitError, draft_rows_from, has_verifier, verify_with
+from test_row_split import perturbed
+from test_self_draft import BASE, PROMPTS
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def base():
+    return load_checkpoint(BASE)
+
+
+def test_frequent_ids_by_hand():
+    streams = [torch.tensor([5, 2, 2, 3, 3, 3]), [4, 4, 2]]        # counts: 2 -> 3, 3 -> 3, 4 -> 2, 5 -> 1
+    assert frequent_ids(streams, 2).tolist() == [2, 3]              # a tie goes to the smaller id
+    assert frequent_ids(streams, 3, keep=[9]).tolist() == [2, 3, 9]  # kept ids count within n
+    assert frequent_ids(streams, 10).tolist() == [2, 3, 4, 5]        # no more than the streams hold
+    with pytest.raises(ValueError, match=">= 1"):
+        frequent_ids(streams, 0)
+
+
+def test_the_draft_rows_score_only_the_ids(base):
+    plain, tok, _ = base
+    ids = torch.tensor([1, 4, 7, 20])
+    model = draft_vocab(copy.deepcopy(plain), ids)
+    x = torch.tensor([tok.encode("cumsum:87734764=8,15")])
+    T, c = x.shape[1], 6
+    pos, mask = torch.arange(T)[None], torch.ones(1, T, T, dtype=torch.bool).tril()
+    want = plain(x, pos, mask)[0]                                                   # [T, V]
+    assert torch.equal(model(x, pos, mask)[0], want)                                # no cut: the whole head
+    with draft_rows_from(model, c):
+        got = model(x, pos, mask)[0]
+    assert torch.equal(got[:c], want[:c])
+    torch.testing.assert_close(got[c:, ids], want[c:, ids])
+    others = torch.ones(got.shape[1], dtype=torch.bool)
+    others[ids] = False
+    assert torch.isneginf(got[c:, others]).all()
+    assert not has_verifier(model)  # a cut of its own is not a verifier
+
+
+@pytest.mark.parametrize("draft", ["fused", "diffusion"])
+def test_own_path_tokens_do_not_change_and_a_narrow_vocab_costs_forwards(base, draft):
+    model, tok, manifest = base
+    plain = ARConfig(max_new_tokens=32)
+    spec = ARConfig(max_new_tokens=32, spec_tokens=4, spec_draft=draft)
+    want = ARDecoder(model, tok, manifest=manifest).generate(PROMPTS, plain)
+    full = [ARDecoder(model, tok, manifest=manifest).generate([p], spec)[0] for p in PROMPTS]
+    digits = [tok.encode(str(d))[0] for d in range(10)] + [tok.eos_id]
+    narrow = draft_vocab(copy.deepcopy(model), torch.tensor(sorted(set(digits))))
+    got = [ARDecoder(narrow, tok, manifest=manifest).generate([p], spec)[0] for p in PROMPTS]
+    assert [g.token_ids for g in got] == [w.token_ids for w in want]
+    # letters and commas can no longer be drafted: more forwards for the same tokens (so this can fail)
+    assert sum(g.step_forwards for g in got) > sum(f.step_forwards for f in full)
+
+
+def test_with_a_separate_verifier_the_tokens_are_the_verifiers(base):
+    drafter, tok, manifest = base
+    verifier = perturbed(drafter, 0.15)
+    split = draft_vocab(verify_with(copy.deepcopy(drafter), verifier), torch.arange(drafter.args.vocab_size // 2))
+    assert isinstance(split.lm_head, DraftVocabHead) and has_verifier(split)
+    spec = ARConfig(max_new_tokens=32, spec_tokens=4, spec_draft="fused")
+    want = ARDecoder(verifier, tok, manifest=manifest).generate(PROMPTS, ARConfig(max_new_tokens=32))
+    got = [ARDecoder(split, tok, manifest=manifest).generate([p], spec)[0] for p in PROMPTS]
+    assert [g.token_ids for g in got] == [w.token_ids for w in want]
+
+
+def test_refusals(base):
+    model, _, _ = base
+    v = model.args.vocab_size
+    for ids, words in (([1, 1], "repeat"), ([v], "within"), ([], "non-empty"), ([-1], "within")):
+        with pytest.raises(ValueError, match=words):
+            draft_vocab(copy.deepcopy(model), torch.tensor(ids, dtype=torch.long))
+    once = draft_vocab(copy.deepcopy(model), torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match="already"):
+        draft_vocab(once, torch.tensor([1, 2]))
+    with pytest.raises(RowSplitError, match="verify_with first"):
+        verify_with(once, copy.deepcopy(model))
+    capped = copy.deepcopy(model)
+    capped.args = replace(capped.args, final_logit_softcap=30.0)
+    with pytest.raises(ValueError, match="soft-caps"):
+        draft_vocab(capped, torch.tensor([1, 2]))
