@@ -222,6 +222,11 @@ def _with_end_of_turn(m: dict, family: ModuleType) -> dict:
     return m
 
 
+def read_model_args(directory: str | os.PathLike) -> ModelArgs:
+    """The checkpoint's ModelArgs (config checked), without reading a weight."""
+    return _read_config(Path(directory))[1]
+
+
 def read_manifest(directory: str | os.PathLike) -> dict:
     """A checkpoint's manifest (or the one derived from its config.json), without touching the weights."""
     return _read_config(Path(directory))[0]

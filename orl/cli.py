@@ -76,7 +76,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         cors_origins=names(args.cors_origins), docs=args.docs)
     ar = ar_overrides(args)  # speculative decoding: the AR decoder serves (orl.serve.server.decoder_for)
     serve(args.model, config, device=args.device, dtype=args.dtype, ar=ARConfig(**ar) if ar else None,
-          spec_verifier=args.spec_verifier)
+          spec_verifier=args.spec_verifier, draft_vocab=args.draft_vocab)
     return 0
 
 
@@ -103,7 +103,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                     [threshold] if threshold is not None else None, decode=decode, ar=ar_overrides(args),
                     batch_size=args.batch_size, n_samples=args.n_samples, seed=args.seed, device=args.device,
                     prompt_style=args.prompt_style, progress=not args.no_progress, dtype=args.dtype,
-                    spec_verifier=args.spec_verifier)
+                    spec_verifier=args.spec_verifier, draft_vocab=args.draft_vocab)
     print(eval_summary(run_eval(spec)))
     return 0
 
@@ -138,7 +138,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from orl.cli_bench import add_command as add_bench  # bench (speed and accuracy, one table)
-    from orl.cli_decode import AR_FLAGS, add_decode_flags, add_verifier_flag  # the decode flags of generate, eval (and serve)
+    from orl.cli_decode import AR_FLAGS, add_decode_flags, add_self_draft_flags  # the decode flags of generate, eval (and serve)
     from orl.cli_generate import add_command as add_generate  # generate (dLLMs, AR and canvas models)
     from orl.cli_tasks import add_task_flags  # --task-module / --tasks-file of train and eval
 
@@ -202,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
                                           "https://app.example.com ('*': any); default none")
     s.add_argument("--docs", action="store_true", help="serve /docs and /openapi.json (off by default)")
     add_decode_flags(s, AR_FLAGS)  # the AR decoder's speculative settings: the server's, not a request's
-    add_verifier_flag(s)
+    add_self_draft_flags(s)
     s.set_defaults(func=cmd_serve)
     s = sub.add_parser("eval", help="evaluate a checkpoint on tasks; one JSONL record per sample (resumable)")
     s.add_argument("--model", required=True, help="checkpoint directory")
@@ -211,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--split", default="heldout", help="train | heldout | beyond (tasks v7: sizes past the training range)")
     s.add_argument("--limit", type=int, default=100, help="samples per task")
     add_decode_flags(s)  # --threshold: one point
-    add_verifier_flag(s)
+    add_self_draft_flags(s)
     s.add_argument("--thresholds", help="comma-separated thresholds to sweep; overrides --threshold")
     s.add_argument("--dtype", help="cast the weights at load: float32 | bfloat16 | float16 (default: the file's)")
     s.add_argument("--batch-size", type=int, default=16, help="prompts per generate call; 1 for latency/tokens-per-s runs")
@@ -248,8 +248,10 @@ def build_parser() -> argparse.ArgumentParser:
     from orl.cli_tasks import add_commands as add_task_commands  # tasks (families, examples, what models know)
     from orl.cli_quant import add_commands as add_quant_commands  # quantize (int8 / fp8 / nvfp4)
     from orl.cli_average import add_commands as add_average_commands  # average (checkpoints of one model)
+    from orl.cli_draft_vocab import add_commands as add_draft_vocab_commands  # draft-vocab (cheaper drafts)
 
     add_commands(sub)
+    add_draft_vocab_commands(sub)
     add_quant_commands(sub)
     add_average_commands(sub)
     add_task_commands(sub)

@@ -85,12 +85,15 @@ def add_decode_flags(parser: argparse.ArgumentParser, flags=DECODE_FLAGS + AR_FL
             parser.add_argument(flag, type=kind, default=None, choices=choices, help=text)
 
 
-def add_verifier_flag(parser: argparse.ArgumentParser) -> None:
-    """--spec-verifier, for every command that decodes a checkpoint (generate, eval, serve)."""
+def add_self_draft_flags(parser: argparse.ArgumentParser) -> None:
+    """--spec-verifier and --draft-vocab, for every command that decodes a checkpoint (generate, eval, serve)."""
     parser.add_argument("--spec-verifier", default=None, metavar="DIR",
                         help="with --spec-draft diffusion | fused: the checkpoint whose weights verify the drafts (the "
                              "AR original a conversion came from): its greedy tokens exactly (orl.model.row_split). "
                              "Default: the verifier a draft-only conversion records")
+    parser.add_argument("--draft-vocab", default=None, metavar="FILE",
+                        help="with --spec-draft diffusion | fused: the draft rows score only these tokens (a file "
+                             "`orl draft-vocab` writes; orl.model.draft_vocab): cheaper drafts, the same tokens")
 
 
 def decode_overrides(args: argparse.Namespace) -> dict:

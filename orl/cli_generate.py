@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from orl.cli_decode import add_decode_flags, add_verifier_flag, decode_overrides, refuse_ar_flags
+from orl.cli_decode import add_decode_flags, add_self_draft_flags, decode_overrides, refuse_ar_flags
 
 
 def add_command(sub) -> None:
@@ -13,7 +13,7 @@ def add_command(sub) -> None:
     s.add_argument("prompt", help="prompt text")
     s.add_argument("--model", required=True, help="checkpoint directory")
     add_decode_flags(s)
-    add_verifier_flag(s)
+    add_self_draft_flags(s)
     s.add_argument("--dtype", default=None, help="cast the weights at load: float32 | bfloat16 | float16 (default: the file's)")
     s.add_argument("--seed", type=int, default=0, help="sampling seed")
     s.add_argument("--device", default=None, help="cpu | cuda (default: cuda when available)")
@@ -40,10 +40,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     DecodeConfig.from_manifest(early, **flags).validate()
     dtype = dtype_from_name(args.dtype) if args.dtype else None  # an unknown name fails before loading too
     model, tok, manifest = load_checkpoint(args.model, device=resolve_device(args.device), dtype=dtype)  # orl.json, once
-    from orl.verifier import attach_verifier
+    from orl.verifier import attach_draft_vocab, attach_verifier
 
     model = attach_verifier(model, manifest, args.model, args.spec_verifier, args.spec_draft,
                             resolve_device(args.device), dtype)
+    model = attach_draft_vocab(model, args.draft_vocab, args.spec_draft)
     if manifest.get("objective") == "diffusion_gemma":  # no mask token: dlmrt's canvas mode
         from orl.cli_canvas import generate_canvas
 

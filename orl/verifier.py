@@ -1,5 +1,6 @@
-"""A separate verifier for self-speculative decoding, at load time: `orl generate --spec-verifier DIR`, and the
-verifier a draft-only conversion records (orl.train.draft_only: orl.json recipe.verifier).
+"""The load-time transforms of a self-drafting decode: a separate verifier (`--spec-verifier DIR`, and the
+verifier a draft-only conversion records: orl.train.draft_only, orl.json recipe.verifier) and a draft
+vocabulary (`--draft-vocab FILE`, orl.model.draft_vocab), for `orl generate`, `orl eval` and `orl serve`.
 
 A draft-only checkpoint's own clean rows were never trained (the frozen base ran them), so it decodes only as
 a drafter beside its verifier: with the recorded base when it is here and unchanged (its files' digest), else
@@ -45,3 +46,17 @@ def attach_verifier(model, manifest: dict, where, path: str | None, spec_draft: 
         raise CheckpointError(f"{path} is not the verifier {where} was trained against (its files' digest differs "
                               f"from orl.json recipe.verifier.base_files_sha256)")
     return verify_with(model, verifier)
+
+
+def attach_draft_vocab(model, path: str | None, spec_draft: str | None):
+    """`model` whose draft rows score only the ids of the file at `path` (orl.model.draft_vocab); unchanged when
+    no path. Applied after attach_verifier (the head it copies is then the drafter's)."""
+    from orl.engine.ar_step import SELF_DRAFTS
+    from orl.model.draft_vocab import draft_vocab, read_ids
+
+    if not path:
+        return model
+    if spec_draft not in SELF_DRAFTS:
+        raise ValueError(f"--draft-vocab {path}: only self-speculative decoding drafts (--spec-draft diffusion | "
+                         "fused --spec-tokens K)")
+    return draft_vocab(model, read_ids(path, model.lm_head.weight.shape[0]))

@@ -91,3 +91,55 @@ def test_refusals(base):
     capped.args = replace(capped.args, final_logit_softcap=30.0)
     with pytest.raises(ValueError, match="soft-caps"):
         draft_vocab(capped, torch.tensor([1, 2]))
+
+
+def test_the_file_round_trips_and_a_wrong_file_is_named(tmp_path):
+    from orl.model.draft_vocab import read_ids, write_ids
+
+    f = tmp_path / "dv.json"
+    write_ids(f, torch.tensor([3, 1, 2]), 10, {"corpus": "x"})
+    assert read_ids(f, 10).tolist() == [3, 1, 2]
+    with pytest.raises(ValueError, match="vocabulary of 10 tokens, the model's has 11"):
+        read_ids(f, 11)
+    for text, words in (('{"format": "orl.draft_vocab", "vocab_size": 10, "ids": [1, 1]}', "repeat"),
+                        ('{"format": "orl.draft_vocab", "vocab_size": 10, "ids": [10]}', "below 10"),
+                        ('{"format": "orl.draft_vocab", "vocab_size": 10, "ids": [true]}', "below 10"),
+                        ('{"ids": [1]}', "not a draft vocabulary file"), ("[", "not JSON")):
+        f.write_text(text)
+        with pytest.raises(ValueError, match=words):
+            read_ids(f, 10)
+    other = tmp_path / "notes.txt"
+    other.write_text("mine")
+    with pytest.raises(ValueError, match="not replaced"):
+        write_ids(other, torch.tensor([1]), 10, {})
+    assert other.read_text() == "mine"
+
+
+def test_orl_draft_vocab_and_generate_with_it(tmp_path, capsys):
+    """`orl draft-vocab` counts a corpus's training streams only (its held-out split never chooses the drafts);
+    `orl generate --draft-vocab` prints the same text as without it."""
+    from safetensors.torch import save_file
+
+    from orl.cli import main
+    from orl.model.draft_vocab import read_ids
+
+    _, tok, _ = load_checkpoint(BASE)
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    five = tok.encode("5")[0]
+    save_file({"code_train": torch.tensor(tok.encode("1,2,3,1,2,1"), dtype=torch.int32),
+               "code_heldout": torch.tensor([five] * 50, dtype=torch.int32)}, corpus / "tokens.safetensors")
+    (corpus / "corpus.json").write_text("{}")
+    out = tmp_path / "dv.json"
+    assert main(["draft-vocab", "--corpus", str(corpus), "--model", str(BASE), "--size", "3", "--out", str(out)]) == 0
+    ids = read_ids(out, load_checkpoint(BASE)[0].args.vocab_size).tolist()
+    assert sorted(ids) == sorted([tok.encode("1")[0], tok.encode(",")[0], tok.eos_id]) and five not in ids
+    args = ["generate", "cumsum:877347649366134=", "--model", str(BASE), "--spec-draft", "fused", "--spec-tokens", "4",
+            "--max-new-tokens", "24"]
+    capsys.readouterr()
+    assert main(args) == 0
+    plain = capsys.readouterr().out.splitlines()[0]
+    assert main(args + ["--draft-vocab", str(out)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == plain
+    assert main(["generate", "x", "--model", str(BASE), "--draft-vocab", str(out)]) != 0
+    assert "only self-speculative decoding drafts" in capsys.readouterr().err

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import openai
 import pytest
+import torch
 
 from orl.checkpoint import load_checkpoint
 from orl.engine.ar import ARConfig, ARDecoder
@@ -61,6 +62,14 @@ def test_a_plain_conversion_with_and_without_a_verifier_keeps_apart_records(base
     assert "verifier" not in own[0]["model"]
     assert [r["output_text"] for r in verified] == greedy(base / "base", [r["prompt"] for r in verified], 10)
     assert [r["output_text"] for r in own] == greedy(c, [r["prompt"] for r in own], 10)
+    # a draft vocabulary: the same text, other forwards, so records of their own too
+    from orl.checkpoint import read_model_args
+    from orl.model.draft_vocab import write_ids
+
+    write_ids(tmp_path / "dv.json", torch.arange(20), read_model_args(c).vocab_size, {})
+    narrow = run_eval(spec(c, tmp_path / "r.jsonl", spec_verifier=str(base / "base"), draft_vocab=str(tmp_path / "dv.json")))
+    assert [r["output_text"] for r in narrow] == [r["output_text"] for r in verified]
+    assert narrow[0]["model"]["id"] != verified[0]["model"]["id"] and "draft_vocab" in narrow[0]["model"]
 
 
 def test_serve_answers_with_the_verifiers_tokens(drafter):

@@ -15,6 +15,7 @@ import hashlib
 import platform
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
@@ -56,6 +57,7 @@ class EvalSpec:
     dtype: str | None = None             # cast the weights at load (None: the file's dtype)
     spec_verifier: str | None = None     # self-draft: the checkpoint verifying the drafts (orl.verifier; None:
                                          # the one a draft-only conversion records, if any)
+    draft_vocab: str | None = None       # self-draft: a draft vocabulary file (orl.model.draft_vocab)
     progress: bool = True
 
     def validate(self) -> "EvalSpec":
@@ -127,13 +129,14 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
     """Evaluate and return this spec's records (earlier ones from the file included). on_batch sees
     each batch's new records after they are written."""
     from orl.checkpoint import load_checkpoint, require_objective
-    from orl.verifier import attach_verifier, verifier_dir
+    from orl.verifier import attach_draft_vocab, attach_verifier, verifier_dir
 
     spec.validate()
     model, tokenizer, manifest = load_checkpoint(spec.model, device=spec.device,
                                                  dtype=DTYPES[spec.dtype] if spec.dtype else None)
     model = attach_verifier(model, manifest, spec.model, spec.spec_verifier, spec.ar.get("spec_draft"), spec.device,
                             DTYPES[spec.dtype] if spec.dtype else None)
+    model = attach_draft_vocab(model, spec.draft_vocab, spec.ar.get("spec_draft"))
     objective = manifest.get("objective") or Engine.objective
     # a block-diffusion checkpoint drafting for its own AR path (orl.engine.self_draft) decodes as an AR model
     self_draft = spec.ar.get("spec_draft") in SELF_DRAFTS and objective == Engine.objective
@@ -168,6 +171,10 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
     if (where := verifier_dir(manifest, spec.spec_verifier)) is not None:  # another verifier: other tokens
         model_id["verifier"] = model_identity(where)
         model_id["id"] += f"+{model_id['verifier']['id']}"
+    if spec.draft_vocab:  # the same tokens, other forwards: records of another TPF
+        digest = hashlib.sha256(Path(spec.draft_vocab).read_bytes()).hexdigest()[:16]
+        model_id["draft_vocab"] = {"path": str(Path(spec.draft_vocab).resolve()), "sha256_16": digest}
+        model_id["id"] += f"+dv{digest}"
     ident = {"model": model_id, "code": code_identity(),
              "device": torch.cuda.get_device_name() if engine.device.type == "cuda" else platform.processor() or "cpu"}
     by_stop: dict[tuple[str, ...], list[Sample]] = {}  # a task's own stop strings (k-shot: the newline)

@@ -80,3 +80,57 @@ def frequent_ids(streams: Iterable[Iterable[int]], n: int, keep: Iterable[int] =
     keep = list(dict.fromkeys(int(k) for k in keep))
     ranked = [t for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if t not in set(keep)]
     return torch.tensor(sorted(keep + ranked[: max(0, n - len(keep))]), dtype=torch.long)
+
+
+FORMAT = "orl.draft_vocab"
+MAX_FILE_BYTES = 16 << 20  # 262,144 ids as JSON are ~2 MB; a larger file is not one of ours
+
+
+def write_ids(path, ids: Tensor, vocab_size: int, source: dict) -> None:
+    """ids as JSON ({"format", "vocab_size", "ids", "source"}), written whole or not at all; refuses to replace a
+    file that is not a draft vocabulary (it was not written here)."""
+    import json
+    import os
+    from pathlib import Path
+
+    path = Path(path)
+    if path.exists():
+        try:
+            ours = path.stat().st_size <= MAX_FILE_BYTES and json.loads(path.read_text()).get("format") == FORMAT
+        except (ValueError, UnicodeDecodeError, AttributeError):
+            ours = False
+        if not ours:
+            raise ValueError(f"{path} exists and is not a draft vocabulary: not replaced")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"format": FORMAT, "vocab_size": vocab_size, "ids": [int(i) for i in ids],
+                               "source": source}) + "\n")
+    os.replace(tmp, path)
+
+
+def read_ids(path, vocab_size: int) -> Tensor:
+    """The ids of a draft vocabulary file, checked (size before reading, format, the model's vocabulary size, ids
+    in range and distinct) so a wrong file is named instead of drafting garbage."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"draft vocabulary {path}: no such file")
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise ValueError(f"draft vocabulary {path}: {path.stat().st_size} bytes, more than any draft vocabulary")
+    try:
+        data = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"draft vocabulary {path}: not JSON ({e})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(f"draft vocabulary {path}: not a draft vocabulary file (format {FORMAT!r}; "
+                         "`orl draft-vocab` writes one)")
+    if data.get("vocab_size") != vocab_size:
+        raise ValueError(f"draft vocabulary {path} is for a vocabulary of {data.get('vocab_size')} tokens, the model's "
+                         f"has {vocab_size}")
+    ids = data.get("ids")
+    if not isinstance(ids, list) or not ids or not all(type(i) is int and 0 <= i < vocab_size for i in ids):
+        raise ValueError(f"draft vocabulary {path}: ids must be a non-empty list of token ids below {vocab_size}")
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"draft vocabulary {path}: ids repeat")
+    return torch.tensor(ids, dtype=torch.long)

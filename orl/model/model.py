@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from orl.model.args import ModelArgs
+from orl.model.head import VocabHead
 from orl.model.kv_cache import KVCache
 from orl.model.masks import sliding_window
 from orl.model.mlp import ACTIVATIONS, MLP, gelu_tanh  # noqa: F401 (importers of orl.model.model)
@@ -184,7 +185,7 @@ class Transformer(nn.Module):
         super().__init__()
         self.args = args
         self.model = Backbone(args)
-        self.lm_head = nn.Linear(args.dim, args.vocab_size, bias=False)
+        self.lm_head = VocabHead(args.dim, args.vocab_size)
         if args.tie_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.reset_parameters()

@@ -83,16 +83,17 @@ def decoder_for(model_dir: str, model, tokenizer, manifest: dict, ar: ARConfig |
 
 
 def serve(model_dir: str, config: ServerConfig | None = None, *, device: str | None = None,
-          dtype: str | None = None, ar: ARConfig | None = None, spec_verifier: str | None = None) -> None:
+          dtype: str | None = None, ar: ARConfig | None = None, spec_verifier: str | None = None,
+          draft_vocab: str | None = None) -> None:
     """dtype: cast the weights at load (as `orl generate` / `orl eval --dtype`); the served model id is
     then '<dir name>-<dtype>', as eval records name a cast model. ar: serve with the AR decoder
     (decoder_for). spec_verifier: the checkpoint that verifies a self-speculative decode's drafts (default: the
-    one a draft-only conversion records; orl.verifier)."""
+    one a draft-only conversion records; orl.verifier); draft_vocab: a draft vocabulary file for its drafts."""
     from pathlib import Path
 
     from orl.checkpoint import load_checkpoint
     from orl.model.families.common import dtype_from_name
-    from orl.verifier import attach_verifier
+    from orl.verifier import attach_draft_vocab, attach_verifier
 
     config = (config or ServerConfig()).validate()
     ar = ar.validate() if ar is not None else None
@@ -102,6 +103,7 @@ def serve(model_dir: str, config: ServerConfig | None = None, *, device: str | N
     try:
         model, tokenizer, manifest = load_checkpoint(model_dir, device=dev, dtype=cast)
         model = attach_verifier(model, manifest, model_dir, spec_verifier, ar.spec_draft if ar else None, dev, cast)
+        model = attach_draft_vocab(model, draft_vocab, ar.spec_draft if ar else None)
         engine, defaults = decoder_for(model_dir, model, tokenizer, manifest, ar)
         warm_up(engine, defaults)  # its decode checks the settings: a self-draft the checkpoint cannot make fails here
         name = Path(model_dir).resolve().name + (f"-{dtype}" if dtype else "")
