@@ -210,7 +210,8 @@ def evaluate_thresholds(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows
         raise ValueError("--spec-groups / --draft-vocab are for the --spec decoder")
     spec_label = (f"self-spec {spec_draft} k={spec}" + (" verifier=ar" if spec_verifier == "ar" else "")
                   + (f" rank={draft_rank}" if draft_rank else "") + (f" groups={spec_groups}" if spec_groups else "")
-                  + (f" vocab={draft_ids.numel()}" if draft_ids is not None else ""))
+                  # read off the model: the size the draft rows really score
+                  + (f" vocab={spec_model.lm_head.ids.numel()}" if draft_ids is not None else ""))
     for threshold, decode in decoders:
         out = {"ar": ar_dir, "dlm": dlm_dir, "dlm_recipe_step": (manifest.get("recipe") or {}).get("step"),
                "threshold": threshold, "decoder": "threshold" if threshold is not None else spec_label,
@@ -283,11 +284,13 @@ def main() -> None:
     stream = streams["code_heldout"]
     draft_ids = None
     if args.draft_vocab:  # counted on the training streams only, never the held-out windows measured here
+        from orl.checkpoint import read_tokenizer
         from orl.model.draft_vocab import frequent_ids
-        from orl.tokenizer import load_tokenizer
 
-        eos = load_tokenizer(args.dlm if args.dlm != UNTRAINED else args.ar).eos_id
-        draft_ids = frequent_ids([v for k, v in streams.items() if k != "code_heldout"], args.draft_vocab, keep=[eos])
+        tok = read_tokenizer(args.dlm if args.dlm != UNTRAINED else args.ar)
+        draft_ids = frequent_ids([v for k, v in streams.items() if k != "code_heldout"], args.draft_vocab,
+                                 keep=[tok.eos_id, *tok.eos_ids])     # as `orl draft-vocab` chooses them
+        draft_ids = draft_ids[draft_ids != (tok.mask_id if tok.mask_id is not None else -1)]
     taus = (() if args.thresholds == "none" else tuple(float(t) for t in args.thresholds.split(","))
             if args.thresholds else (args.threshold,))
     if not taus and not args.spec:

@@ -227,6 +227,12 @@ def read_model_args(directory: str | os.PathLike) -> ModelArgs:
     return _read_config(Path(directory))[1]
 
 
+def read_tokenizer(directory: str | os.PathLike) -> Tokenizer:
+    """The checkpoint's tokenizer with its special ids resolved as load_checkpoint does, without reading a weight."""
+    manifest, args, _, _ = _read_config(Path(directory))
+    return _load_tokenizer(Path(directory), manifest, args)
+
+
 def read_manifest(directory: str | os.PathLike) -> dict:
     """A checkpoint's manifest (or the one derived from its config.json), without touching the weights."""
     return _read_config(Path(directory))[0]

@@ -11,22 +11,24 @@ def cmd_draft_vocab(args: argparse.Namespace) -> int:
 
     import torch
 
-    from orl.checkpoint import read_model_args
-    from orl.model.draft_vocab import frequent_ids, write_ids
-    from orl.tokenizer import load_tokenizer
+    from orl.checkpoint import read_model_args, read_tokenizer
+    from orl.model.draft_vocab import frequent_ids, tokenizer_digest, write_ids
     from orl.train.corpus import read_corpus
 
-    tok = load_tokenizer(args.model)
+    tok = read_tokenizer(args.model)
     streams = read_corpus(Path(args.corpus))
     # the training streams only: a held-out split measures the drafts, so it must not choose them
     train = {k: v for k, v in streams.items() if "heldout" not in k}
-    ids = frequent_ids(train.values(), args.size, keep=[tok.eos_id])
+    # every end token stays draftable (a chat model's end-of-turn too), the mask never is
+    ends = [tok.eos_id, *getattr(tok, "eos_ids", ())]
+    ids = frequent_ids(train.values(), args.size, keep=ends)
+    ids = ids[ids != getattr(tok, "mask_id", -1)]
     raw = (Path(args.corpus) / "corpus.json").read_bytes()
     covered = sum(int(v.numel()) for v in train.values())
     hits = sum(int(torch.isin(v.long(), ids).sum()) for v in train.values())
-    write_ids(args.out, ids, read_model_args(args.model).vocab_size, {"corpus": str(Path(args.corpus).resolve()),
-                                               "corpus_json_sha256": hashlib.sha256(raw).hexdigest(),
-                                               "streams": sorted(train), "size_asked": args.size})
+    source = {"corpus": str(Path(args.corpus).resolve()), "corpus_json_sha256": hashlib.sha256(raw).hexdigest(),
+              "streams": sorted(train), "size_asked": args.size, "tokenizer_sha256": tokenizer_digest(args.model)}
+    write_ids(args.out, ids, read_model_args(args.model).vocab_size, source)
     print(f"wrote {args.out}: {ids.numel()} ids covering {hits / max(covered, 1):.2%} of {covered:,} training tokens "
           f"({', '.join(sorted(train))})")
     return 0
@@ -36,7 +38,8 @@ def add_commands(sub) -> None:
     s = sub.add_parser("draft-vocab", help="write the N most frequent tokens of a conversion corpus as a draft "
                                            "vocabulary (--draft-vocab FILE: cheaper drafts, the same tokens)")
     s.add_argument("--corpus", required=True, help="a conversion corpus directory (tokens.safetensors + corpus.json)")
-    s.add_argument("--model", required=True, help="the checkpoint the file is for (its tokenizer: EOS, vocabulary size)")
+    s.add_argument("--model", required=True,
+                   help="the checkpoint the file is for (its tokenizer: end tokens, vocabulary size, digest)")
     s.add_argument("--size", type=int, default=32_768, help="ids to keep (default 32768)")
     s.add_argument("--out", required=True, help="the JSON file to write (a file that is not a draft vocabulary is "
                                                 "never replaced)")

@@ -30,6 +30,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from orl.engine import DecodeConfig, DoneEvent, Engine, StepEvent
     from orl.engine.ar_step import SELF_DRAFTS
     from orl.model.families.common import dtype_from_name
+    from orl.verifier import attach_draft_vocab, attach_verifier, check_self_draft_flags
 
     decode = decode_overrides(args)
     flags = {**decode, "seed": args.seed}  # a flag not given: the checkpoint's or DecodeConfig's
@@ -38,13 +39,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.block_len is None and (args.small_block_size or 0) > 0:  # it divides the checkpoint's block: checked later
         early["block_len"] = args.small_block_size
     DecodeConfig.from_manifest(early, **flags).validate()
+    check_self_draft_flags(args.spec_verifier, args.draft_vocab, args.spec_draft)
     dtype = dtype_from_name(args.dtype) if args.dtype else None  # an unknown name fails before loading too
     model, tok, manifest = load_checkpoint(args.model, device=resolve_device(args.device), dtype=dtype)  # orl.json, once
-    from orl.verifier import attach_draft_vocab, attach_verifier
-
     model = attach_verifier(model, manifest, args.model, args.spec_verifier, args.spec_draft,
                             resolve_device(args.device), dtype)
-    model = attach_draft_vocab(model, args.draft_vocab, args.spec_draft)
+    model = attach_draft_vocab(model, args.draft_vocab, args.spec_draft, args.model, tok)
     if manifest.get("objective") == "diffusion_gemma":  # no mask token: dlmrt's canvas mode
         from orl.cli_canvas import generate_canvas
 

@@ -34,6 +34,8 @@ def attach_verifier(model, manifest: dict, where, path: str | None, spec_draft: 
         what = f"--spec-verifier {path}" if path else f"{where} (a draft-only conversion: its clean rows never trained)"
         raise ValueError(f"{what} decodes only self-speculatively: add --spec-draft fused --spec-tokens K (its "
                          f"drafts verified by {path or recorded.get('base')})")
+    if path and not Path(path).is_dir():
+        raise CheckpointError(f"--spec-verifier {path}: no such checkpoint directory")
     path = verifier_dir(manifest, path)
     if not Path(path).is_dir():
         raise CheckpointError(f"{where} drafts for the verifier {path} (orl.json recipe.verifier), which is not "
@@ -48,15 +50,31 @@ def attach_verifier(model, manifest: dict, where, path: str | None, spec_draft: 
     return verify_with(model, verifier)
 
 
-def attach_draft_vocab(model, path: str | None, spec_draft: str | None):
-    """`model` whose draft rows score only the ids of the file at `path` (orl.model.draft_vocab); unchanged when
-    no path. Applied after attach_verifier (the head it copies is then the drafter's)."""
+def check_self_draft_flags(spec_verifier: str | None, draft_vocab: str | None, spec_draft: str | None) -> None:
+    """Before any load: a verifier or a draft vocabulary only serves self-speculative drafts."""
     from orl.engine.ar_step import SELF_DRAFTS
-    from orl.model.draft_vocab import draft_vocab, read_ids
+
+    given = [f"--spec-verifier {spec_verifier}"] * bool(spec_verifier) + [f"--draft-vocab {draft_vocab}"] * bool(
+        draft_vocab)
+    if given and spec_draft not in SELF_DRAFTS:
+        raise ValueError(f"{', '.join(given)}: only for self-speculative decoding (--spec-draft diffusion | fused "
+                         "--spec-tokens K)")
+
+
+def attach_draft_vocab(model, path: str | None, spec_draft: str | None, model_dir=None, tokenizer=None):
+    """`model` whose draft rows score only the ids of the file at `path` (orl.model.draft_vocab); unchanged when
+    no path. Applied after attach_verifier (the head it copies is then the drafter's). model_dir: its
+    tokenizer.json must be the one the file was written for (when both record it); tokenizer: at least one id
+    must be draftable (not the mask, not past the tokenizer's vocabulary)."""
+    from orl.model.draft_vocab import draft_vocab, read_ids, tokenizer_digest
 
     if not path:
         return model
-    if spec_draft not in SELF_DRAFTS:
-        raise ValueError(f"--draft-vocab {path}: only self-speculative decoding drafts (--spec-draft diffusion | "
-                         "fused --spec-tokens K)")
-    return draft_vocab(model, read_ids(path, model.lm_head.weight.shape[0]))
+    check_self_draft_flags(None, path, spec_draft)
+    ids = read_ids(path, model.lm_head.weight.shape[0], tokenizer_digest(model_dir) if model_dir else None)
+    if tokenizer is not None:
+        usable = [i for i in ids.tolist() if i < tokenizer.vocab_size and i != getattr(tokenizer, "mask_id", None)]
+        if not usable:
+            raise ValueError(f"draft vocabulary {path}: none of its ids can be drafted (the mask token, or past the "
+                             "tokenizer's vocabulary)")
+    return draft_vocab(model, ids)

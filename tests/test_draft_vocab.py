@@ -138,8 +138,51 @@ def test_orl_draft_vocab_and_generate_with_it(tmp_path, capsys):
             "--max-new-tokens", "24"]
     capsys.readouterr()
     assert main(args) == 0
-    plain = capsys.readouterr().out.splitlines()[0]
+    plain = capsys.readouterr().out.splitlines()
     assert main(args + ["--draft-vocab", str(out)]) == 0
-    assert capsys.readouterr().out.splitlines()[0] == plain
+    narrow = capsys.readouterr().out.splitlines()
+    assert narrow[0] == plain[0]
+    forwards = [int(lines[1].split("forwards: ")[1].split()[0]) for lines in (plain, narrow)]
+    assert forwards[1] > forwards[0], forwards  # digits can no longer be drafted
     assert main(["generate", "x", "--model", str(BASE), "--draft-vocab", str(out)]) != 0
-    assert "only self-speculative decoding drafts" in capsys.readouterr().err
+    assert "only for self-speculative decoding" in capsys.readouterr().err
+    keep = tmp_path / "dv.json.tmp"  # a file of that name is someone else's: untouched by a rewrite
+    keep.write_text("precious")
+    assert main(["draft-vocab", "--corpus", str(corpus), "--model", str(BASE), "--size", "2", "--out", str(out)]) == 0
+    assert keep.read_text() == "precious" and [p.name for p in tmp_path.glob(".dv.json.*")] == []
+
+
+def test_a_low_rank_drafter_keeps_its_head_delta_and_bad_files_are_named(base, tmp_path):
+    """After low_rank_drafts (orl.model.draft_delta) the draft rows' head is the verifier's plus the delta, so
+    a draft vocabulary of every id changes nothing; a file for another tokenizer, or of ids nothing can draft,
+    is refused at attach."""
+    from orl.model.draft_delta import low_rank_drafts
+    from orl.model.draft_vocab import write_ids
+    from orl.verifier import attach_draft_vocab
+
+    drafter, tok, _ = base
+    untied = copy.deepcopy(drafter)
+    untied.lm_head.weight = torch.nn.Parameter(untied.lm_head.weight.detach().clone() * 1.3)
+    verifier = perturbed(untied, 0.15)
+    split = verify_with(copy.deepcopy(untied), verifier)
+    low_rank_drafts(split, untied.args.dim)  # full rank: exact
+    x = torch.tensor([tok.encode("cumsum:87734764=8,15")])
+    T = x.shape[1]
+    pos, mask = torch.arange(T)[None], torch.ones(1, T, T, dtype=torch.bool).tril()
+    with draft_rows_from(split, 4):
+        want = split(x, pos, mask)[0]
+    every = draft_vocab(split, torch.arange(untied.args.vocab_size))
+    with draft_rows_from(every, 4):
+        torch.testing.assert_close(every(x, pos, mask)[0], want, rtol=1e-4, atol=1e-4)
+    v = drafter.args.vocab_size
+    f = tmp_path / "dv.json"
+    write_ids(f, torch.tensor([1, 2]), v, {"tokenizer_sha256": "0" * 64})
+    attach_draft_vocab(copy.deepcopy(drafter), str(f), "fused", tmp_path, tok)  # no tokenizer.json here: no check
+    (tmp_path / "tokenizer.json").write_text("{}")  # any tokenizer.json: its digest is not the file's
+    with pytest.raises(ValueError, match="another tokenizer"):
+        attach_draft_vocab(copy.deepcopy(drafter), str(f), "fused", tmp_path, tok)
+    write_ids(f, torch.tensor([tok.mask_id]), v, {})
+    with pytest.raises(ValueError, match="none of its ids can be drafted"):
+        attach_draft_vocab(copy.deepcopy(drafter), str(f), "fused", None, tok)
+    with pytest.raises(ValueError, match="within"):
+        write_ids(f, torch.tensor([v]), v, {})

@@ -19,6 +19,24 @@ def test_every_row_count_and_layout_matches_linear(shape):
     assert torch.equal(got.argmax(-1), F.linear(h, head.weight).argmax(-1))
 
 
+def test_the_w_h_product_runs_for_few_fp32_rows_only(monkeypatch):
+    """Which product runs: F.linear is replaced by a marker, so a shape that should take W h^T and does not
+    fails; half dtypes (where h W^T is the faster) and 1 or 8 rows take F.linear."""
+    import orl.model.head as hd
+
+    calls = []
+    monkeypatch.setattr(hd.F, "linear", lambda h, w: calls.append(tuple(h.shape)) or h @ w.T)
+    head = VocabHead(16, SKINNY_MIN_VOCAB)
+    base = torch.randn(4, 32)[:, ::2]              # non-contiguous rows
+    for h in (base, base[None]):
+        torch.testing.assert_close(head(h), h @ head.weight.T, rtol=1e-5, atol=1e-5)
+    assert calls == []
+    head(torch.randn(1, 16))
+    head(torch.randn(8, 16))
+    head.to(torch.bfloat16)(torch.randn(3, 16, dtype=torch.bfloat16))
+    assert calls == [(1, 16), (8, 16), (3, 16)]
+
+
 def test_it_is_a_linear_with_the_same_state():
     head = VocabHead(4, 10)
     assert isinstance(head, nn.Linear) and head.bias is None and list(head.state_dict()) == ["weight"]

@@ -67,7 +67,8 @@ def test_a_plain_conversion_with_and_without_a_verifier_keeps_apart_records(base
     from orl.model.draft_vocab import write_ids
 
     write_ids(tmp_path / "dv.json", torch.arange(20), read_model_args(c).vocab_size, {})
-    narrow = run_eval(spec(c, tmp_path / "r.jsonl", spec_verifier=str(base / "base"), draft_vocab=str(tmp_path / "dv.json")))
+    narrow = run_eval(spec(c, tmp_path / "r.jsonl", spec_verifier=str(base / "base"),
+                           draft_vocab=str(tmp_path / "dv.json")))
     assert [r["output_text"] for r in narrow] == [r["output_text"] for r in verified]
     assert narrow[0]["model"]["id"] != verified[0]["model"]["id"] and "draft_vocab" in narrow[0]["model"]
 
@@ -77,7 +78,9 @@ def test_serve_answers_with_the_verifiers_tokens(drafter):
     prompts = ["def f", "import os\n"]
     with serving(d, *FUSED) as url:
         client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60)
-        got = [client.completions.create(model=d.name, prompt=p, max_tokens=12).choices[0].text for p in prompts]
+        name = f"{d.name}+{b.name}"  # the answers are the verifier's: the served id says so
+        assert [m.id for m in client.models.list().data] == [name]
+        got = [client.completions.create(model=name, prompt=p, max_tokens=12).choices[0].text for p in prompts]
         info = get(url, "/v1/dlm/info")
     assert got == greedy(b, prompts, 12)
     assert info["decoder"] == "autoregressive" and info["defaults"]["spec_draft"] == "fused"
@@ -86,7 +89,8 @@ def test_serve_answers_with_the_verifiers_tokens(drafter):
 @pytest.mark.parametrize("flags, words", [
     ((), "decodes only self-speculatively: add --spec-draft fused"),       # alone: its clean rows never trained
     (("--spec-tokens", "2", "--spec-draft", "lookup"), "decodes only self-speculatively"),
-    ((*FUSED, "--spec-verifier", "/nonexistent/verifier"), "not here"),
+    ((*FUSED, "--spec-verifier", "/nonexistent/verifier"), "--spec-verifier /nonexistent/verifier: no such"),
+    (("--draft-vocab", "/nonexistent/dv.json"), "only for self-speculative decoding"),    # before any load
 ])
 def test_serve_refuses_a_drafter_without_its_verifier(drafter, flags, words):
     out = subprocess.run([sys.executable, "-m", "orl.cli", "serve", "--model", str(drafter[0]), "--port", "0", *flags,

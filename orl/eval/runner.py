@@ -77,6 +77,12 @@ class EvalSpec:
             problems.append(f"unknown decode settings {sorted(unknown)}")
         if unknown := set(self.ar) - set(AR_ONLY):
             problems.append(f"unknown autoregressive settings {sorted(unknown)}; expected some of {AR_ONLY}")
+        from orl.verifier import check_self_draft_flags
+
+        try:
+            check_self_draft_flags(self.spec_verifier, self.draft_vocab, self.ar.get("spec_draft"))
+        except ValueError as e:
+            problems.append(str(e))
         if problems:
             raise ValueError("invalid eval settings: " + "; ".join(problems))
         return self
@@ -136,7 +142,7 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
                                                  dtype=DTYPES[spec.dtype] if spec.dtype else None)
     model = attach_verifier(model, manifest, spec.model, spec.spec_verifier, spec.ar.get("spec_draft"), spec.device,
                             DTYPES[spec.dtype] if spec.dtype else None)
-    model = attach_draft_vocab(model, spec.draft_vocab, spec.ar.get("spec_draft"))
+    model = attach_draft_vocab(model, spec.draft_vocab, spec.ar.get("spec_draft"), spec.model, tokenizer)
     objective = manifest.get("objective") or Engine.objective
     # a block-diffusion checkpoint drafting for its own AR path (orl.engine.self_draft) decodes as an AR model
     self_draft = spec.ar.get("spec_draft") in SELF_DRAFTS and objective == Engine.objective

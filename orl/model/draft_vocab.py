@@ -28,11 +28,10 @@ class DraftVocabHead(nn.Module):
     def __init__(self, head: nn.Module, ids: Tensor, cut: Cut):
         super().__init__()
         self.head, self.cut = head, cut
-        draft = head.draft if isinstance(head, RowSplit) else head  # the drafter's own head on the draft rows
         self.register_buffer("ids", ids, persistent=False)                          # [n]
         # a copy, read once a forward: indexing the [V, D] weight each forward would read it
-        self.register_buffer("sub", draft.weight.detach()[ids].clone(), persistent=False)   # [n, D]
-        self.vocab = draft.weight.shape[0]
+        self.register_buffer("sub", draft_rows_weight(head, ids), persistent=False)  # [n, D]
+        self.vocab = head.weight.shape[0]
 
     @property
     def weight(self) -> Tensor:
@@ -46,6 +45,19 @@ class DraftVocabHead(nn.Module):
         out = part.new_full((*part.shape[:2], self.vocab), float("-inf"))          # [B, T - c, V]
         out[..., self.ids] = part
         return out if c <= 0 else torch.cat([self.head(h[:, :c]), out], 1)
+
+
+@torch.no_grad()
+def draft_rows_weight(head: nn.Module, ids: Tensor) -> Tensor:
+    """The head rows `ids` the draft rows use: the drafter's (a RowSplit's draft side; a DraftDelta's verifier
+    weight plus its low-rank delta), else the head's own."""
+    from orl.model.draft_delta import DraftDelta
+
+    if isinstance(head, RowSplit):
+        return head.draft.weight[ids].clone()
+    if isinstance(head, DraftDelta):
+        return head.clean.weight[ids] + head.b[ids] @ head.a                      # [n, D]
+    return head.weight[ids].clone()
 
 
 def draft_vocab(model: nn.Module, ids: Tensor) -> nn.Module:
@@ -83,16 +95,31 @@ def frequent_ids(streams: Iterable[Iterable[int]], n: int, keep: Iterable[int] =
 
 
 FORMAT = "orl.draft_vocab"
+
+
+def tokenizer_digest(directory) -> str | None:
+    """sha256 of a checkpoint's tokenizer.json (None without one): ties a draft vocabulary to its tokenizer."""
+    import hashlib
+    from pathlib import Path
+
+    f = Path(directory) / "tokenizer.json"
+    return hashlib.sha256(f.read_bytes()).hexdigest() if f.is_file() else None
 MAX_FILE_BYTES = 16 << 20  # 262,144 ids as JSON are ~2 MB; a larger file is not one of ours
 
 
 def write_ids(path, ids: Tensor, vocab_size: int, source: dict) -> None:
-    """ids as JSON ({"format", "vocab_size", "ids", "source"}), written whole or not at all; refuses to replace a
-    file that is not a draft vocabulary (it was not written here)."""
+    """ids as JSON ({"format", "vocab_size", "ids", "source"}), written whole or not at all (a temporary file of a
+    fresh name beside it, renamed); refuses to replace a file that is not a draft vocabulary (it was not written
+    here) and ids outside the vocabulary."""
     import json
     import os
+    import tempfile
     from pathlib import Path
 
+    ids = [int(i) for i in ids]
+    if not ids or min(ids) < 0 or max(ids) >= vocab_size:
+        raise ValueError(f"draft vocabulary ids must be a non-empty set within 0..{vocab_size - 1} (a corpus of "
+                         "another tokenizer?)")
     path = Path(path)
     if path.exists():
         try:
@@ -101,15 +128,20 @@ def write_ids(path, ids: Tensor, vocab_size: int, source: dict) -> None:
             ours = False
         if not ours:
             raise ValueError(f"{path} exists and is not a draft vocabulary: not replaced")
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"format": FORMAT, "vocab_size": vocab_size, "ids": [int(i) for i in ids],
-                               "source": source}) + "\n")
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps({"format": FORMAT, "vocab_size": vocab_size, "ids": ids, "source": source}) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
-def read_ids(path, vocab_size: int) -> Tensor:
+def read_ids(path, vocab_size: int, tokenizer_sha256: str | None = None) -> Tensor:
     """The ids of a draft vocabulary file, checked (size before reading, format, the model's vocabulary size, ids
-    in range and distinct) so a wrong file is named instead of drafting garbage."""
+    in range and distinct; the tokenizer's digest when both sides know it) so a wrong file is named instead of
+    drafting garbage."""
     import json
     from pathlib import Path
 
@@ -128,6 +160,9 @@ def read_ids(path, vocab_size: int) -> Tensor:
     if data.get("vocab_size") != vocab_size:
         raise ValueError(f"draft vocabulary {path} is for a vocabulary of {data.get('vocab_size')} tokens, the model's "
                          f"has {vocab_size}")
+    theirs = (data.get("source") or {}).get("tokenizer_sha256") if isinstance(data.get("source"), dict) else None
+    if tokenizer_sha256 and theirs and theirs != tokenizer_sha256:
+        raise ValueError(f"draft vocabulary {path} was written for another tokenizer (tokenizer.json digest differs)")
     ids = data.get("ids")
     if not isinstance(ids, list) or not ids or not all(type(i) is int and 0 <= i < vocab_size for i in ids):
         raise ValueError(f"draft vocabulary {path}: ids must be a non-empty list of token ids below {vocab_size}")

@@ -163,8 +163,8 @@ def has_verifier(model: nn.Module) -> bool:
 
 @contextmanager
 def draft_rows_from(model: nn.Module, row: int):
-    """Within the block, rows >= `row` of the model's forwards run the drafter's weights (a no-op for a model
-    without verify_with: there every row is the one model's)."""
+    """Within the block, rows >= `row` of the model's forwards are draft rows: the drafter's weights (verify_with)
+    and the draft vocabulary (orl.model.draft_vocab); a no-op for a model with neither."""
     cut = getattr(model, "row_cut", None)
     if cut is None:
         yield

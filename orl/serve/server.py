@@ -93,20 +93,23 @@ def serve(model_dir: str, config: ServerConfig | None = None, *, device: str | N
 
     from orl.checkpoint import load_checkpoint
     from orl.model.families.common import dtype_from_name
-    from orl.verifier import attach_draft_vocab, attach_verifier
+    from orl.verifier import attach_draft_vocab, attach_verifier, check_self_draft_flags, verifier_dir
 
     config = (config or ServerConfig()).validate()
     ar = ar.validate() if ar is not None else None
     dev = resolve_device(device)
     cast = dtype_from_name(dtype) if dtype else None  # an unknown name fails before the port and the load
+    check_self_draft_flags(spec_verifier, draft_vocab, ar.spec_draft if ar else None)
     sock = bind(config.host, config.port)
     try:
         model, tokenizer, manifest = load_checkpoint(model_dir, device=dev, dtype=cast)
         model = attach_verifier(model, manifest, model_dir, spec_verifier, ar.spec_draft if ar else None, dev, cast)
-        model = attach_draft_vocab(model, draft_vocab, ar.spec_draft if ar else None)
+        model = attach_draft_vocab(model, draft_vocab, ar.spec_draft if ar else None, model_dir, tokenizer)
         engine, defaults = decoder_for(model_dir, model, tokenizer, manifest, ar)
         warm_up(engine, defaults)  # its decode checks the settings: a self-draft the checkpoint cannot make fails here
         name = Path(model_dir).resolve().name + (f"-{dtype}" if dtype else "")
+        if (v := verifier_dir(manifest, spec_verifier)) is not None:  # the answers are the verifier's tokens
+            name += f"+{Path(v).resolve().name}"
         server = uvicorn_server(create_app(engine, name, defaults=defaults, config=config), config)
         host, port = sock.getsockname()[:2]
         # uvicorn announces the address only for sockets it bound itself
