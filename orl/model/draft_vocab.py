@@ -19,6 +19,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor, nn
 
+from orl.model.draft_delta import DraftDelta
 from orl.model.row_split import Cut, RowSplit
 
 
@@ -51,8 +52,6 @@ class DraftVocabHead(nn.Module):
 def draft_rows_weight(head: nn.Module, ids: Tensor) -> Tensor:
     """The head rows `ids` the draft rows use: the drafter's (a RowSplit's draft side; a DraftDelta's verifier
     weight plus its low-rank delta), else the head's own."""
-    from orl.model.draft_delta import DraftDelta
-
     if isinstance(head, RowSplit):
         return head.draft.weight[ids].clone()
     if isinstance(head, DraftDelta):
@@ -90,7 +89,8 @@ def frequent_ids(streams: Iterable[Iterable[int]], n: int, keep: Iterable[int] =
     for s in streams:
         counts.update(s.tolist() if isinstance(s, Tensor) else s)
     keep = list(dict.fromkeys(int(k) for k in keep))
-    ranked = [t for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if t not in set(keep)]
+    kept = set(keep)
+    ranked = [t for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if t not in kept]
     return torch.tensor(sorted(keep + ranked[: max(0, n - len(keep))]), dtype=torch.long)
 
 
