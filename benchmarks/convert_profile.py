@@ -92,9 +92,12 @@ def main() -> None:
     t = time.perf_counter()
     teacher, tok, _, _ = cv.load_base(cfg, dist.device)
     load_s = time.perf_counter() - t
-    model = cv.to_diffusion(teacher).train()
-    if cfg.freeze_embeddings:
-        model.model.embed_tokens.weight.requires_grad_(False)
+    if cfg.draft_only:  # the base, frozen, on the clean rows and a trained drafter on the rest, as the run builds it
+        model = cv.draft_only_model(cfg, teacher, None, dist.device).train()
+    else:
+        model = cv.to_diffusion(teacher).train()
+        if cfg.freeze_embeddings:
+            model.model.embed_tokens.weight.requires_grad_(False)
     if cfg.checkpointing:
         cv.checkpoint_blocks(model)
     opt = make_optimizer(model, cfg.lr, cfg.weight_decay)
@@ -131,6 +134,8 @@ def main() -> None:
                       "window": cfg.window,
                       "block_len": cfg.block_len, "checkpointing": cfg.checkpointing, "bf16": cfg.bf16,
                       "freeze_embeddings": cfg.freeze_embeddings, "ce_chunk": cfg.ce_chunk,
+                      "draft_only": cfg.draft_only, "trained_params": sum(p.numel() for p in model.parameters()
+                                                                          if p.requires_grad),
                       "batches": "the run's (--corpus)" if args.corpus else "one of torch's sources"}), flush=True)
     steps = []
     for step in range(args.steps):
