@@ -1,5 +1,6 @@
 #!/bin/bash
 # session 37: draft vocabulary and draft groups on 8 windows / 8 prompts (a pilot; the 128 / 64 run follows)
+# vocab8h.sh (after orl.model.head, same session) ran this loop over "hbase::" "hv32k:--draft-vocab 32768:" "hv32k-g2:--draft-vocab 32768:--spec-groups 2"
 cd /work/main
 R=~/.cache/orl/runs; O=$R/s37/ce
 for v in "base::" "v32k:--draft-vocab 32768:" "g2::--spec-groups 2" "v32k-g2:--draft-vocab 32768:--spec-groups 2" "v8k:--draft-vocab 8192:"; do
