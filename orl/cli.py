@@ -138,7 +138,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from orl.cli_bench import add_command as add_bench  # bench (speed and accuracy, one table)
-    from orl.cli_decode import AR_FLAGS, add_decode_flags, add_self_draft_flags  # the decode flags of generate, eval (and serve)
+    # the decode flags of generate, eval (and serve)
+    from orl.cli_decode import AR_FLAGS, add_decode_flags, add_self_draft_flags
     from orl.cli_generate import add_command as add_generate  # generate (dLLMs, AR and canvas models)
     from orl.cli_tasks import add_task_flags  # --task-module / --tasks-file of train and eval
 
