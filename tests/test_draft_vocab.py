@@ -186,3 +186,18 @@ def test_a_low_rank_drafter_keeps_its_head_delta_and_bad_files_are_named(base, t
         attach_draft_vocab(copy.deepcopy(drafter), str(f), "fused", None, tok)
     with pytest.raises(ValueError, match="within"):
         write_ids(f, torch.tensor([v]), v, {})
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_a_split_drafter_with_a_draft_vocabulary_gives_the_verifiers_tokens():
+    """The GPU path: VocabHead keeps F.linear there, the draft rows their own head; the tokens are the verifier's."""
+    drafter, tok, manifest = load_checkpoint(BASE)
+    verifier = perturbed(drafter, 0.15).to("cuda")  # perturbed on the CPU (its noise generator is a CPU one)
+    drafter = drafter.to("cuda")
+    split = draft_vocab(verify_with(copy.deepcopy(drafter), verifier),
+                        torch.arange(drafter.args.vocab_size // 2, device="cuda"))
+    spec = ARConfig(max_new_tokens=32, spec_tokens=4, spec_draft="fused")
+    want = ARDecoder(verifier, tok, manifest=manifest).generate(PROMPTS, ARConfig(max_new_tokens=32))
+    got = [ARDecoder(split, tok, manifest=manifest).generate([p], spec)[0] for p in PROMPTS]
+    assert [g.token_ids for g in got] == [w.token_ids for w in want]
