@@ -283,14 +283,12 @@ def main() -> None:
     streams = load_file(Path(args.corpus) / "tokens.safetensors")
     stream = streams["code_heldout"]
     draft_ids = None
-    if args.draft_vocab:  # counted on the training streams only, never the held-out windows measured here
+    if args.draft_vocab:  # as `orl draft-vocab` chooses them: the training streams, never the held-out windows
         from orl.checkpoint import read_tokenizer
-        from orl.model.draft_vocab import frequent_ids
+        from orl.model.draft_vocab import corpus_draft_ids
 
-        tok = read_tokenizer(args.dlm if args.dlm != UNTRAINED else args.ar)
-        draft_ids = frequent_ids([v for k, v in streams.items() if k != "code_heldout"], args.draft_vocab,
-                                 keep=[tok.eos_id, *tok.eos_ids])     # as `orl draft-vocab` chooses them
-        draft_ids = draft_ids[draft_ids != (tok.mask_id if tok.mask_id is not None else -1)]
+        draft_ids = corpus_draft_ids(streams, read_tokenizer(args.dlm if args.dlm != UNTRAINED else args.ar),
+                                     args.draft_vocab)
     taus = (() if args.thresholds == "none" else tuple(float(t) for t in args.thresholds.split(","))
             if args.thresholds else (args.threshold,))
     if not taus and not args.spec:

@@ -12,17 +12,13 @@ def cmd_draft_vocab(args: argparse.Namespace) -> int:
     import torch
 
     from orl.checkpoint import read_model_args, read_tokenizer
-    from orl.model.draft_vocab import frequent_ids, tokenizer_digest, write_ids
+    from orl.model.draft_vocab import corpus_draft_ids, tokenizer_digest, training_streams, write_ids
     from orl.train.corpus import read_corpus
 
     tok = read_tokenizer(args.model)
     streams = read_corpus(Path(args.corpus))
-    # the training streams only: a held-out split measures the drafts, so it must not choose them
-    train = {k: v for k, v in streams.items() if "heldout" not in k}
-    # every end token stays draftable (a chat model's end-of-turn too), the mask never is
-    ends = [tok.eos_id, *getattr(tok, "eos_ids", ())]
-    ids = frequent_ids(train.values(), args.size, keep=ends)
-    ids = ids[ids != getattr(tok, "mask_id", -1)]
+    ids = corpus_draft_ids(streams, tok, args.size)
+    train = training_streams(streams)  # what it counted, for the coverage line
     raw = (Path(args.corpus) / "corpus.json").read_bytes()
     covered = sum(int(v.numel()) for v in train.values())
     hits = sum(int(torch.isin(v.long(), ids).sum()) for v in train.values())

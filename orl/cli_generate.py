@@ -30,7 +30,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from orl.engine import DecodeConfig, DoneEvent, Engine, StepEvent
     from orl.engine.ar_step import SELF_DRAFTS
     from orl.model.families.common import dtype_from_name
-    from orl.verifier import attach_draft_vocab, attach_verifier, check_self_draft_flags
+    from orl.verifier import attach_self_draft, check_self_draft_flags
 
     decode = decode_overrides(args)
     flags = {**decode, "seed": args.seed}  # a flag not given: the checkpoint's or DecodeConfig's
@@ -42,9 +42,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     check_self_draft_flags(args.spec_verifier, args.draft_vocab, args.spec_draft)
     dtype = dtype_from_name(args.dtype) if args.dtype else None  # an unknown name fails before loading too
     model, tok, manifest = load_checkpoint(args.model, device=resolve_device(args.device), dtype=dtype)  # orl.json, once
-    model = attach_verifier(model, manifest, args.model, args.spec_verifier, args.spec_draft,
-                            resolve_device(args.device), dtype)
-    model = attach_draft_vocab(model, args.draft_vocab, args.spec_draft, args.model, tok)
+    model = attach_self_draft(model, manifest, args.model, tok, args.spec_verifier, args.draft_vocab,
+                              args.spec_draft, resolve_device(args.device), dtype)
     if manifest.get("objective") == "diffusion_gemma":  # no mask token: dlmrt's canvas mode
         from orl.cli_canvas import generate_canvas
 

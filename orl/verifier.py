@@ -78,3 +78,11 @@ def attach_draft_vocab(model, path: str | None, spec_draft: str | None, model_di
             raise ValueError(f"draft vocabulary {path}: none of its ids can be drafted (the mask token, or past the "
                              "tokenizer's vocabulary)")
     return draft_vocab(model, ids)
+
+
+def attach_self_draft(model, manifest: dict, model_dir, tokenizer, spec_verifier: str | None,
+                      draft_vocab_path: str | None, spec_draft: str | None, device=None, dtype=None):
+    """What every decoding command applies after the load: the verifier (attach_verifier), then the draft
+    vocabulary (attach_draft_vocab, on the drafter's head)."""
+    model = attach_verifier(model, manifest, model_dir, spec_verifier, spec_draft, device, dtype)
+    return attach_draft_vocab(model, draft_vocab_path, spec_draft, model_dir, tokenizer)

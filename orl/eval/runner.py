@@ -135,14 +135,13 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
     """Evaluate and return this spec's records (earlier ones from the file included). on_batch sees
     each batch's new records after they are written."""
     from orl.checkpoint import load_checkpoint, require_objective
-    from orl.verifier import attach_draft_vocab, attach_verifier, verifier_dir
+    from orl.verifier import attach_self_draft, verifier_dir
 
     spec.validate()
     model, tokenizer, manifest = load_checkpoint(spec.model, device=spec.device,
                                                  dtype=DTYPES[spec.dtype] if spec.dtype else None)
-    model = attach_verifier(model, manifest, spec.model, spec.spec_verifier, spec.ar.get("spec_draft"), spec.device,
-                            DTYPES[spec.dtype] if spec.dtype else None)
-    model = attach_draft_vocab(model, spec.draft_vocab, spec.ar.get("spec_draft"), spec.model, tokenizer)
+    model = attach_self_draft(model, manifest, spec.model, tokenizer, spec.spec_verifier, spec.draft_vocab,
+                              spec.ar.get("spec_draft"), spec.device, DTYPES[spec.dtype] if spec.dtype else None)
     objective = manifest.get("objective") or Engine.objective
     # a block-diffusion checkpoint drafting for its own AR path (orl.engine.self_draft) decodes as an AR model
     self_draft = spec.ar.get("spec_draft") in SELF_DRAFTS and objective == Engine.objective

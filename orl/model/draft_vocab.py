@@ -52,11 +52,12 @@ class DraftVocabHead(nn.Module):
 def draft_rows_weight(head: nn.Module, ids: Tensor) -> Tensor:
     """The head rows `ids` the draft rows use: the drafter's (a RowSplit's draft side; a DraftDelta's verifier
     weight plus its low-rank delta), else the head's own."""
+    # indexing by `ids` copies: the buffer shares no storage with the head
     if isinstance(head, RowSplit):
-        return head.draft.weight[ids].clone()
+        return head.draft.weight[ids]
     if isinstance(head, DraftDelta):
         return head.clean.weight[ids] + head.b[ids] @ head.a                      # [n, D]
-    return head.weight[ids].clone()
+    return head.weight[ids]
 
 
 def draft_vocab(model: nn.Module, ids: Tensor) -> nn.Module:
@@ -92,6 +93,18 @@ def frequent_ids(streams: Iterable[Iterable[int]], n: int, keep: Iterable[int] =
     kept = set(keep)
     ranked = [t for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if t not in kept]
     return torch.tensor(sorted(keep + ranked[: max(0, n - len(keep))]), dtype=torch.long)
+
+
+def training_streams(streams: dict[str, Tensor]) -> dict[str, Tensor]:
+    """A conversion corpus's streams without its held-out split (which measures the drafts, so never chooses them)."""
+    return {k: v for k, v in streams.items() if "heldout" not in k}
+
+
+def corpus_draft_ids(streams: dict[str, Tensor], tok, n: int) -> Tensor:
+    """The draft vocabulary of a conversion corpus: the n most frequent tokens of its training streams, every end
+    token kept (a chat model's end-of-turn too), the mask dropped (a draft never proposes it)."""
+    ids = frequent_ids(training_streams(streams).values(), n, keep=[tok.eos_id, *getattr(tok, "eos_ids", ())])
+    return ids[ids != (tok.mask_id if getattr(tok, "mask_id", None) is not None else -1)]
 
 
 FORMAT = "orl.draft_vocab"

@@ -93,7 +93,7 @@ def serve(model_dir: str, config: ServerConfig | None = None, *, device: str | N
 
     from orl.checkpoint import load_checkpoint
     from orl.model.families.common import dtype_from_name
-    from orl.verifier import attach_draft_vocab, attach_verifier, check_self_draft_flags, verifier_dir
+    from orl.verifier import attach_self_draft, check_self_draft_flags, verifier_dir
 
     config = (config or ServerConfig()).validate()
     ar = ar.validate() if ar is not None else None
@@ -103,8 +103,8 @@ def serve(model_dir: str, config: ServerConfig | None = None, *, device: str | N
     sock = bind(config.host, config.port)
     try:
         model, tokenizer, manifest = load_checkpoint(model_dir, device=dev, dtype=cast)
-        model = attach_verifier(model, manifest, model_dir, spec_verifier, ar.spec_draft if ar else None, dev, cast)
-        model = attach_draft_vocab(model, draft_vocab, ar.spec_draft if ar else None, model_dir, tokenizer)
+        model = attach_self_draft(model, manifest, model_dir, tokenizer, spec_verifier, draft_vocab,
+                                  ar.spec_draft if ar else None, dev, cast)
         engine, defaults = decoder_for(model_dir, model, tokenizer, manifest, ar)
         warm_up(engine, defaults)  # its decode checks the settings: a self-draft the checkpoint cannot make fails here
         name = Path(model_dir).resolve().name + (f"-{dtype}" if dtype else "")
