@@ -251,6 +251,9 @@ def main() -> None:
     ap.add_argument("--dlm", required=True, help=f"the converted checkpoint, or {UNTRAINED!r}: the AR weights "
                     "with the shifted read-out, before any conversion training")
     ap.add_argument("--corpus", required=True, help="the corpus directory (tokens.safetensors: code_heldout)")
+    ap.add_argument("--stream", default="code_heldout", help="the corpus stream the windows and prompts come from "
+                    "(default code_heldout, the files no run trained on; code_train to choose a decoding setting "
+                    "without looking at the held-out split)")
     ap.add_argument("--windows", type=int, default=32)
     ap.add_argument("--context", type=int, default=64)
     ap.add_argument("--block", type=int, help="default: the converted model's block_len")
@@ -281,7 +284,9 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     streams = load_file(Path(args.corpus) / "tokens.safetensors")
-    stream = streams["code_heldout"]
+    if args.stream not in streams:
+        ap.error(f"--stream {args.stream}: the corpus has {', '.join(sorted(streams))}")
+    stream = streams[args.stream]
     draft_ids = None
     if args.draft_vocab:  # as `orl draft-vocab` chooses them: the training streams, never the held-out windows
         from orl.checkpoint import read_tokenizer
@@ -299,6 +304,8 @@ def main() -> None:
                               args.free_tokens, args.free_prompts, args.layout, args.device, args.spec,
                               args.spec_draft, on_result=partial, spec_verifier=args.spec_verifier,
                               draft_rank=args.draft_rank, spec_groups=args.spec_groups, draft_ids=draft_ids)
+    for r in res:  # which windows: a setting chosen on code_train must not read as a held-out figure
+        r["stream"] = args.stream
     emit(res if many else res[0], args.out)
 
 

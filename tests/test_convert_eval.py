@@ -148,3 +148,32 @@ def test_draft_groups_and_a_draft_vocabulary_keep_the_originals_tokens(models, t
     assert r["free_running"]["n"] == full["free_running"]["n"] == 3
     with pytest.raises(ValueError, match="--spec-groups / --draft-vocab are for the --spec decoder"):
         ce.evaluate_thresholds(str(d / "ar"), str(d / "dlm"), stream, 2, 10, 4, (0.5,), 4, 1, spec_groups=2)
+
+
+def test_main_reads_the_named_stream_and_records_it(models, tmp_path, monkeypatch, capsys):
+    """--stream picks the windows' stream (code_train: choosing a setting without the held-out split), the result
+    says which, and a stream the corpus lacks is named with the ones it has."""
+    import json
+    import sys
+
+    from safetensors.torch import save_file
+
+    d, stream = models
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    save_file({"code_heldout": stream, "code_train": stream.flip(0).contiguous()}, str(corpus / "tokens.safetensors"))
+    seen = []
+    real = ce.evaluate_thresholds
+    monkeypatch.setattr(ce, "evaluate_thresholds", lambda ar, dlm, s, *a, **k: seen.append(s) or real(ar, dlm, s, *a, **k))
+    for name, want in (("code_heldout", stream), ("code_train", stream.flip(0))):
+        out = tmp_path / f"{name}.json"
+        monkeypatch.setattr(sys, "argv", ["convert_eval", "--ar", str(d / "ar"), "--dlm", str(d / "dlm"), "--corpus",
+                                          str(corpus), "--stream", name, "--windows", "4", "--context", "8",
+                                          "--free-tokens", "4", "--free-prompts", "2", "--out", str(out)])
+        ce.main()
+        assert torch.equal(seen[-1], want) and json.loads(out.read_text())["stream"] == name
+    monkeypatch.setattr(sys, "argv", ["convert_eval", "--ar", str(d / "ar"), "--dlm", str(d / "dlm"), "--corpus",
+                                      str(corpus), "--stream", "distill"])
+    with pytest.raises(SystemExit):
+        ce.main()
+    assert "the corpus has code_heldout, code_train" in capsys.readouterr().err
