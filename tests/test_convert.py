@@ -90,6 +90,33 @@ def test_chunked_ce_equals_full_ce(softcap, frozen):
     assert torch.equal(top, logits.argmax(-1))
 
 
+def test_the_heads_bf16_cast_is_made_once_until_the_head_changes():
+    from orl.train.chunked_ce import cast_head
+
+    W = torch.nn.Parameter(torch.randn(300, 16))
+    a = cast_head(W, torch.bfloat16)
+    assert a.dtype == torch.bfloat16 and torch.equal(a, W.detach().to(torch.bfloat16))
+    assert cast_head(W, torch.bfloat16) is a                        # frozen: the same copy, no second cast
+    assert cast_head(W, torch.float32).data_ptr() == W.data_ptr()   # its own dtype: no copy at all
+    with torch.no_grad():
+        W.add_(1.0)                                                 # an optimizer step's in-place update
+    b = cast_head(W, torch.bfloat16)
+    assert b is not a and torch.equal(b, W.detach().to(torch.bfloat16))
+    same_values = torch.nn.Parameter(W.detach().clone())           # another head: never the first one's copy
+    assert cast_head(same_values, torch.bfloat16) is not b
+    # under autocast the loss, its gradients and the argmax are those of a per-call cast, call after call
+    h = torch.randn(37, 16, requires_grad=True)
+    tgt, w = torch.randint(0, 300, (37,)), torch.rand(37)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        first = chunked_ce_sum(h, W, tgt, w, chunk=8)
+        second = chunked_ce_sum(h, W, tgt, w, chunk=8)
+        top = chunked_predict(h.detach(), W.detach(), tgt, chunk=8)[1]
+    logits = (h.detach().bfloat16() @ W.detach().bfloat16().T).float()
+    ref = (torch.nn.functional.cross_entropy(logits, tgt, reduction="none") * w).sum()
+    assert torch.allclose(first, ref, atol=1e-4) and torch.equal(first, second)
+    assert torch.equal(top, logits.argmax(-1))
+
+
 def diffusion_rows(base, seed=0):
     cfg = smoke_cfg(base)
     model, tok, _ = load_checkpoint(base / "base")
