@@ -288,7 +288,8 @@ def main() -> None:
         ap.error(f"--stream {args.stream}: the corpus has {', '.join(sorted(streams))}")
     stream = streams[args.stream]
     draft_ids = None
-    if args.draft_vocab:  # as `orl draft-vocab` chooses them: the training streams, never the held-out windows
+    if args.draft_vocab:  # as `orl draft-vocab` chooses them: the training streams (code_train among them), never
+        # the held-out split
         from orl.checkpoint import read_tokenizer
         from orl.model.draft_vocab import corpus_draft_ids
 
@@ -299,13 +300,18 @@ def main() -> None:
     if not taus and not args.spec:
         ap.error("--thresholds none leaves nothing to measure without --spec")
     many = bool(args.thresholds or args.spec)
-    partial = (lambda rs: Path(args.out).write_text(json.dumps(rs, indent=1) + "\n")) if args.out and many else None
+    # every result names its windows' stream (a setting chosen on code_train must not read as a held-out figure),
+    # the partial ones too (a run cut off leaves them)
+    def stamped(rs):
+        return [dict(r, stream=args.stream) for r in rs]
+
+    partial = (lambda rs: Path(args.out).write_text(json.dumps(stamped(rs), indent=1) + "\n")) if args.out and many \
+        else None
     res = evaluate_thresholds(args.ar, args.dlm, stream, args.windows, args.context, args.block, taus,
                               args.free_tokens, args.free_prompts, args.layout, args.device, args.spec,
                               args.spec_draft, on_result=partial, spec_verifier=args.spec_verifier,
                               draft_rank=args.draft_rank, spec_groups=args.spec_groups, draft_ids=draft_ids)
-    for r in res:  # which windows: a setting chosen on code_train must not read as a held-out figure
-        r["stream"] = args.stream
+    res = stamped(res)
     emit(res if many else res[0], args.out)
 
 

@@ -29,10 +29,11 @@ def resolve_device(name: str | torch.device | None) -> torch.device:
 def native_bf16(device: str | torch.device = "cpu") -> bool:
     """Whether bf16 matmuls run natively (faster than fp32) on `device`: a CUDA device that supports bf16, or a
     CPU with AVX512-BF16 or AMX. On a CPU without them (AVX2 only) torch emulates bf16 and a matmul runs several
-    times slower than in fp32 (docs/RESULTS-gemma.md): bf16 autocast is then a cost, not a saving."""
+    times slower than in fp32 (docs/RESULTS-gemma.md): bf16 autocast is then a cost, not a saving. The CPU probes are
+    torch's private ones: a torch without them answers False (fp32, the safe side)."""
     dev = torch.device(device)
     if dev.type == "cuda":
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
     if dev.type != "cpu":
         return False
     probes = (getattr(torch.cpu, "_is_avx512_bf16_supported", None), getattr(torch.cpu, "_is_amx_tile_supported", None))

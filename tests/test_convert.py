@@ -90,31 +90,49 @@ def test_chunked_ce_equals_full_ce(softcap, frozen):
     assert torch.equal(top, logits.argmax(-1))
 
 
-def test_the_heads_bf16_cast_is_made_once_until_the_head_changes():
-    from orl.train.chunked_ce import cast_head
+def test_within_a_step_the_heads_bf16_cast_is_made_once():
+    from orl.train import chunked_ce
+    from orl.train.chunked_ce import cast_head, one_cast_per_head
 
     W = torch.nn.Parameter(torch.randn(300, 16))
-    a = cast_head(W, torch.bfloat16)
-    assert a.dtype == torch.bfloat16 and torch.equal(a, W.detach().to(torch.bfloat16))
-    assert cast_head(W, torch.bfloat16) is a                        # frozen: the same copy, no second cast
-    assert cast_head(W, torch.float32).data_ptr() == W.data_ptr()   # its own dtype: no copy at all
-    with torch.no_grad():
-        W.add_(1.0)                                                 # an optimizer step's in-place update
-    b = cast_head(W, torch.bfloat16)
-    assert b is not a and torch.equal(b, W.detach().to(torch.bfloat16))
-    same_values = torch.nn.Parameter(W.detach().clone())           # another head: never the first one's copy
-    assert cast_head(same_values, torch.bfloat16) is not b
-    # under autocast the loss, its gradients and the argmax are those of a per-call cast, call after call
+    assert cast_head(W, torch.float32).data_ptr() == W.data_ptr()       # its own dtype: no copy at all
+    outside = cast_head(W, torch.bfloat16)
+    assert cast_head(W, torch.bfloat16) is not outside                 # no scope: a fresh cast each call
+    casts = []
+    real_to = torch.Tensor.to
+
+    def counting_to(self, *a, **k):
+        out = real_to(self, *a, **k)
+        if out.dtype == torch.bfloat16 and tuple(self.shape) == (300, 16) and self.dtype == torch.float32:
+            casts.append(1)
+        return out
+
     h = torch.randn(37, 16, requires_grad=True)
     tgt, w = torch.randint(0, 300, (37,)), torch.rand(37)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        first = chunked_ce_sum(h, W, tgt, w, chunk=8)
-        second = chunked_ce_sum(h, W, tgt, w, chunk=8)
-        top = chunked_predict(h.detach(), W.detach(), tgt, chunk=8)[1]
+    torch.Tensor.to = counting_to
+    try:
+        with one_cast_per_head(), torch.autocast("cpu", dtype=torch.bfloat16):
+            first = chunked_ce_sum(h, W, tgt, w, chunk=8)
+            second = chunked_ce_sum(h, W, tgt, w, chunk=8)
+            top = chunked_predict(h.detach(), W, tgt, chunk=8)[1]       # the parameter itself, as the recipe passes it
+            first.backward()
+    finally:
+        torch.Tensor.to = real_to
+    assert len(casts) == 1 and not chunked_ce._Casts.held                # one cast in the scope, none kept after it
+    # the numbers of a per-call cast: loss, argmax and both gradients
     logits = (h.detach().bfloat16() @ W.detach().bfloat16().T).float()
     ref = (torch.nn.functional.cross_entropy(logits, tgt, reduction="none") * w).sum()
     assert torch.allclose(first, ref, atol=1e-4) and torch.equal(first, second)
     assert torch.equal(top, logits.argmax(-1))
+    gh, gW = h.grad.clone(), W.grad.clone()
+    h.grad, W.grad = None, None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        chunked_ce_sum(h, W, tgt, w, chunk=8).backward()
+    assert torch.equal(gh, h.grad) and torch.equal(gW, W.grad)
+    with one_cast_per_head():                                            # another head of the same values: its own
+        a = cast_head(W, torch.bfloat16)
+        assert cast_head(torch.nn.Parameter(W.detach().clone()), torch.bfloat16) is not a
+        assert cast_head(W, torch.bfloat16) is a
 
 
 def diffusion_rows(base, seed=0):

@@ -1,5 +1,8 @@
 """orl.device.native_bf16: bf16 autocast only where bf16 matmuls are native (the gemma presets' choice)."""
+from dataclasses import replace
+
 import torch
+from test_convert import base, cv, smoke_cfg  # noqa: F401  (base: the tiny AR checkpoint fixture)
 
 from orl.device import native_bf16
 
@@ -16,11 +19,11 @@ def test_the_cpu_answer_follows_its_bf16_instructions(monkeypatch):
     assert native_bf16("mps") is False
 
 
-def test_the_gemma_presets_follow_the_cpu(monkeypatch):
-    from orl.presets import get_preset
-
-    for native in (False, True):
-        monkeypatch.setattr("orl.presets.convert.native_bf16", lambda device, n=native: n)
-        assert get_preset("convert", "gemma_convert").bf16 is native
-        assert get_preset("convert", "gemma_convert_short").bf16 is native
-    assert get_preset("convert", "gemma_convert_gpu").bf16 is True  # a GPU preset: always
+def test_a_cpu_run_in_fp32_on_a_native_bf16_cpu_says_so(base, tmp_path, monkeypatch):
+    """The presets stay fixed (a preset names one config, and a run resumes in the precision it began with);
+    the run tells the user when --set bf16=true would be faster, and only then."""
+    for native, bf16, said in ((True, False, True), (False, False, False), (True, True, False)):
+        monkeypatch.setattr(cv, "native_bf16", lambda device, n=native: n)
+        lines = []
+        cv.convert(replace(smoke_cfg(base), steps=1, bf16=bf16), tmp_path / f"{native}-{bf16}", log=lines.append)
+        assert any("--set bf16=true" in str(x) for x in lines) is said

@@ -1,7 +1,6 @@
 """Presets of the convert recipe (AR checkpoint -> block diffusion, orl.train.convert)."""
 from __future__ import annotations
 
-from orl.device import native_bf16
 from orl.eval.tasks import SUITE
 from orl.train.convert import ConvertConfig
 from orl.train.corpus import CorpusConfig
@@ -9,17 +8,14 @@ from orl.train.corpus import CorpusConfig
 
 def gemma_convert() -> ConvertConfig:
     """gemma-3-270m (`orl fetch gemma-3-270m`) at block 4 on one CPU: rows of 160 tokens (32 of context,
-    32 blocks), 8 rows per step (6 code, 1 task text, 1 self-distilled), checkpointed blocks, bf16 autocast
-    where the CPU runs bf16 natively, else fp32 (see below).
+    32 blocks), 8 rows per step (6 code, 1 task text, 1 self-distilled), checkpointed blocks, fp32 (bf16 off on this CPU: see below).
     The run is sized to be resumed across sessions: rerun the same command to continue."""
     corpus = CorpusConfig(tasks=SUITE, task_samples=2000, distill_prompts=64, distill_prompt_tokens=48,
                           distill_new_tokens=64)
-    # bf16 where the CPU has AVX512-BF16 / AMX (session 38's AMD EPYC: a draft-only step 17.3 -> 11.6 s); without
-    # them (sessions 10-37's AVX2 machines) a bf16 matmul runs ~7x slower than fp32, so fp32 (docs/RESULTS-gemma.md).
-    # The choice is written into the run's config: a run resumed on a machine of the other kind is refused as a
-    # config change (pass --set bf16=... as the run began). On a GPU: gemma_convert_gpu, or --set bf16=true
+    # bf16=False: on CPUs without AVX512-BF16 / AMX (this one: AVX2) a bf16 matmul runs ~7x slower than
+    # fp32 (docs/RESULTS-gemma.md); on a GPU pass --set bf16=true
     return ConvertConfig(corpus=corpus, block_len=4, window=160, context=32, mix=(6, 1, 1), steps=4000, lr=2e-5,
-                         warmup=50, ce_chunk=128, eval_every=100, eval_windows=16, save_every=25, bf16=native_bf16("cpu"))
+                         warmup=50, ce_chunk=128, eval_every=100, eval_windows=16, save_every=25, bf16=False)
 
 
 def gemma_convert16() -> ConvertConfig:

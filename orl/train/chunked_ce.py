@@ -7,38 +7,48 @@ d head weight) in its forward, and keeps only the gradients: at most [chunk, V] 
 time, and the head costs three matmuls per position (forward, d hidden, d weight), not four as with
 recomputation. A frozen head (tied, frozen embeddings) skips the d weight matmul.
 
-Under bf16 the head is cast once while it is unchanged (`cast_head`), not once per call: a [262144, 640]
-fp32 -> bf16 copy costs about as much as the matmuls it feeds on a CPU, and a conversion step makes several
-calls (each micro-batch's losses, the draft targets' argmax) with a head that is frozen or changes only at
-the optimizer step.
+Under bf16 a training step casts the head once (`one_cast_per_head`), not on every call: a [262144, 640]
+fp32 -> bf16 copy costs about as much as the matmuls it feeds on a CPU, and a conversion step makes about ten
+calls (each micro-batch's losses, the draft targets' argmax) with a head that changes only at the optimizer step.
 """
 from __future__ import annotations
 
-import weakref
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor
 
-_CASTS: dict = {}  # (id(weight), dtype) -> (weakref to weight, weight._version, weight in dtype); a few entries
+
+class _Casts:
+    depth = 0
+    held: dict = {}  # (id(weight), dtype) -> (weight, its cast): the weight held, so its id is not reused
+
+
+@contextmanager
+def one_cast_per_head():
+    """Within it, cast_head casts each head once per dtype and reuses the copy; the copies are dropped on exit.
+    The caller vouches that no head changes inside (one training step's forwards and backwards: the optimizer
+    step comes after the scope)."""
+    _Casts.depth += 1
+    try:
+        yield
+    finally:
+        _Casts.depth -= 1
+        if not _Casts.depth:
+            _Casts.held.clear()
 
 
 def cast_head(weight: Tensor, dtype: torch.dtype) -> Tensor:
-    """weight in dtype (detached), reused while weight is the same live tensor at the same version: in-place
-    updates (the optimizer's step, load_state_dict) bump the version, so a trained head is cast again after
-    each step and a frozen one once per run."""
+    """weight in dtype, detached: the scope's copy within one_cast_per_head, else a fresh cast."""
     if weight.dtype == dtype:
         return weight.detach()
+    if not _Casts.depth:
+        return weight.detach().to(dtype)
     key = (id(weight), dtype)
-    hit = _CASTS.get(key)
-    if hit is not None and hit[0]() is weight and hit[1] == weight._version:
-        return hit[2]
-    for k in [k for k, (ref, _, _) in _CASTS.items() if ref() is None]:  # heads that are gone
-        del _CASTS[k]
-    if len(_CASTS) >= 4:  # a model's head, a reference's: more means heads come and go (tests)
-        _CASTS.clear()
-    cast = weight.detach().to(dtype)
-    _CASTS[key] = (weakref.ref(weight), weight._version, cast)
-    return cast
+    hit = _Casts.held.get(key)
+    if hit is None or hit[0] is not weight:
+        hit = _Casts.held[key] = (weight, weight.detach().to(dtype))
+    return hit[1]
 
 
 class _LinearCE(torch.autograd.Function):
@@ -46,7 +56,7 @@ class _LinearCE(torch.autograd.Function):
     def forward(ctx, h: Tensor, weight: Tensor, targets: Tensor, w: Tensor, chunk: int,
                 softcap: float | None, dtype: torch.dtype) -> Tensor:
         need_w = ctx.needs_input_grad[1]
-        W = cast_head(weight, dtype)  # not per chunk, nor per call while the head is unchanged
+        W = cast_head(weight, dtype)  # not per chunk; within one_cast_per_head not per call either
         grad_h = torch.empty_like(h)
         grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
         total = torch.zeros((), dtype=torch.float32, device=h.device)
@@ -102,7 +112,7 @@ def chunked_predict(h: Tensor, weight: Tensor, targets: Tensor, chunk: int = 256
                     softcap: float | None = None) -> tuple[Tensor, Tensor]:
     """Per position cross-entropy [N] and argmax [N] of h @ weight.T, chunk by chunk (evaluation)."""
     ce, top = [], []
-    # under autocast the matmul is in its dtype: the head cast once (cast_head), not per chunk by autocast
+    # under autocast the matmul is in its dtype: the head cast by cast_head, not per chunk by autocast
     W = cast_head(weight, torch.get_autocast_dtype(h.device.type) if torch.is_autocast_enabled(h.device.type)
                   else weight.dtype)
     for s in range(0, h.shape[0], chunk):
