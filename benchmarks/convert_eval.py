@@ -112,7 +112,10 @@ def free_running(ar: ARDecoder, decode, prefixes: list[list[int]], n: int, eos: 
             "speedup": (dlm_tok / dlm_s) / (ar_tok / ar_s),
             # tokens per CPU second of this process: with one thread, what a dedicated core would give
             "ar_tok_cpu_s": ar_tok / ar_cpu, "dlm_tok_cpu_s": dlm_tok / dlm_cpu,
-            "speedup_cpu": (dlm_tok / dlm_cpu) / (ar_tok / ar_cpu)}
+            "speedup_cpu": (dlm_tok / dlm_cpu) / (ar_tok / ar_cpu),
+            # per prompt, in order: two decoders' TPFs compared prompt by prompt (a paired test), not only pooled
+            "per_prompt": [{"tokens": r["n_tokens"], "forwards": r["forwards"]["step"] + r["forwards"]["commit"]}
+                           for r in recs]}
 
 
 def evaluate(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows: int, context: int, block: int | None,
@@ -129,8 +132,8 @@ def evaluate_thresholds(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows
                         block: int | None, thresholds: tuple[float, ...], free_tokens: int, free_prompts: int,
                         layout: str | None = None, device: str = "cpu", spec: int = 0,
                         spec_draft: str = "fused", on_result=None, spec_verifier: str = "own",
-                        draft_rank: int = 0, spec_groups: int = 0, draft_ids: torch.Tensor | None = None
-                        ) -> list[dict]:
+                        draft_rank: int = 0, spec_groups: int = 0, draft_ids: torch.Tensor | None = None,
+                        free_offset: int = 0) -> list[dict]:
     """One result per threshold, the two checkpoints loaded once (a GPU lease spends seconds per load); with
     spec = k > 0 one more: the converted model's AR path verifying its own diffusion drafts of k tokens
     (spec_draft: "fused", one forward a round, or "diffusion", a draft forward and a verify forward), whose
@@ -138,6 +141,7 @@ def evaluate_thresholds(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows
     spec_verifier "ar": the AR original's weights score the verify rows instead (orl.model.row_split), so the
     tokens are the original's greedy ones exactly and the converted weights only draft; draft_rank r > 0: as the
     original plus a rank-r delta on the draft rows (orl.model.draft_delta: one weight read a forward).
+    free_offset: the free-running prompts are windows free_offset.. (0: the first free_prompts).
     spec_groups: the fused decoder's draft groups a round (0: all); draft_ids: the draft rows score only these
     tokens (orl.model.draft_vocab; the verify rows the whole vocabulary, so the tokens do not change).
     on_result(results so far) runs after each decoder's result (main writes --out there: a run cut off by a
@@ -219,7 +223,8 @@ def evaluate_thresholds(ar_dir: str, dlm_dir: str, stream: torch.Tensor, windows
                **({"draft_delta": delta} if threshold is None and delta else {})}
         try:
             out["next_block"] = next_block(ar, decode, rows, context, block, tok.eos_id)
-            out["free_running"] = free_running(ar, decode, [r[:context] for r in rows[:free_prompts]], free_tokens,
+            out["free_running"] = free_running(ar, decode, [r[:context] for r in
+                                                            rows[free_offset:free_offset + free_prompts]], free_tokens,
                                                tok.eos_id)
         except (RuntimeError, ValueError) as e:  # out of device memory, say: the other rows still count
             if threshold is not None:
@@ -262,6 +267,8 @@ def main() -> None:
                     "results; 'none': only the --spec decoder")
     ap.add_argument("--layout", choices=("prompt_block", "absolute_grid"),
                     help="the engine's block layout; default: the checkpoint's orl.json, else prompt_block")
+    ap.add_argument("--free-offset", type=int, default=0, help="free-running prompts from window N on (default 0: "
+                    "the first --free-prompts windows); e.g. the later windows as fresh prompts")
     ap.add_argument("--free-tokens", type=int, default=32)
     ap.add_argument("--free-prompts", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
@@ -297,20 +304,24 @@ def main() -> None:
                                      args.draft_vocab)
     taus = (() if args.thresholds == "none" else tuple(float(t) for t in args.thresholds.split(","))
             if args.thresholds else (args.threshold,))
+    if args.free_offset < 0 or args.free_offset + args.free_prompts > args.windows:
+        ap.error(f"--free-offset {args.free_offset} + --free-prompts {args.free_prompts} must lie within --windows "
+                 f"{args.windows}")
     if not taus and not args.spec:
         ap.error("--thresholds none leaves nothing to measure without --spec")
     many = bool(args.thresholds or args.spec)
     # every result names its windows' stream (a setting chosen on code_train must not read as a held-out figure),
     # the partial ones too (a run cut off leaves them)
     def stamped(rs):
-        return [dict(r, stream=args.stream) for r in rs]
+        return [dict(r, stream=args.stream, free_offset=args.free_offset) for r in rs]
 
     partial = (lambda rs: Path(args.out).write_text(json.dumps(stamped(rs), indent=1) + "\n")) if args.out and many \
         else None
     res = evaluate_thresholds(args.ar, args.dlm, stream, args.windows, args.context, args.block, taus,
                               args.free_tokens, args.free_prompts, args.layout, args.device, args.spec,
                               args.spec_draft, on_result=partial, spec_verifier=args.spec_verifier,
-                              draft_rank=args.draft_rank, spec_groups=args.spec_groups, draft_ids=draft_ids)
+                              draft_rank=args.draft_rank, spec_groups=args.spec_groups, draft_ids=draft_ids,
+                              free_offset=args.free_offset)
     res = stamped(res)
     emit(res if many else res[0], args.out)
 

@@ -171,9 +171,31 @@ def test_main_reads_the_named_stream_and_records_it(models, tmp_path, monkeypatc
                                           str(corpus), "--stream", name, "--windows", "4", "--context", "8",
                                           "--free-tokens", "4", "--free-prompts", "2", "--out", str(out)])
         ce.main()
-        assert torch.equal(seen[-1], want) and json.loads(out.read_text())["stream"] == name
+        res = json.loads(out.read_text())
+        assert torch.equal(seen[-1], want) and res["stream"] == name
+        # per prompt: what the pooled TPF is the ratio of sums of (a paired test across decoders reads them)
+        per = res["free_running"]["per_prompt"]
+        assert len(per) == 2 and res["free_running"]["dlm_tpf"] == pytest.approx(
+            sum(p["tokens"] for p in per) / sum(p["forwards"] for p in per))
     monkeypatch.setattr(sys, "argv", ["convert_eval", "--ar", str(d / "ar"), "--dlm", str(d / "dlm"), "--corpus",
                                       str(corpus), "--stream", "distill"])
     with pytest.raises(SystemExit):
         ce.main()
     assert "the corpus has code_heldout, code_train" in capsys.readouterr().err
+    # --free-offset: the free runs start from later windows (fresh prompts), and never past the windows
+    prompts = []
+    real_free = ce.free_running
+    monkeypatch.setattr(ce, "free_running", lambda ar, dec, prefixes, *a: prompts.append(prefixes) or
+                        real_free(ar, dec, prefixes, *a))
+    base_args = ["convert_eval", "--ar", str(d / "ar"), "--dlm", str(d / "dlm"), "--corpus", str(corpus), "--windows",
+                 "4", "--context", "8", "--free-tokens", "4", "--free-prompts", "2"]
+    for off in ("0", "2"):
+        monkeypatch.setattr(sys, "argv", base_args + ["--free-offset", off, "--out", str(tmp_path / f"o{off}.json")])
+        ce.main()
+        assert json.loads((tmp_path / f"o{off}.json").read_text())["free_offset"] == int(off)
+    rows = ce.held_out_rows(stream, 4, 8 + 4, None)
+    assert prompts[-2] == [r[:8] for r in rows[:2]] and prompts[-1] == [r[:8] for r in rows[2:4]]
+    monkeypatch.setattr(sys, "argv", base_args + ["--free-offset", "3"])
+    with pytest.raises(SystemExit):
+        ce.main()
+    assert "must lie within --windows 4" in capsys.readouterr().err
