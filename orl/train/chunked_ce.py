@@ -45,10 +45,9 @@ def cast_head(weight: Tensor, dtype: torch.dtype) -> Tensor:
     if not _Casts.depth:
         return weight.detach().to(dtype)
     key = (id(weight), dtype)
-    hit = _Casts.held.get(key)
-    if hit is None or hit[0] is not weight:
-        hit = _Casts.held[key] = (weight, weight.detach().to(dtype))
-    return hit[1]
+    if key not in _Casts.held:  # the scope holds the weight, so no other tensor gets its id before the exit
+        _Casts.held[key] = (weight, weight.detach().to(dtype))
+    return _Casts.held[key][1]
 
 
 class _LinearCE(torch.autograd.Function):
