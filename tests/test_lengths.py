@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from orl.model.model import Transformer
+from orl.model.vocab import special_ids
 from orl.presets import get_preset
 from orl.tokenizer import CharTokenizer
-from orl.train.batches import ar_batch, shift_positions
+from orl.train.batches import ar_batch, diffusion_batch, shift_positions, stretch_positions
 from orl.train.pretrain import PretrainConfig, make_batches
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,6 +32,68 @@ def test_shift_positions_stays_in_the_table_and_keeps_relative_order():
     b2 = ar_batch(pairs, TOK.pad_id, TOK.eos_id)
     shift_positions(b2, 64, 0.0, torch.Generator().manual_seed(0))
     assert torch.equal(b2.pos, before)              # frac 0 moves nothing
+
+
+def test_stretch_positions_hand_computed_row():
+    b = ar_batch([([5, 5], [8])], TOK.pad_id, TOK.eos_id)       # prompt 2 + answer 1 + EOS -> 3 inputs
+    assert b.pos.tolist() == [[0, 1, 2]]
+    stretch_positions(b, 1.0, 1.0, torch.Generator().manual_seed(3))   # stretch 1: 3 of range(3), sorted
+    assert b.pos.tolist() == [[0, 1, 2]]
+    # a 9-position row (prompt 8 + answer 1 + EOS, less the last input) at stretch <= 3: the same draws, made by hand, give its new positions
+    b = ar_batch([([5] * 8, [8])], TOK.pad_id, TOK.eos_id)
+    gen = torch.Generator().manual_seed(3)
+    torch.rand(1, generator=gen)                                 # the row's on/off draw
+    s = 1.0 + float(torch.rand(1, generator=gen)) * 2.0
+    room = int(torch.ceil(torch.tensor(s * 9)))
+    want = torch.randperm(room, generator=gen)[:9].sort().values.tolist()
+    stretch_positions(b, 1.0, 3.0, torch.Generator().manual_seed(3))
+    assert b.pos.tolist() == [want] and want != list(range(9)) and room > 9
+
+
+def test_stretch_positions_keeps_order_and_ties_and_spreads_distances():
+    pairs = [([5] * n, [8] * 9) for n in (3, 7, 12, 30)] * 16
+    b = ar_batch(pairs, TOK.pad_id, TOK.eos_id)
+    before = b.pos.clone()
+    stretch_positions(b, 0.5, 2.0, torch.Generator().manual_seed(0))
+    moved = (b.pos != before).any(dim=1)
+    assert 0.25 < moved.float().mean() < 0.75                  # about half the rows
+    for r in range(b.pos.shape[0]):
+        p, q = before[r], b.pos[r]
+        # a monotone map of values: equal stays equal (left pads share the first token's 0), order is kept
+        assert torch.equal(p[1:] == p[:-1], q[1:] == q[:-1]) and bool((q[1:] >= q[:-1]).all())
+        assert int(q.max()) < 2 * (int(p.max()) + 1)            # within the row's room at stretch <= 2
+    span = (b.pos.max(1).values - b.pos.min(1).values).float()
+    assert bool((span[moved] > (before.max(1).values - before.min(1).values).float()[moved]).any())
+    # diffusion rows: a noisy copy and its clean row share positions before, and still do after
+    ids = special_ids(TOK, TOK.vocab_size)
+    d = diffusion_batch([([5] * 6, [8] * 10)] * 4, 4, ids, torch.Generator().manual_seed(1), 1)
+    pos0 = d.pos.clone()
+    stretch_positions(d, 1.0, 2.0, torch.Generator().manual_seed(2))
+    for r in range(d.pos.shape[0]):
+        for i in range(pos0.shape[1]):
+            for j in range(pos0.shape[1]):
+                assert (pos0[r, i] == pos0[r, j]) == (d.pos[r, i] == d.pos[r, j])
+    b2 = ar_batch(pairs, TOK.pad_id, TOK.eos_id)
+    stretch_positions(b2, 0.0, 2.0, torch.Generator().manual_seed(0))
+    assert torch.equal(b2.pos, before)                         # frac 0 moves nothing
+
+
+def test_pos_stretch_config_leaves_the_plain_batches_alone():
+    cfg = get_preset("pretrain", "tiny_base7h")
+    from dataclasses import replace
+    st = replace(cfg, pos_stretch=0.5)
+    for step in (0, 5):
+        plain, stretched = make_batches(cfg, TOK, step), make_batches(st, TOK, step)
+        assert len(plain) == len(stretched)
+        for a, c in zip(plain, stretched):   # same rows, tokens, targets and masks: only RoPE positions differ
+            assert torch.equal(a.tokens, c.tokens) and torch.equal(a.mask, c.mask) and torch.equal(a.targets, c.targets)
+        assert any(not torch.equal(a.pos, c.pos) for a, c in zip(plain, stretched))
+    with pytest.raises(ValueError, match="pos_stretch"):
+        replace(cfg, pos_stretch=1.5)
+    with pytest.raises(ValueError, match="pos_stretch_max"):
+        replace(cfg, pos_stretch=0.5, pos_stretch_max=0.5)
+    with pytest.raises(ValueError, match="learned_pos"):
+        replace(get_preset("pretrain", "tiny_base7"), pos_stretch=0.5)
 
 
 def test_pos_offset_trains_every_row_and_leaves_other_presets_alone():

@@ -141,6 +141,27 @@ def shift_positions(batch: Batch, max_len: int, frac: float, gen: torch.Generato
     batch.pos = batch.pos + torch.where(on, offset, 0)[:, None]
 
 
+def stretch_positions(batch: Batch, frac: float, max_stretch: float, gen: torch.Generator) -> None:
+    """Give a random `frac` of the rows RoPE positions with gaps (randomized positional encodings, Ruoss et
+    al. 2023): a row whose positions run 0..P gets a sorted random subset of range(ceil(s (P + 1))), s drawn
+    uniformly from [1, max_stretch] per row, mapped value by value (equal positions stay equal, order is kept).
+
+    Prompts beyond the training lengths put the answer further from the items it reads than any training row
+    did; stretched rows show the model those distances at the training lengths, while the other rows keep the
+    contiguous positions inference uses. The masks are explicit, so only RoPE sees the change (a learned
+    position table would read rows it never trained: PretrainConfig refuses that pairing)."""
+    B = batch.pos.shape[0]
+    on = torch.rand(B, generator=gen) < frac                                      # [B]
+    scale = 1.0 + torch.rand(B, generator=gen) * (max_stretch - 1.0)                # [B]
+    for b in range(B):
+        if not on[b]:
+            continue
+        n = int(batch.pos[b].max()) + 1  # position values 0..n-1 (left pads share position 0)
+        room = int(torch.ceil(scale[b] * n))
+        table = torch.randperm(room, generator=gen)[:n].sort().values              # [n] increasing
+        batch.pos[b] = table[batch.pos[b]]
+
+
 def weighted_ce_sum(logits: Tensor, batch: Batch) -> Tensor:
     """Sum over positions of weight x cross-entropy (a share of a loss normalised over a whole batch)."""
     ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), batch.targets.flatten(), reduction="none")

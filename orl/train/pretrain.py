@@ -22,7 +22,8 @@ from orl.eval.tasks import SUITE, get_task
 from orl.model.args import ModelArgs
 from orl.model.model import Transformer
 from orl.engine.layouts import LAYOUTS
-from orl.train.batches import Batch, ar_batch, diffusion_batch, grid_pairs, shift_positions, weighted_ce_sum
+from orl.train.batches import (Batch, ar_batch, diffusion_batch, grid_pairs, shift_positions, stretch_positions,
+                               weighted_ce_sum)
 from orl.train.dist import SINGLE, Dist, setup, shard_rows
 from orl.train.fsdp import check_parallel, gathered
 from orl.atomic_dir import RUN_FILES
@@ -50,6 +51,8 @@ class PretrainConfig:
     noisy_copies: int = 1         # noisy states of every block per row (clean context reused)
     pos_offset: float = 0.0       # fraction of rows shifted to a random start (trains the whole learned
                                   # position table, for answers longer than the training ones)
+    pos_stretch: float = 0.0      # fraction of rows given gapped RoPE positions (stretch_positions: longer
+    pos_stretch_max: float = 2.0  # distances at the training lengths), each row's stretch in [1, this]
     lr: float = 3e-3
     min_lr_frac: float = 0.1
     warmup: int = 100
@@ -77,6 +80,13 @@ class PretrainConfig:
             problems.append(f"unknown layout {self.layout!r}; expected one of {LAYOUTS}")
         if not 0.0 <= self.pos_offset <= 1.0:
             problems.append(f"pos_offset must be in [0, 1], got {self.pos_offset}")
+        if not 0.0 <= self.pos_stretch <= 1.0:
+            problems.append(f"pos_stretch must be in [0, 1], got {self.pos_stretch}")
+        if self.pos_stretch_max < 1.0:
+            problems.append(f"pos_stretch_max must be >= 1, got {self.pos_stretch_max}")
+        if self.pos_stretch > 0 and self.model.learned_pos:
+            problems.append("pos_stretch needs RoPE only (model.learned_pos=false): stretched positions would "
+                            "read rows of the learned position table that inference never uses")
         if not 0.0 <= self.min_lr_frac <= 1.0:
             problems.append(f"min_lr_frac must be in [0, 1], got {self.min_lr_frac}")
         problems += check_parallel(self)
@@ -153,6 +163,9 @@ def make_batches(cfg: PretrainConfig, tok, step: int, counts: tuple[int, ...] | 
     if cfg.pos_offset > 0:  # drawn after the step's noise, so runs without it keep their batches
         for b in batches + aux:
             shift_positions(b, cfg.model.max_seq_len, cfg.pos_offset, gen)
+    if cfg.pos_stretch > 0:  # drawn last, so runs without it keep their batches and noise
+        for b in batches + aux:
+            stretch_positions(b, cfg.pos_stretch, cfg.pos_stretch_max, gen)
     return batches + aux  # auxiliary rows last: the first len(active_tasks) entries are the tasks' own
 
 
