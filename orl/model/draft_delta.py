@@ -19,6 +19,8 @@ from orl.model.row_split import Cut, RowSplit
 class DraftDelta(nn.Module):
     """clean(x) on every row, plus (x A^T) B^T on the rows from cut.at on (none outside a draft forward)."""
 
+    splits_rows = True  # a unit of the split model: its own tensors (A, B) act on draft rows only (row_split)
+
     def __init__(self, clean: nn.Linear, a: Tensor, b: Tensor, cut: Cut):
         super().__init__()
         self.clean, self.cut = clean, cut
@@ -28,6 +30,11 @@ class DraftDelta(nn.Module):
     @property
     def weight(self) -> Tensor:
         return self.clean.weight
+
+    def merged_weight(self) -> Tensor:
+        """The drafter's weight as a plain linear would hold it: W + B A [out, in] (a new tensor)."""
+        w = self.clean.weight
+        return (w.float() + self.b.detach().float() @ self.a.detach().float()).to(w.dtype)
 
     def forward(self, x: Tensor) -> Tensor:
         y = self.clean(x)                                                    # [B, T, out]
@@ -43,20 +50,25 @@ def low_rank(delta: Tensor, rank: int) -> tuple[Tensor, Tensor, float]:
     u, s, vh = torch.linalg.svd(delta.float(), full_matrices=False)
     r = min(rank, s.numel())
     kept = float((s[:r] ** 2).sum() / (s ** 2).sum().clamp(min=1e-30))
-    return vh[:r].clone(), (u[:, :r] * s[:r]).clone(), kept
+    # row-major copies: LAPACK's factors come column-major, and a factor's layout picks the BLAS path (and with it
+    # the rounding), so a resumed run's factors must be laid out as a fresh run's are
+    c = torch.contiguous_format
+    return vh[:r].clone(memory_format=c), (u[:, :r] * s[:r]).clone(memory_format=c), kept
 
 
-def low_rank_drafts(model: nn.Module, rank: int) -> dict:
+def low_rank_drafts(model: nn.Module, rank: int, skip: tuple[str, ...] = ()) -> dict:
     """In place: every split Linear without a bias difference becomes a DraftDelta of rank `rank` (other split
-    units, norms say, stay split: they are vectors). Returns {"units": n, "energy_kept": min share, "params":
-    delta parameters}."""
+    units, norms say, stay split: they are vectors; so do the module paths in `skip`). Returns {"units": n,
+    "energy_kept": min share, "params": delta parameters}."""
     if rank < 1:
         raise ValueError(f"rank must be >= 1, got {rank}")
     kept, params, n = [], 0, 0
 
-    def swap(parent: nn.Module) -> None:
+    def swap(parent: nn.Module, prefix: str) -> None:
         nonlocal params, n
         for name, child in list(parent.named_children()):
+            if prefix + name in skip:
+                continue
             if isinstance(child, RowSplit):
                 c, d = child.clean, child.draft
                 same_bias = isinstance(c, nn.Linear) and (c.bias is None) == (d.bias is None) and (
@@ -68,7 +80,7 @@ def low_rank_drafts(model: nn.Module, rank: int) -> dict:
                     params += a.numel() + b.numel()
                     n += 1
             else:
-                swap(child)
+                swap(child, f"{prefix}{name}.")
 
-    swap(model)
+    swap(model, "")
     return {"units": n, "energy_kept": min(kept) if kept else 1.0, "params": params}

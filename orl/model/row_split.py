@@ -138,7 +138,7 @@ def outside_units(model: nn.Module, path: str = ""):
     """(module path, module, tensor name, tensor) for every parameter or buffer a module owns outside the units
     (split, shared, or not yet swapped): attention's logn_scale, a block's layer_scalar, a quantized linear's
     buffers. They run on every row, clean ones included."""
-    if isinstance(model, (RowSplit,) + UNITS):
+    if isinstance(model, (RowSplit,) + UNITS) or getattr(model, "splits_rows", False):  # or a DraftDelta
         return
     for name, t in [*model.named_parameters(recurse=False), *model.named_buffers(recurse=False)]:
         yield path, model, name, t
@@ -177,13 +177,21 @@ def draft_rows_from(model: nn.Module, row: int):
 
 
 def drafter_of(model: Transformer) -> Transformer:
-    """The drafter alone (a plain Transformer sharing the draft units' tensors, nothing copied): what a
-    draft-only training run saves, since the verifier is its base checkpoint unchanged."""
+    """The drafter alone (a plain Transformer sharing the draft units' tensors, nothing copied, except a low-rank
+    unit's merged weight W + B A): what a draft-only training run saves, since the verifier is its base
+    checkpoint unchanged."""
     if not has_verifier(model):
         return model
     # detached tensors (same storage): load_state_dict(assign=True) would set requires_grad on the model's own
     # parameters, unfreezing what a run froze
-    state = {k.replace(".draft.", "."): v for k, v in model.state_dict().items() if ".clean." not in k}
+    low_rank = {p: m for p, m in model.named_modules() if getattr(m, "splits_rows", False)}  # DraftDelta units
+    factors = {f"{p}.{k}" for p in low_rank for k in ("a", "b")}
+    state = {k.replace(".draft.", "."): v for k, v in model.state_dict().items()
+             if ".clean." not in k and k not in factors}
+    for p, m in low_rank.items():  # a low-rank drafter saves as a plain one: W + B A (new tensors), the base's bias
+        state[f"{p}.weight"] = m.merged_weight()
+        if m.clean.bias is not None:
+            state[f"{p}.bias"] = m.clean.bias.detach()
     with torch.device("meta"):
         out = Transformer(model.args)
     if model.args.tie_embeddings:

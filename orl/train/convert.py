@@ -53,6 +53,7 @@ from orl.train.corpus import (STREAMS, CorpusConfig, build_corpus, corpus_key, c
                               read_corpus, windows, with_bos)
 from orl.train.dist import SINGLE, Dist, setup, shard_rows
 from orl.train.draft_eval import draft_agreement
+from orl.train.draft_lora import ADAPTER_FILE, adapter_bytes
 from orl.train.draft_only import draft_only_model, draft_only_problems
 from orl.train.draft_rows import anchors, corpus_draft_batch, with_ar_targets
 from orl.train.fsdp import check_parallel, gathered
@@ -104,6 +105,8 @@ class ConvertConfig:
     # train only the noisy / draft rows; the base, frozen, runs the clean ones (orl.train.draft_only)
     draft_only: bool = False
     init_from: str = ""                 # draft_only: a converted checkpoint of the base to start the drafter from
+    draft_rank: int = 0                 # draft_only: a rank-r delta on the base's linears instead of a full copy
+                                        # (orl.train.draft_lora; 0: a full copy)
     RESUME_FREE: ClassVar[frozenset[str]] = frozenset({"data_dir", "eval_windows", "time_limit_s"})
 
     def __post_init__(self):
@@ -111,7 +114,7 @@ class ConvertConfig:
                                                 "grad_clip", "ce_chunk", "eval_every", "eval_windows", "save_every",
                                                 "draft_tokens", "draft_stride"),
                                 non_negative=("warmup", "weight_decay", "threads", "time_limit_s", "ar_aux",
-                                              "draft_aux"))
+                                              "draft_aux", "draft_rank"))
         if self.context >= self.window or (self.window - self.context) % self.block_len:
             problems.append(f"window - context ({self.window} - {self.context}) must be a positive multiple of "
                             f"block_len ({self.block_len})")
@@ -297,7 +300,7 @@ def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_conf
     model = dist.on_every(lambda: load_checkpoint(loop.out, device=dist.device)[0] if loop.state
                           else None if cfg.draft_only else to_diffusion(teacher))
     if cfg.draft_only:
-        model = draft_only_model(cfg, teacher, model, dist.device)
+        model = draft_only_model(cfg, teacher, model, dist.device, resume_dir=loop.out if loop.state else None)
     del teacher
     if cfg.freeze_embeddings and not cfg.draft_only:
         model.model.embed_tokens.weight.requires_grad_(False)
@@ -341,7 +344,8 @@ def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_conf
                         "residual_mode": "off", "mask_token": mask["token"],
                         "recipe": {"name": "convert", "config": loop.config, "step": done,
                                    "tokens_seen": rec["tokens_seen"], "heldout": rec.get("heldout"), **extra}}
-            loop.save(drafter_of(model), tok, manifest, opt, done)
+            files = {ADAPTER_FILE: adapter_bytes(model, cfg.draft_rank)} if cfg.draft_rank else None
+            loop.save(drafter_of(model), tok, manifest, opt, done, files=files)
             model.train()
         if stop:
             break

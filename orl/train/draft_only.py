@@ -29,7 +29,8 @@ from orl.model.row_split import params_outside_units, verify_with
 def draft_only_problems(cfg) -> list[str]:
     """ConvertConfig.__post_init__'s checks of the draft-only fields."""
     if not cfg.draft_only:
-        return ["init_from is for draft_only runs (it starts the drafter)"] if cfg.init_from else []
+        return (["init_from is for draft_only runs (it starts the drafter)"] if cfg.init_from else []) + \
+            draft_rank_problems(cfg)
     problems = []
     if not cfg.freeze_embeddings:
         problems.append("draft_only needs freeze_embeddings: the loss reads the head off the frozen base's rows, "
@@ -42,9 +43,17 @@ def draft_only_problems(cfg) -> list[str]:
     return problems
 
 
-def draft_only_model(cfg, teacher: Transformer, resumed: Transformer | None, device) -> Transformer:
+def draft_rank_problems(cfg) -> list[str]:
+    return ["draft_rank is for draft_only runs (a low-rank delta on the base's linears)"] \
+        if cfg.draft_rank and not cfg.draft_only else []
+
+
+def draft_only_model(cfg, teacher: Transformer, resumed: Transformer | None, device,
+                     resume_dir=None) -> Transformer:
     """The split model: `teacher` (the base, frozen) on the clean rows; on the others the resumed run's
-    drafter, else cfg.init_from's, else a copy of the base with the shifted read-out."""
+    drafter, else cfg.init_from's, else a copy of the base with the shifted read-out. With cfg.draft_rank the
+    draft rows' linears are the base's plus a trained rank-r delta (orl.train.draft_lora), whose factors a
+    resumed run reads back from `resume_dir`."""
     from orl.checkpoint import CheckpointError, load_checkpoint
     from orl.train.convert_base import to_diffusion
 
@@ -72,4 +81,11 @@ def draft_only_model(cfg, teacher: Transformer, resumed: Transformer | None, dev
     model = verify_with(drafter, teacher, share_equal=False)
     for p in params_outside_units(model):  # they run on the clean rows too: trained, the verifier would move
         p.requires_grad_(False)
+    if cfg.draft_rank:
+        from orl.train.draft_lora import load_adapter, trainable_low_rank
+
+        trainable_low_rank(model, cfg.draft_rank, cfg.seed)
+        if resume_dir is not None and not load_adapter(model, resume_dir, cfg.draft_rank):
+            raise CheckpointError(f"{resume_dir} has no draft_delta.safetensors: it was not saved by a draft_rank "
+                                  f"{cfg.draft_rank} run, so its optimizer state does not fit these factors")
     return model

@@ -252,16 +252,17 @@ class TrainLoop:
             self.log(f"held-out accuracy: mean {100 * sum(accs) / max(len(accs), 1):.1f}% ({per})")
 
     def save(self, model, tok, manifest: dict, opt: torch.optim.Optimizer, done: int, target: Path | None = None,
-             **state) -> None:
-        """Atomic checkpoint + the trainer state that resumes it exactly. Every rank calls it: a sharded
-        model's weights and optimizer state are gathered to rank 0, which writes them."""
+             files: dict[str, bytes] | None = None, **state) -> None:
+        """Atomic checkpoint + the trainer state that resumes it exactly (+ `files`, name -> bytes, written in
+        the same atomic step). Every rank calls it: a sharded model's weights and optimizer state are gathered
+        to rank 0, which writes them."""
         from orl.checkpoint import save_checkpoint
 
         weights, optimizer = full_state(model, opt)
         full = {self.key: done, "optimizer": optimizer, "config": self.config, **state}
         # rank 0 writes; a failed write (a full disk) stops the others here, not in the next step's sync
         self.dist.on_main(lambda: save_checkpoint(model, tok, target or self.out, manifest, state=weights,
-                                                  extra_files={TRAIN_STATE: train_state_bytes(full)}))
+                                                  extra_files={**(files or {}), TRAIN_STATE: train_state_bytes(full)}))
 
     def load_optimizer(self, model, opt: torch.optim.Optimizer) -> None:
         """The resumed run's optimizer state into `opt` (built on the model as it trains: sharded or not)."""

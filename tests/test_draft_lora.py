@@ -1,0 +1,116 @@
+"""`draft_rank` (orl.train.draft_lora): a draft-only run whose drafter is the base's linears plus a trained rank-r
+delta. Only the factors (and the drafter's norms) train, the base's rows stay the base's, the checkpoint is a plain
+drafter (W + B A) plus the factors, a resumed run continues exactly, and the drafter decodes to the base's tokens."""
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from orl.checkpoint import load_checkpoint
+from orl.model.draft_delta import DraftDelta
+from orl.model.row_split import drafter_of, params_outside_units
+from orl.model.vocab import special_ids
+from orl.train import convert as cv
+from orl.train.draft_lora import ADAPTER_FILE, deltas, load_adapter
+from orl.train.draft_only import draft_only_model
+from test_convert import TOK, base, cut_after_step_2, smoke_cfg  # noqa: F401  (base: a module fixture)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+LORA = dict(draft_only=True, freeze_embeddings=True, draft_aux=1.0, draft_tokens=2, draft_stride=2,
+            draft_target="ar", draft_rank=2)
+
+
+def quiet(*_):
+    pass
+
+
+def test_only_the_factors_and_norms_train_and_the_drafter_starts_as_the_base(base):
+    cfg = smoke_cfg(base, **LORA)
+    teacher, tok, _, _ = cv.load_base(cfg, torch.device("cpu"))
+    model = draft_only_model(cfg, teacher, None, torch.device("cpu"))
+    units = deltas(model)
+    n_lin = sum(isinstance(m, torch.nn.Linear) for m in load_checkpoint(cfg.base)[0].model.layers.modules())
+    assert len(units) == n_lin and all(m.a.shape[0] == 2 and not m.b.any() for m in units.values())
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all(n.endswith((".a", ".b")) or ".draft." in n for n in trainable)
+    assert not any(n.endswith(".weight") and "proj" in n for n in trainable)     # no big matrix trains
+    assert not any(p.requires_grad for p in params_outside_units(model))         # A and B are not "outside"
+    # B = 0: the drafter is the base exactly (its shifted read-out aside), so the first step starts from it
+    d, b = drafter_of(model), load_checkpoint(cfg.base)[0]
+    for (n, x), y in zip(d.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(x, y), n
+    # one step moves B (A's gradient is B^T(...) = 0 at the start), never the base's rows
+    cv.build_corpus(tok, cfg.corpus, Path(cfg.data_dir), model=teacher, seed=0, log=quiet)
+    streams = cv.read_corpus(Path(cfg.data_dir))
+    ids = special_ids(tok, teacher.args.vocab_size)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    model.train()
+    opt = cv.make_optimizer(model, 1e-2)
+    cv.train_step(model, opt, cv.step_batches(cfg, streams, ids, 0, None, model), cfg, 1e-2)
+    after = model.state_dict()
+    assert all(torch.equal(after[k], before[k]) for k in after if ".clean." in k)
+    assert any(not torch.equal(after[k], before[k]) for k in after if k.endswith(".b"))
+
+
+def test_the_run_saves_merged_weights_and_factors_resumes_exactly_and_decodes_to_the_bases_tokens(
+        base, tmp_path, monkeypatch):
+    cfg = smoke_cfg(base, **LORA)
+    whole = cv.convert(cfg, tmp_path / "whole", log=quiet)
+    cut_after_step_2(cfg, tmp_path / "cut", monkeypatch)
+    cv.convert(cfg, tmp_path / "cut", log=quiet)
+    saved, _, manifest = load_checkpoint(tmp_path / "cut")
+    factors = load_file(tmp_path / "cut" / ADAPTER_FILE)
+    for name, m in deltas(whole).items():       # the resumed run's factors are the uninterrupted run's
+        assert torch.equal(factors[f"{name}.a"], m.a.detach()) and torch.equal(factors[f"{name}.b"], m.b.detach())
+    for (n, a), b in zip(drafter_of(whole).state_dict().items(), saved.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=lambda m: f"{n}: {m}")
+    # the merged weight is W + B A of the saved factors
+    base_model = load_checkpoint(cfg.base)[0]
+    p = "model.layers.0.mlp.up_proj"
+    want = base_model.get_submodule(p).weight + factors[f"{p}.b"] @ factors[f"{p}.a"]
+    torch.testing.assert_close(saved.get_submodule(p).weight, want)
+    assert not torch.equal(saved.get_submodule(p).weight, base_model.get_submodule(p).weight)
+    assert manifest["recipe"]["config"]["draft_rank"] == 2
+    spec = importlib.util.spec_from_file_location("convert_eval", Path(__file__).parents[1] / "benchmarks" /
+                                                  "convert_eval.py")
+    ce = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ce)
+    stream = cv.read_corpus(cfg.data_dir)["code_heldout"]
+    for rank in (None, 2):   # as a full drafter, and rebuilt at its own rank (the SVD of B A)
+        res = ce.evaluate_thresholds(cfg.base, str(tmp_path / "cut"), stream, windows=4, context=8, block=4,
+                                     thresholds=(), free_tokens=8, free_prompts=2, spec=2, spec_verifier="ar",
+                                     **({"draft_rank": rank} if rank else {}))[0]
+        assert res["next_block"]["dlm_block_agrees_with_ar"] == 1.0
+        assert res["free_running"]["position_agreement"] == 1.0
+
+
+def test_a_factor_file_that_does_not_fit_is_refused_and_bad_settings_are_named(base, tmp_path):
+    cfg = smoke_cfg(base, **LORA)
+    cv.convert(replace(cfg, steps=2), tmp_path / "d", log=quiet)
+    f = tmp_path / "d" / ADAPTER_FILE
+    t = load_checkpoint(cfg.base, dtype=torch.float32)[0]
+    model = draft_only_model(replace(cfg, draft_rank=3), t, None, torch.device("cpu"))
+    with pytest.raises(ValueError, match="does not fit"):              # rank 2 factors for a rank-3 run
+        load_adapter(model, tmp_path / "d", 3)
+    tensors = load_file(f)
+    tensors.pop(next(iter(tensors)))
+    save_file(tensors, f, metadata={"format": "orl-draft-delta", "rank": "2"})
+    model = draft_only_model(cfg, load_checkpoint(cfg.base, dtype=torch.float32)[0], None, torch.device("cpu"))
+    with pytest.raises(ValueError, match="missing"):
+        load_adapter(model, tmp_path / "d", 2)
+    f.unlink()
+    with pytest.raises(Exception, match="draft_delta.safetensors"):    # a resume without its factors
+        draft_only_model(cfg, load_checkpoint(cfg.base, dtype=torch.float32)[0],
+                         load_checkpoint(tmp_path / "d", dtype=torch.float32)[0], torch.device("cpu"),
+                         resume_dir=tmp_path / "d")
+    with pytest.raises(ValueError, match="draft_rank is for draft_only"):
+        smoke_cfg(base, draft_rank=2)
+    with pytest.raises(ValueError, match="draft_rank"):
+        smoke_cfg(base, **{**LORA, "draft_rank": -1})
+    assert isinstance(model.model.layers[0].mlp.up_proj, DraftDelta)
