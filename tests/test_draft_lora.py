@@ -13,10 +13,10 @@ from safetensors.torch import load_file, save_file
 
 from orl.checkpoint import load_checkpoint
 from orl.model.draft_delta import DraftDelta
-from orl.model.row_split import drafter_of, params_outside_units
+from orl.model.row_split import draft_rows_from, drafter_of, params_outside_units
 from orl.model.vocab import special_ids
 from orl.train import convert as cv
-from orl.train.draft_lora import ADAPTER_FILE, deltas, load_adapter
+from orl.train.draft_lora import ADAPTER_FILE, deltas, factor_shapes, read_factors, trainable_low_rank
 from orl.train.draft_only import draft_only_model
 from test_convert import TOK, base, cut_after_step_2, smoke_cfg  # noqa: F401  (base: a module fixture)
 
@@ -56,6 +56,32 @@ def test_only_the_factors_and_norms_train_and_the_drafter_starts_as_the_base(bas
     after = model.state_dict()
     assert all(torch.equal(after[k], before[k]) for k in after if ".clean." in k)
     assert any(not torch.equal(after[k], before[k]) for k in after if k.endswith(".b"))
+    assert all(torch.equal(after[k], before[k]) for k in after if k.endswith(".a"))   # dL/dA = B^T(...) = 0 here
+    cv.train_step(model, opt, cv.step_batches(cfg, streams, ids, 1, None, model), cfg, 1e-2)
+    assert any(not torch.equal(model.state_dict()[k], before[k]) for k in after if k.endswith(".a"))  # now A moves
+
+
+def test_the_rows_before_the_cut_never_see_the_delta(base):
+    """The output is the base's only if the verify rows are: with B != 0 a forward cut at row c gives, on rows < c,
+    the logits of the same model with B = 0 bit for bit, and other logits from row c on."""
+    cfg = smoke_cfg(base, **LORA)
+    model = draft_only_model(cfg, load_checkpoint(cfg.base, dtype=torch.float32)[0], None, torch.device("cpu")).eval()
+    tokens = torch.randint(4, 60, (2, 12), generator=torch.Generator().manual_seed(0))
+    pos = torch.arange(12)[None].expand(2, -1)
+    mask = torch.ones(12, 12, dtype=torch.bool).tril()[None].expand(2, -1, -1)
+    cut = 7
+
+    def logits():
+        with torch.no_grad(), draft_rows_from(model, cut):
+            return model(tokens, pos, mask)
+
+    zero = logits()
+    with torch.no_grad():
+        for m in deltas(model).values():
+            m.b.normal_(0, 0.5, generator=torch.Generator().manual_seed(1))
+    moved = logits()
+    assert torch.equal(moved[:, :cut], zero[:, :cut])
+    assert not torch.allclose(moved[:, cut:], zero[:, cut:])
 
 
 def test_the_run_saves_merged_weights_and_factors_resumes_exactly_and_decodes_to_the_bases_tokens(
@@ -94,16 +120,27 @@ def test_a_factor_file_that_does_not_fit_is_refused_and_bad_settings_are_named(b
     cfg = smoke_cfg(base, **LORA)
     cv.convert(replace(cfg, steps=2), tmp_path / "d", log=quiet)
     f = tmp_path / "d" / ADAPTER_FILE
-    t = load_checkpoint(cfg.base, dtype=torch.float32)[0]
-    model = draft_only_model(replace(cfg, draft_rank=3), t, None, torch.device("cpu"))
-    with pytest.raises(ValueError, match="does not fit"):              # rank 2 factors for a rank-3 run
-        load_adapter(model, tmp_path / "d", 3)
-    tensors = load_file(f)
-    tensors.pop(next(iter(tensors)))
-    save_file(tensors, f, metadata={"format": "orl-draft-delta", "rank": "2"})
+    good = load_file(f)
     model = draft_only_model(cfg, load_checkpoint(cfg.base, dtype=torch.float32)[0], None, torch.device("cpu"))
-    with pytest.raises(ValueError, match="missing"):
-        load_adapter(model, tmp_path / "d", 2)
+    want = factor_shapes(model, 2)
+    assert set(read_factors(tmp_path / "d", want, 2)) == set(good)
+    with pytest.raises(ValueError, match="does not fit"):              # rank 2 factors for a rank-3 run
+        read_factors(tmp_path / "d", factor_shapes(model, 3), 3)
+    meta = {"format": "orl-draft-delta", "rank": "2"}
+    cases = {"missing": ({k: v for k, v in list(good.items())[1:]}, meta),
+             "other dtype": ({k: v.half() for k, v in good.items()}, meta),
+             "non-finite": ({k: v * float("nan") for k, v in good.items()}, meta),
+             "metadata": (good, {"format": "something else", "rank": "2"})}
+    for what, (tensors, md) in cases.items():
+        save_file(tensors, f, metadata=md)
+        with pytest.raises(ValueError, match=what):
+            read_factors(tmp_path / "d", want, 2)
+    f.write_bytes((2).to_bytes(8, "little") + b"[]")                   # a header that is JSON but no object
+    with pytest.raises(ValueError, match="not a JSON object"):
+        read_factors(tmp_path / "d", want, 2)
+    f.write_bytes((10**9).to_bytes(8, "little") + b"{}")               # a header size past the file's end
+    with pytest.raises(ValueError, match="header size"):
+        read_factors(tmp_path / "d", want, 2)
     f.unlink()
     with pytest.raises(Exception, match="draft_delta.safetensors"):    # a resume without its factors
         draft_only_model(cfg, load_checkpoint(cfg.base, dtype=torch.float32)[0],
@@ -111,6 +148,22 @@ def test_a_factor_file_that_does_not_fit_is_refused_and_bad_settings_are_named(b
                          resume_dir=tmp_path / "d")
     with pytest.raises(ValueError, match="draft_rank is for draft_only"):
         smoke_cfg(base, draft_rank=2)
-    with pytest.raises(ValueError, match="draft_rank"):
-        smoke_cfg(base, **{**LORA, "draft_rank": -1})
+    for bad in (-1, 2.5):
+        with pytest.raises(ValueError, match="draft_rank"):
+            smoke_cfg(base, **{**LORA, "draft_rank": bad})
     assert isinstance(model.model.layers[0].mlp.up_proj, DraftDelta)
+
+
+def test_a_drafter_whose_bias_moved_is_refused(base):
+    """A low-rank delta holds no bias: an init_from drafter whose conversion trained a bias cannot be one."""
+    from orl.model.row_split import verify_with
+    from orl.train.convert_base import to_diffusion
+
+    teacher = load_checkpoint(base / "base", dtype=torch.float32)[0]
+    drafter = to_diffusion(load_checkpoint(base / "base", dtype=torch.float32)[0])
+    lin = drafter.model.layers[0].mlp.up_proj
+    lin.bias = torch.nn.Parameter(torch.ones(lin.out_features))
+    teacher.model.layers[0].mlp.up_proj.bias = torch.nn.Parameter(torch.zeros(lin.out_features))
+    model = verify_with(drafter, teacher, share_equal=False)
+    with pytest.raises(ValueError, match="bias differs"):
+        trainable_low_rank(model, 2, 0)

@@ -94,6 +94,29 @@ def test_pos_stretch_config_leaves_the_plain_batches_alone():
         replace(cfg, pos_stretch=0.5, pos_stretch_max=0.5)
     with pytest.raises(ValueError, match="learned_pos"):
         replace(get_preset("pretrain", "tiny_base7"), pos_stretch=0.5)
+    for bad in (float("nan"), float("inf"), 1e7):
+        with pytest.raises(ValueError, match="pos_stretch_max"):
+            replace(cfg, pos_stretch=0.5, pos_stretch_max=bad)
+    local = replace(cfg.model, layer_types=["sliding_attention", "full_attention"] * (cfg.model.n_layers // 2),
+                    sliding_window=8)
+    with pytest.raises(ValueError, match="sliding-window"):
+        replace(cfg, model=local, pos_stretch=0.5)
+    # the block-diffusion stage's staircase rows and the next-token rows beside them keep everything but positions
+    st2 = replace(cfg, pos_stretch=1.0, ar_aux=1.0)
+    plain2 = replace(cfg, ar_aux=1.0)
+    for a, c in zip(make_batches(plain2, TOK, cfg.ar_steps + 3), make_batches(st2, TOK, cfg.ar_steps + 3)):
+        assert torch.equal(a.tokens, c.tokens) and torch.equal(a.mask, c.mask) and torch.equal(a.weight, c.weight)
+        assert (a.read_from is None) == (c.read_from is None)
+        assert a.read_from is None or torch.equal(a.read_from, c.read_from)
+        assert bool((c.pos[:, 1:] >= c.pos[:, :-1]).all()) or a.read_from is not None  # order kept on AR rows
+
+
+def test_stretch_positions_on_rows_that_share_memory():
+    from orl.train.batches import next_token_batch
+
+    b = next_token_batch(torch.randint(0, 50, (4, 9)))     # pos is one row expanded to four
+    stretch_positions(b, 1.0, 3.0, torch.Generator().manual_seed(0))
+    assert int(b.pos.max()) < 3 * 8                          # each row stretched once, not four times over
 
 
 def test_pos_offset_trains_every_row_and_leaves_other_presets_alone():

@@ -41,6 +41,7 @@ class DraftDelta(nn.Module):
         c = self.cut.at
         if c is None or c >= x.shape[1]:
             return y
+        c = max(c, 0)  # as RowSplit: a cut at or before row 0 makes every row a draft row
         y[:, c:] += (x[:, c:] @ self.a.T) @ self.b.T                         # [B, T - c, out]
         return y
 

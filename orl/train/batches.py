@@ -151,6 +151,7 @@ def stretch_positions(batch: Batch, frac: float, max_stretch: float, gen: torch.
     contiguous positions inference uses. The masks are explicit, so only RoPE sees the change (a learned
     position table would read rows it never trained: PretrainConfig refuses that pairing)."""
     B = batch.pos.shape[0]
+    batch.pos = batch.pos.clone()  # an expanded pos (next_token_batch) shares one row's memory among all rows
     on = torch.rand(B, generator=gen) < frac                                      # [B]
     scale = 1.0 + torch.rand(B, generator=gen) * (max_stretch - 1.0)                # [B]
     for b in range(B):

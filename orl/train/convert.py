@@ -301,6 +301,8 @@ def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_conf
                           else None if cfg.draft_only else to_diffusion(teacher))
     if cfg.draft_only:
         model = draft_only_model(cfg, teacher, model, dist.device, resume_dir=loop.out if loop.state else None)
+        if cfg.draft_rank:
+            log(f"low-rank drafter: {json.dumps(model.low_rank_info)}")
     del teacher
     if cfg.freeze_embeddings and not cfg.draft_only:
         model.model.embed_tokens.weight.requires_grad_(False)

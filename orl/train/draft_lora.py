@@ -1,5 +1,5 @@
-"""Draft-only runs with a low-rank drafter (`ConvertConfig.draft_rank`): the base's linears plus a trained
-rank-r delta on the draft rows (orl.model.draft_delta), LoRA-style, instead of a full second copy.
+"""Draft-only runs with a low-rank drafter (`ConvertConfig.draft_rank`): the base's linears plus a trained rank-r
+delta on the draft rows (orl.model.draft_delta), LoRA-style, instead of a full second copy.
 
 Why: a full drafter is a second 268M-weight model to train, keep in the optimizer and carry around (a GPU
 lease returns 64 MiB a call; gemma-3-270m's drafter is 536 MB in fp32). Rank r on gemma's 126 linears is about
@@ -20,33 +20,78 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load, save
-from torch import nn
+from torch import Tensor, nn
 
-from orl.model.draft_delta import DraftDelta, low_rank_drafts
+from orl.model.draft_delta import DraftDelta, low_rank
+from orl.model.row_split import RowSplit
 
 ADAPTER_FILE = "draft_delta.safetensors"
+SKIP = ("lm_head",)  # an untied head stays frozen, as the embeddings do (the loss reads the base's)
 
 
 def deltas(model: nn.Module) -> dict[str, DraftDelta]:
     return {name: m for name, m in model.named_modules() if isinstance(m, DraftDelta)}
 
 
-def trainable_low_rank(model: nn.Module, rank: int, seed: int) -> dict:
-    """In place on a split model (verify_with): every split linear of the blocks becomes a trainable DraftDelta
-    of rank `rank`.
-    Where the drafter already differs from the base (init_from, a resumed run) the delta starts as its rank-r SVD;
-    where it does not, as LoRA starts: B = 0 (the drafter equals the base) and A ~ N(0, 1 / in) (seeded), so
-    that B's first gradients are not zero. Returns low_rank_drafts' summary."""
-    info = low_rank_drafts(model, rank, skip=("lm_head",))  # an untied head stays frozen, as the embeddings do
+def split_linears(model: nn.Module) -> dict[str, RowSplit]:
+    """The split linears of a verify_with model that become low-rank units, by module path."""
+    return {n: m for n, m in model.named_modules()
+            if isinstance(m, RowSplit) and isinstance(m.clean, nn.Linear) and n not in SKIP}
+
+
+def factor_shapes(model: nn.Module, rank: int) -> dict[str, tuple[int, int]]:
+    """{"<unit>.a": (r, in), "<unit>.b": (out, r)} for the units a rank-`rank` drafter has (before or after
+    trainable_low_rank made them)."""
+    shapes = {}
+    for n, m in {**split_linears(model), **deltas(model)}.items():
+        out, n_in = m.clean.weight.shape
+        r = min(rank, out, n_in)
+        shapes[f"{n}.a"], shapes[f"{n}.b"] = (r, n_in), (out, r)
+    return shapes
+
+
+def trainable_low_rank(model: nn.Module, rank: int, seed: int, factors: dict[str, Tensor] | None = None) -> dict:
+    """In place on a split model (verify_with): every split linear of the blocks becomes a trainable DraftDelta of
+    rank `rank`: from `factors` (a resumed run's), else where the drafter already differs from the base (init_from)
+    the rank-r SVD of the difference, else as LoRA starts: B = 0 (the drafter is the base) and A ~ N(0, 1 / in)
+    (seeded), so that B's first gradients are not zero. Returns {"units", "params", "energy_kept"} (the least
+    share of a difference's squared norm the SVD kept: what init_from loses to the rank)."""
     gen = torch.Generator().manual_seed(seed)
-    for name, m in sorted(deltas(model).items()):
-        if not m.b.detach().any():
-            r, n_in = m.a.shape
-            a = torch.randn(r, n_in, generator=gen) / math.sqrt(n_in)                     # [r, in]
-            m.a.data = a.to(m.a.dtype).to(m.a.device)
-        m.a.requires_grad_(True)
-        m.b.requires_grad_(True)
-    return info
+    kept, params = [], 0
+    for path, unit in sorted(split_linears(model).items()):
+        c, d = unit.clean, unit.draft
+        if (c.bias is None) != (d.bias is None) or (c.bias is not None and not torch.equal(c.bias, d.bias)):
+            raise ValueError(f"draft_rank: {path}'s bias differs between the base and the drafter (init_from "
+                             "trained it); a low-rank delta holds no bias: start from a drafter with the base's biases")
+        w = c.weight
+        if factors is not None:
+            a, b = factors[f"{path}.a"], factors[f"{path}.b"]
+        elif torch.equal(d.weight, w):
+            r = min(rank, *w.shape)
+            a = torch.randn(r, w.shape[1], generator=gen) / math.sqrt(w.shape[1])                   # [r, in]
+            b = torch.zeros(w.shape[0], r)                                                           # [out, r]
+        else:
+            a, b, k = low_rank((d.weight - w).detach(), rank)
+            kept.append(k)
+        unit_parent, name = _parent(model, path)
+        lr = DraftDelta(c, a.to(w.dtype).to(w.device), b.to(w.dtype).to(w.device), unit.cut)
+        lr.a.requires_grad_(True)
+        lr.b.requires_grad_(True)
+        setattr(unit_parent, name, lr)
+        params += a.numel() + b.numel()
+    # what still trains besides the factors must be vectors (the drafter's norms): a split matrix left (a MoE, a
+    # residual adapter, a self-conditioning block) would train whole, against what draft_rank asks
+    whole = sorted(n for n, p in model.named_parameters() if p.requires_grad and p.ndim >= 2
+                   and not n.endswith((".a", ".b")))
+    if whole:
+        raise ValueError(f"draft_rank: {len(whole)} matrices would still train whole (first: {whole[:3]}); "
+                         "low-rank drafts cover the blocks' linears only")
+    return {"units": len(deltas(model)), "params": params, "energy_kept": min(kept) if kept else 1.0}
+
+
+def _parent(model: nn.Module, path: str) -> tuple[nn.Module, str]:
+    head, _, name = path.rpartition(".")
+    return (model.get_submodule(head) if head else model), name
 
 
 def adapter_bytes(model: nn.Module, rank: int) -> bytes:
@@ -58,30 +103,35 @@ def adapter_bytes(model: nn.Module, rank: int) -> bytes:
     return save(tensors, metadata={"format": "orl-draft-delta", "rank": str(rank)})
 
 
-def load_adapter(model: nn.Module, directory: str | Path, rank: int) -> bool:
-    """A resumed run's factors from its checkpoint into the DraftDelta units (False when the file is absent).
-    Every name and shape must match the model's units: a file from another rank or model is refused."""
+def read_factors(directory: str | Path, want: dict[str, tuple[int, int]], rank: int) -> dict[str, Tensor]:
+    """A resumed run's factors, checked before any tensor is read: a JSON header naming exactly the `want` tensors,
+    F32, of those shapes, within the file, for this rank; then every value finite. Anything else is a ValueError
+    naming the file (a file from another rank or model, or not one orl wrote)."""
     path = Path(directory) / ADAPTER_FILE
-    if not path.exists():
-        return False
-    data = path.read_bytes()
-    # the header is JSON; check its sizes against the units before any tensor is allocated
-    n = int.from_bytes(data[:8], "little")
-    if n > len(data) - 8:
-        raise ValueError(f"{path}: header of {n} bytes in a {len(data)}-byte file")
-    header = json.loads(data[8:8 + n])
-    meta = header.pop("__metadata__", {}) or {}
-    units = deltas(model)
-    want = {f"{p}.{k}": tuple(getattr(m, k).shape) for p, m in units.items() for k in ("a", "b")}
-    got = {k: tuple(v["shape"]) for k, v in header.items()}
-    if meta.get("rank") != str(rank) or got != want:
-        extra, missing = sorted(got.keys() - want.keys()), sorted(want.keys() - got.keys())
-        wrong = sorted(k for k in got.keys() & want.keys() if got[k] != want[k])
-        raise ValueError(f"{path} does not fit this run (rank {meta.get('rank')} for draft_rank {rank}; "
-                         f"unknown {extra[:3]}, missing {missing[:3]}, other shapes {wrong[:3]})")
-    tensors = load(data)
-    with torch.no_grad():
-        for p, m in units.items():
-            m.a.copy_(tensors[f"{p}.a"])
-            m.b.copy_(tensors[f"{p}.b"])
-    return True
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        head = f.read(8)
+        n = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if not 0 < n <= min(size - 8, 16 << 20):
+            raise ValueError(f"{path}: not a safetensors file (header size {n} in {size} bytes)")
+        try:
+            header = json.loads(f.read(n))
+        except ValueError as e:
+            raise ValueError(f"{path}: unreadable header ({e})") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path}: the header is not a JSON object")
+    meta = header.pop("__metadata__", None)
+    if not isinstance(meta, dict) or meta.get("format") != "orl-draft-delta" or meta.get("rank") != str(rank):
+        raise ValueError(f"{path} does not fit this run: metadata {meta!r}, expected the factors of draft_rank {rank}")
+    bad = [k for k, v in header.items() if not isinstance(v, dict) or v.get("dtype") != "F32"
+           or list(v.get("shape", ())) != list(want.get(k, (-1,)))]
+    extra, missing = sorted(header.keys() - want.keys()), sorted(want.keys() - header.keys())
+    ends = [v.get("data_offsets", [0, 0])[1] for v in header.values() if isinstance(v, dict)]
+    if bad or missing or max(ends, default=0) > size - 8 - n:
+        raise ValueError(f"{path} does not fit this run (rank {rank}): unknown {extra[:3]}, missing {missing[:3]}, "
+                         f"other dtype or shape {[k for k in bad if k in want][:3]}")
+    tensors = load(path.read_bytes())
+    nonfinite = [k for k, t in tensors.items() if not torch.isfinite(t).all()]
+    if nonfinite:
+        raise ValueError(f"{path}: non-finite factors in {nonfinite[:3]}")
+    return tensors

@@ -31,7 +31,7 @@ def draft_only_problems(cfg) -> list[str]:
     if not cfg.draft_only:
         return (["init_from is for draft_only runs (it starts the drafter)"] if cfg.init_from else []) + \
             draft_rank_problems(cfg)
-    problems = []
+    problems = draft_rank_problems(cfg)
     if not cfg.freeze_embeddings:
         problems.append("draft_only needs freeze_embeddings: the loss reads the head off the frozen base's rows, "
                         "which equals the drafter's only while the (tied) embeddings stay frozen")
@@ -44,6 +44,8 @@ def draft_only_problems(cfg) -> list[str]:
 
 
 def draft_rank_problems(cfg) -> list[str]:
+    if not isinstance(cfg.draft_rank, int):
+        return [f"draft_rank must be a whole number, got {cfg.draft_rank!r}"]
     return ["draft_rank is for draft_only runs (a low-rank delta on the base's linears)"] \
         if cfg.draft_rank and not cfg.draft_only else []
 
@@ -82,10 +84,15 @@ def draft_only_model(cfg, teacher: Transformer, resumed: Transformer | None, dev
     for p in params_outside_units(model):  # they run on the clean rows too: trained, the verifier would move
         p.requires_grad_(False)
     if cfg.draft_rank:
-        from orl.train.draft_lora import load_adapter, trainable_low_rank
+        from pathlib import Path
 
-        trainable_low_rank(model, cfg.draft_rank, cfg.seed)
-        if resume_dir is not None and not load_adapter(model, resume_dir, cfg.draft_rank):
-            raise CheckpointError(f"{resume_dir} has no draft_delta.safetensors: it was not saved by a draft_rank "
-                                  f"{cfg.draft_rank} run, so its optimizer state does not fit these factors")
+        from orl.train.draft_lora import ADAPTER_FILE, factor_shapes, read_factors, trainable_low_rank
+
+        factors = None
+        if resume_dir is not None:
+            if not (Path(resume_dir) / ADAPTER_FILE).is_file():
+                raise CheckpointError(f"{resume_dir} has no {ADAPTER_FILE}: it was not saved by a draft_rank "
+                                      f"{cfg.draft_rank} run, so its optimizer state does not fit these factors")
+            factors = read_factors(resume_dir, factor_shapes(model, cfg.draft_rank), cfg.draft_rank)
+        model.low_rank_info = trainable_low_rank(model, cfg.draft_rank, cfg.seed, factors)
     return model

@@ -82,11 +82,14 @@ class PretrainConfig:
             problems.append(f"pos_offset must be in [0, 1], got {self.pos_offset}")
         if not 0.0 <= self.pos_stretch <= 1.0:
             problems.append(f"pos_stretch must be in [0, 1], got {self.pos_stretch}")
-        if self.pos_stretch_max < 1.0:
-            problems.append(f"pos_stretch_max must be >= 1, got {self.pos_stretch_max}")
+        if not 1.0 <= self.pos_stretch_max <= 16.0:  # NaN fails too
+            problems.append(f"pos_stretch_max must be in [1, 16], got {self.pos_stretch_max}")
         if self.pos_stretch > 0 and self.model.learned_pos:
             problems.append("pos_stretch needs RoPE only (model.learned_pos=false): stretched positions would "
                             "read rows of the learned position table that inference never uses")
+        if self.pos_stretch > 0 and "sliding_attention" in (self.model.layer_types or ()):
+            problems.append("pos_stretch with sliding-window layers: their masks are built from positions, so "
+                            "stretched rows would see fewer keys there than inference does")
         if not 0.0 <= self.min_lr_frac <= 1.0:
             problems.append(f"min_lr_frac must be in [0, 1], got {self.min_lr_frac}")
         problems += check_parallel(self)
