@@ -16,7 +16,8 @@ from orl.model.draft_delta import DraftDelta
 from orl.model.row_split import draft_rows_from, drafter_of, params_outside_units
 from orl.model.vocab import special_ids
 from orl.train import convert as cv
-from orl.train.draft_lora import ADAPTER_FILE, deltas, factor_shapes, read_factors, trainable_low_rank
+from orl.train.draft_lora import (ADAPTER_FILE, adapter_shapes, deltas, drafter_from_adapter, read_factors,
+                                  trainable_low_rank)
 from orl.train.draft_only import draft_only_model
 from test_convert import TOK, base, cut_after_step_2, smoke_cfg  # noqa: F401  (base: a module fixture)
 
@@ -103,6 +104,11 @@ def test_the_run_saves_merged_weights_and_factors_resumes_exactly_and_decodes_to
     torch.testing.assert_close(saved.get_submodule(p).weight, want)
     assert not torch.equal(saved.get_submodule(p).weight, base_model.get_submodule(p).weight)
     assert manifest["recipe"]["config"]["draft_rank"] == 2
+    # the base and the adapter file alone (the factors and the drafter's norms) give the saved drafter exactly
+    rebuilt = drafter_from_adapter(load_checkpoint(cfg.base, dtype=torch.float32)[0], tmp_path / "cut", 2)
+    for (n, a), b in zip(rebuilt.state_dict().items(), saved.state_dict().values()):
+        assert torch.equal(a, b), n
+    assert any(".draft." in k and "norm" in k for k in factors)   # the norms trained and travel with the factors
     spec = importlib.util.spec_from_file_location("convert_eval", Path(__file__).parents[1] / "benchmarks" /
                                                   "convert_eval.py")
     ce = importlib.util.module_from_spec(spec)
@@ -122,10 +128,10 @@ def test_a_factor_file_that_does_not_fit_is_refused_and_bad_settings_are_named(b
     f = tmp_path / "d" / ADAPTER_FILE
     good = load_file(f)
     model = draft_only_model(cfg, load_checkpoint(cfg.base, dtype=torch.float32)[0], None, torch.device("cpu"))
-    want = factor_shapes(model, 2)
+    want = adapter_shapes(model, 2)
     assert set(read_factors(tmp_path / "d", want, 2)) == set(good)
     with pytest.raises(ValueError, match="does not fit"):              # rank 2 factors for a rank-3 run
-        read_factors(tmp_path / "d", factor_shapes(model, 3), 3)
+        read_factors(tmp_path / "d", adapter_shapes(model, 3), 3)
     meta = {"format": "orl-draft-delta", "rank": "2"}
     cases = {"missing": ({k: v for k, v in list(good.items())[1:]}, meta),
              "other dtype": ({k: v.half() for k, v in good.items()}, meta),

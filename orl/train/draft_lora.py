@@ -50,6 +50,21 @@ def factor_shapes(model: nn.Module, rank: int) -> dict[str, tuple[int, int]]:
     return shapes
 
 
+def draft_vectors(model: nn.Module) -> dict[str, nn.Parameter]:
+    """The drafter's own vectors in a split model (its norms: the RowSplit units that are neither linears nor
+    embeddings), by parameter name: what trains beside the factors."""
+    out = {}
+    for n, m in model.named_modules():
+        if isinstance(m, RowSplit) and not isinstance(m.clean, (nn.Linear, nn.Embedding)):
+            out.update({f"{n}.draft.{pn}": p for pn, p in m.draft.named_parameters()})
+    return out
+
+
+def adapter_shapes(model: nn.Module, rank: int) -> dict[str, tuple[int, ...]]:
+    """Every tensor a rank-`rank` adapter file holds: the factors and the drafter's vectors."""
+    return {**factor_shapes(model, rank), **{n: tuple(p.shape) for n, p in draft_vectors(model).items()}}
+
+
 def trainable_low_rank(model: nn.Module, rank: int, seed: int, factors: dict[str, Tensor] | None = None) -> dict:
     """In place on a split model (verify_with): every split linear of the blocks becomes a trainable DraftDelta of
     rank `rank`: from `factors` (a resumed run's), else where the drafter already differs from the base (init_from)
@@ -79,6 +94,10 @@ def trainable_low_rank(model: nn.Module, rank: int, seed: int, factors: dict[str
         lr.b.requires_grad_(True)
         setattr(unit_parent, name, lr)
         params += a.numel() + b.numel()
+    if factors is not None:  # the drafter's vectors too: with the factors they are the whole drafter
+        with torch.no_grad():
+            for n, p in draft_vectors(model).items():
+                p.copy_(factors[n])
     # what still trains besides the factors must be vectors (the drafter's norms): a split matrix left (a MoE, a
     # residual adapter, a self-conditioning block) would train whole, against what draft_rank asks
     whole = sorted(n for n, p in model.named_parameters() if p.requires_grad and p.ndim >= 2
@@ -95,15 +114,32 @@ def _parent(model: nn.Module, path: str) -> tuple[nn.Module, str]:
 
 
 def adapter_bytes(model: nn.Module, rank: int) -> bytes:
-    """The factors of every DraftDelta, named by module path, with the rank in the metadata."""
-    tensors = {}
+    """The factors of every DraftDelta, named by module path, and the drafter's vectors, with the rank in the
+    metadata: with the base, all a drafter is (drafter_from_adapter)."""
+    tensors = {n: p.detach().float().cpu().contiguous() for n, p in draft_vectors(model).items()}
     for name, m in deltas(model).items():
         tensors[f"{name}.a"] = m.a.detach().float().cpu().contiguous()
         tensors[f"{name}.b"] = m.b.detach().float().cpu().contiguous()
     return save(tensors, metadata={"format": "orl-draft-delta", "rank": str(rank)})
 
 
-def read_factors(directory: str | Path, want: dict[str, tuple[int, int]], rank: int) -> dict[str, Tensor]:
+def drafter_from_adapter(base: nn.Module, directory: str | Path, rank: int) -> nn.Module:
+    """The drafter a draft_rank run saved, rebuilt from its base (a float32 Transformer, not modified) and the
+    run's adapter file alone: the same tensors as the run's merged checkpoint, bit for bit on the machine that
+    merges. What a 15 MB return from a GPU lease needs to become a drafter here."""
+    import copy
+
+    from orl.model.row_split import drafter_of, verify_with
+    from orl.train.convert_base import to_diffusion
+
+    teacher = copy.deepcopy(base).requires_grad_(False)
+    model = verify_with(to_diffusion(copy.deepcopy(base)).requires_grad_(False), teacher, share_equal=False)
+    tensors = read_factors(directory, adapter_shapes(model, rank), rank)
+    trainable_low_rank(model, rank, 0, tensors)
+    return drafter_of(model).requires_grad_(False)
+
+
+def read_factors(directory: str | Path, want: dict[str, tuple[int, ...]], rank: int) -> dict[str, Tensor]:
     """A resumed run's factors, checked before any tensor is read: a JSON header naming exactly the `want` tensors,
     F32, of those shapes, within the file, for this rank; then every value finite. Anything else is a ValueError
     naming the file (a file from another rank or model, or not one orl wrote)."""

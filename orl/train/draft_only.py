@@ -86,13 +86,13 @@ def draft_only_model(cfg, teacher: Transformer, resumed: Transformer | None, dev
     if cfg.draft_rank:
         from pathlib import Path
 
-        from orl.train.draft_lora import ADAPTER_FILE, factor_shapes, read_factors, trainable_low_rank
+        from orl.train.draft_lora import ADAPTER_FILE, adapter_shapes, read_factors, trainable_low_rank
 
         factors = None
         if resume_dir is not None:
             if not (Path(resume_dir) / ADAPTER_FILE).is_file():
                 raise CheckpointError(f"{resume_dir} has no {ADAPTER_FILE}: it was not saved by a draft_rank "
                                       f"{cfg.draft_rank} run, so its optimizer state does not fit these factors")
-            factors = read_factors(resume_dir, factor_shapes(model, cfg.draft_rank), cfg.draft_rank)
+            factors = read_factors(resume_dir, adapter_shapes(model, cfg.draft_rank), cfg.draft_rank)
         model.low_rank_info = trainable_low_rank(model, cfg.draft_rank, cfg.seed, factors)
     return model
