@@ -105,7 +105,7 @@ def test_the_run_saves_merged_weights_and_factors_resumes_exactly_and_decodes_to
     assert not torch.equal(saved.get_submodule(p).weight, base_model.get_submodule(p).weight)
     assert manifest["recipe"]["config"]["draft_rank"] == 2
     # the base and the adapter file alone (the factors and the drafter's norms) give the saved drafter exactly
-    rebuilt = drafter_from_adapter(load_checkpoint(cfg.base, dtype=torch.float32)[0], tmp_path / "cut", 2)
+    rebuilt = drafter_from_adapter(cfg.base, tmp_path / "cut")
     for (n, a), b in zip(rebuilt.state_dict().items(), saved.state_dict().values()):
         assert torch.equal(a, b), n
     assert any(".draft." in k and "norm" in k for k in factors)   # the norms trained and travel with the factors
@@ -134,6 +134,7 @@ def test_a_factor_file_that_does_not_fit_is_refused_and_bad_settings_are_named(b
         read_factors(tmp_path / "d", adapter_shapes(model, 3), 3)
     meta = {"format": "orl-draft-delta", "rank": "2"}
     cases = {"missing": ({k: v for k, v in list(good.items())[1:]}, meta),
+             "unknown": ({**good, "model.extra.a": torch.zeros(2, 2)}, meta),
              "other dtype": ({k: v.half() for k, v in good.items()}, meta),
              "non-finite": ({k: v * float("nan") for k, v in good.items()}, meta),
              "metadata": (good, {"format": "something else", "rank": "2"})}
@@ -147,6 +148,11 @@ def test_a_factor_file_that_does_not_fit_is_refused_and_bad_settings_are_named(b
     f.write_bytes((10**9).to_bytes(8, "little") + b"{}")               # a header size past the file's end
     with pytest.raises(ValueError, match="header size"):
         read_factors(tmp_path / "d", want, 2)
+    save_file(good, f, metadata=meta)
+    data = bytearray(f.read_bytes())
+    f.write_bytes(bytes(data[:-4]))                                     # a body cut short: offsets past its end
+    with pytest.raises(ValueError, match="end to end"):
+        read_factors(tmp_path / "d", want, 2)
     f.unlink()
     with pytest.raises(Exception, match="draft_delta.safetensors"):    # a resume without its factors
         draft_only_model(cfg, load_checkpoint(cfg.base, dtype=torch.float32)[0],
@@ -154,7 +160,7 @@ def test_a_factor_file_that_does_not_fit_is_refused_and_bad_settings_are_named(b
                          resume_dir=tmp_path / "d")
     with pytest.raises(ValueError, match="draft_rank is for draft_only"):
         smoke_cfg(base, draft_rank=2)
-    for bad in (-1, 2.5):
+    for bad in (-1, 2.5, True):
         with pytest.raises(ValueError, match="draft_rank"):
             smoke_cfg(base, **{**LORA, "draft_rank": bad})
     assert isinstance(model.model.layers[0].mlp.up_proj, DraftDelta)
@@ -172,4 +178,42 @@ def test_a_drafter_whose_bias_moved_is_refused(base):
     teacher.model.layers[0].mlp.up_proj.bias = torch.nn.Parameter(torch.zeros(lin.out_features))
     model = verify_with(drafter, teacher, share_equal=False)
     with pytest.raises(ValueError, match="bias differs"):
+        trainable_low_rank(model, 2, 0)
+
+
+def test_the_adapter_rebuilds_only_on_its_own_base(base, tmp_path):
+    from orl.checkpoint import save_checkpoint
+
+    cfg = smoke_cfg(base, **LORA)
+    cv.convert(replace(cfg, steps=2), tmp_path / "d", log=quiet)
+    other, tok, _ = load_checkpoint(cfg.base, dtype=torch.float32)
+    with torch.no_grad():
+        other.model.layers[0].mlp.up_proj.weight.add_(1e-3)             # same shapes, other weights
+    save_checkpoint(other, tok, tmp_path / "other", {"objective": "autoregressive"})
+    with pytest.raises(ValueError, match="not the base"):
+        drafter_from_adapter(tmp_path / "other", tmp_path / "d")
+
+
+def test_init_from_with_draft_rank_resumes_exactly(base, tmp_path, monkeypatch):
+    """The SVD start (init_from) resumes bit for bit too: LAPACK's column-major factors are copied row-major."""
+    full = smoke_cfg(base, **{**LORA, "draft_rank": 0})
+    cv.convert(replace(full, steps=2), tmp_path / "first", log=quiet)
+    cfg = replace(smoke_cfg(base, **LORA), init_from=str(tmp_path / "first"))
+    whole = cv.convert(cfg, tmp_path / "whole", log=quiet)
+    cut_after_step_2(cfg, tmp_path / "cut", monkeypatch)
+    cv.convert(cfg, tmp_path / "cut", log=quiet)
+    factors = load_file(tmp_path / "cut" / ADAPTER_FILE)
+    for name, m in deltas(whole).items():
+        assert torch.equal(factors[f"{name}.a"], m.a.detach()) and torch.equal(factors[f"{name}.b"], m.b.detach())
+    assert any(m.b.detach().abs().sum() > 0 for m in deltas(whole).values())
+
+
+def test_a_split_matrix_outside_the_linears_is_refused(base):
+    """Only the blocks' linears become low-rank: a split unit that is a matrix (here a stand-in) would train whole."""
+    cfg = smoke_cfg(base, **LORA)
+    model = draft_only_model(replace(cfg, draft_rank=0), load_checkpoint(cfg.base, dtype=torch.float32)[0], None,
+                             torch.device("cpu"))
+    norm = model.model.layers[0].input_layernorm.draft
+    norm.extra = torch.nn.Parameter(torch.ones(3, 3))
+    with pytest.raises(ValueError, match="train whole"):
         trainable_low_rank(model, 2, 0)

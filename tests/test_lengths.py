@@ -109,6 +109,7 @@ def test_pos_stretch_config_leaves_the_plain_batches_alone():
         assert (a.read_from is None) == (c.read_from is None)
         assert a.read_from is None or torch.equal(a.read_from, c.read_from)
         assert bool((c.pos[:, 1:] >= c.pos[:, :-1]).all()) or a.read_from is not None  # order kept on AR rows
+        assert not torch.equal(a.pos, c.pos)                   # and every kind of row was stretched (frac 1)
 
 
 def test_stretch_positions_on_rows_that_share_memory():

@@ -346,7 +346,7 @@ def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_conf
                         "residual_mode": "off", "mask_token": mask["token"],
                         "recipe": {"name": "convert", "config": loop.config, "step": done,
                                    "tokens_seen": rec["tokens_seen"], "heldout": rec.get("heldout"), **extra}}
-            files = {ADAPTER_FILE: adapter_bytes(model, cfg.draft_rank)} if cfg.draft_rank else None
+            files = {ADAPTER_FILE: adapter_bytes(model, cfg.draft_rank, base_files)} if cfg.draft_rank else None
             loop.save(drafter_of(model), tok, manifest, opt, done, files=files)
             model.train()
         if stop:

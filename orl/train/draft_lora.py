@@ -2,7 +2,7 @@
 delta on the draft rows (orl.model.draft_delta), LoRA-style, instead of a full second copy.
 
 Why: a full drafter is a second 268M-weight model to train, keep in the optimizer and carry around (a GPU
-lease returns 64 MiB a call; gemma-3-270m's drafter is 536 MB in fp32). Rank r on gemma's 126 linears is about
+lease returns 64 MiB a call; gemma-3-270m's drafter is 1.07 GB in fp32, 100.3M of it trained). Rank r on gemma's 126 linears is about
 0.24M x r numbers (rank 16: 3.8M, 15 MB), the optimizer holds only those and the drafter's norms, and the
 weight gradients of the big matrices are never formed. The verify rows never see the delta, so the output
 stays the base's greedy continuation whatever the rank.
@@ -113,37 +113,45 @@ def _parent(model: nn.Module, path: str) -> tuple[nn.Module, str]:
     return (model.get_submodule(head) if head else model), name
 
 
-def adapter_bytes(model: nn.Module, rank: int) -> bytes:
-    """The factors of every DraftDelta, named by module path, and the drafter's vectors, with the rank in the
-    metadata: with the base, all a drafter is (drafter_from_adapter)."""
+def adapter_bytes(model: nn.Module, rank: int, base_files: str) -> bytes:
+    """The factors of every DraftDelta, named by module path, and the drafter's vectors, with the rank and the
+    base's files digest (convert_base.base_digest) in the metadata: with that base, all a drafter's tensors are
+    (drafter_from_adapter)."""
     tensors = {n: p.detach().float().cpu().contiguous() for n, p in draft_vectors(model).items()}
     for name, m in deltas(model).items():
         tensors[f"{name}.a"] = m.a.detach().float().cpu().contiguous()
         tensors[f"{name}.b"] = m.b.detach().float().cpu().contiguous()
-    return save(tensors, metadata={"format": "orl-draft-delta", "rank": str(rank)})
+    return save(tensors, metadata={"format": "orl-draft-delta", "rank": str(rank), "base_files_sha256": base_files})
 
 
-def drafter_from_adapter(base: nn.Module, directory: str | Path, rank: int) -> nn.Module:
-    """The drafter a draft_rank run saved, rebuilt from its base (a float32 Transformer, not modified) and the
-    run's adapter file alone: the same tensors as the run's merged checkpoint, bit for bit on the machine that
-    merges. What a 15 MB return from a GPU lease needs to become a drafter here."""
+def drafter_from_adapter(base_dir: str | Path, directory: str | Path) -> nn.Module:
+    """The drafter a draft_rank run saved (weights only: its manifest is the run's orl.json), rebuilt from the base
+    checkpoint it was trained on and the run's adapter file alone: the same tensors as the run's merged checkpoint,
+    bit for bit on the machine that merges. What a 15 MB return from a GPU lease needs to become a drafter here.
+    A base whose files differ from the ones the run recorded is refused (same shapes would give a wrong drafter)."""
     import copy
 
+    from orl.checkpoint import load_checkpoint
     from orl.model.row_split import drafter_of, verify_with
-    from orl.train.convert_base import to_diffusion
+    from orl.train.convert_base import base_digest, to_diffusion
 
-    teacher = copy.deepcopy(base).requires_grad_(False)
+    meta = _header(Path(directory) / ADAPTER_FILE)[1]
+    rank = meta.get("rank", "")
+    if not rank.isdigit() or int(rank) < 1:
+        raise ValueError(f"{Path(directory) / ADAPTER_FILE}: no rank in its metadata ({meta!r})")
+    base, _, manifest = load_checkpoint(base_dir, dtype=torch.float32)
+    if meta.get("base_files_sha256") != base_digest(base_dir, manifest):
+        raise ValueError(f"{base_dir} is not the base {Path(directory) / ADAPTER_FILE} was trained on (its files' "
+                         "digest differs from the one the run recorded)")
+    teacher = base.requires_grad_(False)
     model = verify_with(to_diffusion(copy.deepcopy(base)).requires_grad_(False), teacher, share_equal=False)
-    tensors = read_factors(directory, adapter_shapes(model, rank), rank)
-    trainable_low_rank(model, rank, 0, tensors)
+    tensors = read_factors(directory, adapter_shapes(model, int(rank)), int(rank))
+    trainable_low_rank(model, int(rank), 0, tensors)
     return drafter_of(model).requires_grad_(False)
 
 
-def read_factors(directory: str | Path, want: dict[str, tuple[int, ...]], rank: int) -> dict[str, Tensor]:
-    """A resumed run's factors, checked before any tensor is read: a JSON header naming exactly the `want` tensors,
-    F32, of those shapes, within the file, for this rank; then every value finite. Anything else is a ValueError
-    naming the file (a file from another rank or model, or not one orl wrote)."""
-    path = Path(directory) / ADAPTER_FILE
+def _header(path: Path) -> tuple[dict, dict, int]:
+    """(tensor entries, metadata, header bytes) of a safetensors file, read without reading its tensors."""
     size = path.stat().st_size
     with path.open("rb") as f:
         head = f.read(8)
@@ -157,16 +165,43 @@ def read_factors(directory: str | Path, want: dict[str, tuple[int, ...]], rank: 
     if not isinstance(header, dict):
         raise ValueError(f"{path}: the header is not a JSON object")
     meta = header.pop("__metadata__", None)
-    if not isinstance(meta, dict) or meta.get("format") != "orl-draft-delta" or meta.get("rank") != str(rank):
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise ValueError(f"{path}: its metadata {meta!r} is not orl's (string values)")
+    return header, meta, n
+
+
+def read_factors(directory: str | Path, want: dict[str, tuple[int, ...]], rank: int) -> dict[str, Tensor]:
+    """A run's adapter tensors, checked before any tensor is read: a JSON header naming exactly the `want` tensors,
+    F32, of those shapes, laid end to end over the whole body, for this rank; then every value finite. Anything
+    else is a ValueError naming the file (a file from another rank or model, or not one orl wrote)."""
+    path = Path(directory) / ADAPTER_FILE
+    header, meta, n = _header(path)
+    if meta.get("format") != "orl-draft-delta" or meta.get("rank") != str(rank):
         raise ValueError(f"{path} does not fit this run: metadata {meta!r}, expected the factors of draft_rank {rank}")
-    bad = [k for k, v in header.items() if not isinstance(v, dict) or v.get("dtype") != "F32"
-           or list(v.get("shape", ())) != list(want.get(k, (-1,)))]
     extra, missing = sorted(header.keys() - want.keys()), sorted(want.keys() - header.keys())
-    ends = [v.get("data_offsets", [0, 0])[1] for v in header.values() if isinstance(v, dict)]
-    if bad or missing or max(ends, default=0) > size - 8 - n:
+    bad, spans = [], []
+    for k, v in header.items():
+        ok = isinstance(v, dict) and v.get("dtype") == "F32" and isinstance(v.get("shape"), list) \
+            and all(type(d) is int for d in v["shape"]) and tuple(v["shape"]) == want.get(k) \
+            and isinstance(v.get("data_offsets"), list) and len(v["data_offsets"]) == 2 \
+            and all(type(o) is int for o in v["data_offsets"]) \
+            and v["data_offsets"][1] - v["data_offsets"][0] == 4 * math.prod(v["shape"])
+        if ok:
+            spans.append(tuple(v["data_offsets"]))
+        elif k in want:
+            bad.append(k)
+    body = path.stat().st_size - 8 - n
+    spans.sort()
+    tiled = bool(spans) and spans[0][0] == 0 and spans[-1][1] == body and all(
+        a[1] == b[0] for a, b in zip(spans, spans[1:]))
+    if extra or missing or bad or not tiled:
         raise ValueError(f"{path} does not fit this run (rank {rank}): unknown {extra[:3]}, missing {missing[:3]}, "
-                         f"other dtype or shape {[k for k in bad if k in want][:3]}")
-    tensors = load(path.read_bytes())
+                         f"other dtype, shape or offsets {bad[:3]}" + ("" if tiled else "; its tensors do not lie end "
+                                                                       "to end over the file's body"))
+    try:
+        tensors = load(path.read_bytes())
+    except Exception as e:  # the safetensors reader's own refusal, named with the file
+        raise ValueError(f"{path}: unreadable tensors ({e})") from None
     nonfinite = [k for k, t in tensors.items() if not torch.isfinite(t).all()]
     if nonfinite:
         raise ValueError(f"{path}: non-finite factors in {nonfinite[:3]}")

@@ -44,7 +44,7 @@ def draft_only_problems(cfg) -> list[str]:
 
 
 def draft_rank_problems(cfg) -> list[str]:
-    if not isinstance(cfg.draft_rank, int):
+    if type(cfg.draft_rank) is not int:  # a bool is an int to isinstance
         return [f"draft_rank must be a whole number, got {cfg.draft_rank!r}"]
     return ["draft_rank is for draft_only runs (a low-rank delta on the base's linears)"] \
         if cfg.draft_rank and not cfg.draft_only else []
