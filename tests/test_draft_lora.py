@@ -143,15 +143,15 @@ def test_a_factor_file_that_does_not_fit_is_refused_and_bad_settings_are_named(b
         with pytest.raises(ValueError, match=what):
             read_factors(tmp_path / "d", want, 2)
     f.write_bytes((2).to_bytes(8, "little") + b"[]")                   # a header that is JSON but no object
-    with pytest.raises(ValueError, match="not a JSON object"):
+    with pytest.raises(ValueError, match="not a readable safetensors file"):
         read_factors(tmp_path / "d", want, 2)
     f.write_bytes((10**9).to_bytes(8, "little") + b"{}")               # a header size past the file's end
-    with pytest.raises(ValueError, match="header size"):
+    with pytest.raises(ValueError, match="not a readable safetensors file"):
         read_factors(tmp_path / "d", want, 2)
     save_file(good, f, metadata=meta)
     data = bytearray(f.read_bytes())
     f.write_bytes(bytes(data[:-4]))                                     # a body cut short: offsets past its end
-    with pytest.raises(ValueError, match="end to end"):
+    with pytest.raises(ValueError, match="not a readable safetensors file"):
         read_factors(tmp_path / "d", want, 2)
     f.unlink()
     with pytest.raises(Exception, match="draft_delta.safetensors"):    # a resume without its factors

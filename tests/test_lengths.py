@@ -39,7 +39,8 @@ def test_stretch_positions_hand_computed_row():
     assert b.pos.tolist() == [[0, 1, 2]]
     stretch_positions(b, 1.0, 1.0, torch.Generator().manual_seed(3))   # stretch 1: 3 of range(3), sorted
     assert b.pos.tolist() == [[0, 1, 2]]
-    # a 9-position row (prompt 8 + answer 1 + EOS, less the last input) at stretch <= 3: the same draws, made by hand, give its new positions
+    # a 9-position row (prompt 8 + answer 1 + EOS, less the last input) at stretch <= 3: the same draws,
+    # made by hand, give its new positions
     b = ar_batch([([5] * 8, [8])], TOK.pad_id, TOK.eos_id)
     gen = torch.Generator().manual_seed(3)
     torch.rand(1, generator=gen)                                 # the row's on/off draw

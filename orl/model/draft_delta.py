@@ -57,19 +57,17 @@ def low_rank(delta: Tensor, rank: int) -> tuple[Tensor, Tensor, float]:
     return vh[:r].clone(memory_format=c), (u[:, :r] * s[:r]).clone(memory_format=c), kept
 
 
-def low_rank_drafts(model: nn.Module, rank: int, skip: tuple[str, ...] = ()) -> dict:
+def low_rank_drafts(model: nn.Module, rank: int) -> dict:
     """In place: every split Linear without a bias difference becomes a DraftDelta of rank `rank` (other split
-    units, norms say, stay split: they are vectors; so do the module paths in `skip`). Returns {"units": n,
-    "energy_kept": min share, "params": delta parameters}."""
+    units, norms say, stay split: they are vectors). Returns {"units": n, "energy_kept": min share, "params":
+    delta parameters}."""
     if rank < 1:
         raise ValueError(f"rank must be >= 1, got {rank}")
     kept, params, n = [], 0, 0
 
-    def swap(parent: nn.Module, prefix: str) -> None:
+    def swap(parent: nn.Module) -> None:
         nonlocal params, n
         for name, child in list(parent.named_children()):
-            if prefix + name in skip:
-                continue
             if isinstance(child, RowSplit):
                 c, d = child.clean, child.draft
                 same_bias = isinstance(c, nn.Linear) and (c.bias is None) == (d.bias is None) and (
@@ -81,7 +79,7 @@ def low_rank_drafts(model: nn.Module, rank: int, skip: tuple[str, ...] = ()) -> 
                     params += a.numel() + b.numel()
                     n += 1
             else:
-                swap(child, f"{prefix}{name}.")
+                swap(child)
 
-    swap(model, "")
+    swap(model)
     return {"units": n, "energy_kept": min(kept) if kept else 1.0, "params": params}

@@ -2,24 +2,25 @@
 delta on the draft rows (orl.model.draft_delta), LoRA-style, instead of a full second copy.
 
 Why: a full drafter is a second 268M-weight model to train, keep in the optimizer and carry around (a GPU
-lease returns 64 MiB a call; gemma-3-270m's drafter is 1.07 GB in fp32, 100.3M of it trained). Rank r on gemma's 126 linears is about
-0.24M x r numbers (rank 16: 3.8M, 15 MB), the optimizer holds only those and the drafter's norms, and the
-weight gradients of the big matrices are never formed. The verify rows never see the delta, so the output
+lease returns 64 MiB a call; gemma-3-270m's drafter is 1.07 GB in fp32, 100.3M of it trained). Rank r on
+gemma's 126 linears is about 0.24M x r numbers (rank 16: 3.8M, 15 MB), the optimizer holds only those and the
+drafter's norms, and the weight gradients of the big matrices are never formed. The verify rows never see the delta, so the output
 stays the base's greedy continuation whatever the rank.
 
 What a checkpoint holds: the merged drafter (W + B A per linear) as an ordinary drafter checkpoint, so every
-decoder reads it as it reads a full-copy run (`--draft-rank r` rebuilds the same delta from it by SVD), and
-the factors themselves in `draft_delta.safetensors`, which a resumed run reads back so that its optimizer state
-(Adam moments of A and B) still matches them; an SVD would give other factors of the same product.
+decoder reads it as it reads a full-copy run (`--draft-rank r` rebuilds the same delta from it by SVD), and the
+factors themselves with the drafter's norms in `draft_delta.safetensors`, which a resumed run reads back so that
+its optimizer state (Adam moments of A and B) still matches them (an SVD would give other factors of the same
+product), and which with the base alone rebuilds the drafter (drafter_from_adapter).
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import torch
-from safetensors.torch import load, save
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save
 from torch import Tensor, nn
 
 from orl.model.draft_delta import DraftDelta, low_rank
@@ -135,7 +136,7 @@ def drafter_from_adapter(base_dir: str | Path, directory: str | Path) -> nn.Modu
     from orl.model.row_split import drafter_of, verify_with
     from orl.train.convert_base import base_digest, to_diffusion
 
-    meta = _header(Path(directory) / ADAPTER_FILE)[1]
+    meta = adapter_metadata(Path(directory) / ADAPTER_FILE)
     rank = meta.get("rank", "")
     if not rank.isdigit() or int(rank) < 1:
         raise ValueError(f"{Path(directory) / ADAPTER_FILE}: no rank in its metadata ({meta!r})")
@@ -150,58 +151,41 @@ def drafter_from_adapter(base_dir: str | Path, directory: str | Path) -> nn.Modu
     return drafter_of(model).requires_grad_(False)
 
 
-def _header(path: Path) -> tuple[dict, dict, int]:
-    """(tensor entries, metadata, header bytes) of a safetensors file, read without reading its tensors."""
-    size = path.stat().st_size
-    with path.open("rb") as f:
-        head = f.read(8)
-        n = int.from_bytes(head, "little") if len(head) == 8 else -1
-        if not 0 < n <= min(size - 8, 16 << 20):
-            raise ValueError(f"{path}: not a safetensors file (header size {n} in {size} bytes)")
-        try:
-            header = json.loads(f.read(n))
-        except ValueError as e:
-            raise ValueError(f"{path}: unreadable header ({e})") from None
-    if not isinstance(header, dict):
-        raise ValueError(f"{path}: the header is not a JSON object")
-    meta = header.pop("__metadata__", None)
-    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
-        raise ValueError(f"{path}: its metadata {meta!r} is not orl's (string values)")
-    return header, meta, n
+def _unreadable(path: Path, e: Exception) -> ValueError:
+    return ValueError(f"{path}: not a readable safetensors file ({e})")
+
+
+def adapter_metadata(path: Path) -> dict[str, str]:
+    """The adapter file's metadata, read without its tensors (the library checks the header: its size within the
+    file, valid JSON, tensors laid end to end over the body)."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return f.metadata() or {}
+    except SafetensorError as e:
+        raise _unreadable(path, e) from None
 
 
 def read_factors(directory: str | Path, want: dict[str, tuple[int, ...]], rank: int) -> dict[str, Tensor]:
-    """A run's adapter tensors, checked before any tensor is read: a JSON header naming exactly the `want` tensors,
-    F32, of those shapes, laid end to end over the whole body, for this rank; then every value finite. Anything
-    else is a ValueError naming the file (a file from another rank or model, or not one orl wrote)."""
+    """A run's adapter tensors, checked before any tensor is read: a valid header (safetensors' own checks) naming
+    exactly the `want` tensors, F32, of those shapes, for this rank; then every value finite. Anything else is a
+    ValueError naming the file (a file from another rank or model, or not one orl wrote)."""
     path = Path(directory) / ADAPTER_FILE
-    header, meta, n = _header(path)
-    if meta.get("format") != "orl-draft-delta" or meta.get("rank") != str(rank):
-        raise ValueError(f"{path} does not fit this run: metadata {meta!r}, expected the factors of draft_rank {rank}")
-    extra, missing = sorted(header.keys() - want.keys()), sorted(want.keys() - header.keys())
-    bad, spans = [], []
-    for k, v in header.items():
-        ok = isinstance(v, dict) and v.get("dtype") == "F32" and isinstance(v.get("shape"), list) \
-            and all(type(d) is int for d in v["shape"]) and tuple(v["shape"]) == want.get(k) \
-            and isinstance(v.get("data_offsets"), list) and len(v["data_offsets"]) == 2 \
-            and all(type(o) is int for o in v["data_offsets"]) \
-            and v["data_offsets"][1] - v["data_offsets"][0] == 4 * math.prod(v["shape"])
-        if ok:
-            spans.append(tuple(v["data_offsets"]))
-        elif k in want:
-            bad.append(k)
-    body = path.stat().st_size - 8 - n
-    spans.sort()
-    tiled = bool(spans) and spans[0][0] == 0 and spans[-1][1] == body and all(
-        a[1] == b[0] for a, b in zip(spans, spans[1:]))
-    if extra or missing or bad or not tiled:
-        raise ValueError(f"{path} does not fit this run (rank {rank}): unknown {extra[:3]}, missing {missing[:3]}, "
-                         f"other dtype, shape or offsets {bad[:3]}" + ("" if tiled else "; its tensors do not lie end "
-                                                                       "to end over the file's body"))
     try:
-        tensors = load(path.read_bytes())
-    except Exception as e:  # the safetensors reader's own refusal, named with the file
-        raise ValueError(f"{path}: unreadable tensors ({e})") from None
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            if meta.get("format") != "orl-draft-delta" or meta.get("rank") != str(rank):
+                raise ValueError(f"{path} does not fit this run: metadata {meta!r}, expected the factors of "
+                                 f"draft_rank {rank}")
+            keys = set(f.keys())
+            extra, missing = sorted(keys - want.keys()), sorted(want.keys() - keys)
+            bad = sorted(k for k in keys & want.keys()
+                         if f.get_slice(k).get_dtype() != "F32" or tuple(f.get_slice(k).get_shape()) != want[k])
+            if extra or missing or bad:
+                raise ValueError(f"{path} does not fit this run (rank {rank}): unknown {extra[:3]}, missing "
+                                 f"{missing[:3]}, other dtype or shape {bad[:3]}")
+            tensors = {k: f.get_tensor(k) for k in sorted(keys)}
+    except SafetensorError as e:
+        raise _unreadable(path, e) from None
     nonfinite = [k for k, t in tensors.items() if not torch.isfinite(t).all()]
     if nonfinite:
         raise ValueError(f"{path}: non-finite factors in {nonfinite[:3]}")
