@@ -4,7 +4,7 @@
 source /work/main/.venv/bin/activate; cd /work/main
 export OMP_NUM_THREADS=1
 R=~/.cache/orl/runs; M=${M:-hint4st-7k-s2d}
-while pgrep -f "stage2_(s2_t2|40).sh" > /dev/null; do sleep 20; done
+while pgrep -f stage2_40.sh > /dev/null; do sleep 20; done
 grep -q '"step": 10000' $R/$M/train.log.jsonl || { echo "stage 2 did not reach step 10000"; exit 1; }
 echo "stage 2 done $(date)"
 ( bash benchmarks/lengths_eval.sh $M fused > $R/s40/eval-$M-fused.log 2>&1; bash benchmarks/lengths_eval.sh $M thr > $R/s40/eval-$M-thr.log 2>&1; echo "base evals done $(date)" ) &
