@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from orl.eval.tasks import SUITE
-from orl.train.convert import ConvertConfig
+from orl.train.convert_config import ConvertConfig
 from orl.train.corpus import CorpusConfig
 
 

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 from orl.eval.tasks import HELPERS, SUITE, SUITE_V5, SUITE_V7
 from orl.model.args import ModelArgs
-from orl.train.pretrain import PretrainConfig
+from orl.train.pretrain_config import PretrainConfig
 
 
 def tiny_model() -> ModelArgs:
