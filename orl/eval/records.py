@@ -13,8 +13,10 @@ new mtime counts as a different model (safe: it is just evaluated again).
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
+import zlib
 import os
 import subprocess
 from collections import Counter, defaultdict
@@ -130,9 +132,15 @@ def group_value(r: dict, key: str) -> object:
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
-    """(line number, text, is_last_and_unterminated)."""
+    """(line number, text, is_last_and_unterminated). A `.gz` file is read through gzip: the records
+    committed under docs/ are kept compressed."""
     try:
-        data = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
+        if path.suffix == ".gz":
+            raw = gzip.decompress(raw)
+        data = raw.decode("utf-8")
+    except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError; a cut file an EOFError
+        raise ValueError(f"{path}: not a gzip-compressed records file ({e or type(e).__name__})") from None
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}: not a records file (not UTF-8 text: {e})") from None
     lines = data.split("\n")
@@ -213,6 +221,9 @@ class RecordWriter:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
+        if self.path.suffix == ".gz":  # appends are plain text: they would make a gzip file unreadable
+            raise ValueError(f"{self.path}: orl writes records as plain JSONL and reads .gz only; give --out a name "
+                             "without .gz (compress the finished file)")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
             read_records(self.path)  # raises, naming file and line, unless every complete line is a record
