@@ -131,16 +131,30 @@ def group_value(r: dict, key: str) -> object:
     return r[key]
 
 
+def compressed(path: str | os.PathLike) -> bool:
+    return Path(path).suffix.lower() == ".gz"
+
+
+def check_out(path: str | os.PathLike) -> None:
+    """Records are appended as plain text, which would make a gzip file unreadable: refused up front."""
+    if compressed(path):
+        raise ValueError(f"{path}: orl writes records as plain JSONL and reads .gz only; give --out a name "
+                         "without .gz (compress the finished file)")
+
+
 def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
     """(line number, text, is_last_and_unterminated). A `.gz` file is read through gzip: the records
     committed under docs/ are kept compressed."""
-    try:
-        raw = path.read_bytes()
-        if path.suffix == ".gz":
+    raw = path.read_bytes()
+    if compressed(path):
+        try:
             raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError; a cut file an EOFError
+            raise ValueError(f"{path}: not a gzip-compressed records file ({type(e).__name__}: {e})") from None
+        if not raw:  # an empty .gz (a failed `gzip > f`) is not an empty run
+            raise ValueError(f"{path}: not a gzip-compressed records file (empty)")
+    try:
         data = raw.decode("utf-8")
-    except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError; a cut file an EOFError
-        raise ValueError(f"{path}: not a gzip-compressed records file ({e or type(e).__name__})") from None
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}: not a records file (not UTF-8 text: {e})") from None
     lines = data.split("\n")
@@ -221,9 +235,7 @@ class RecordWriter:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        if self.path.suffix == ".gz":  # appends are plain text: they would make a gzip file unreadable
-            raise ValueError(f"{self.path}: orl writes records as plain JSONL and reads .gz only; give --out a name "
-                             "without .gz (compress the finished file)")
+        check_out(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
             read_records(self.path)  # raises, naming file and line, unless every complete line is a record

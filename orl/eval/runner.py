@@ -27,7 +27,7 @@ from orl.engine.canvas import CanvasConfig, CanvasDecoder
 from orl.engine.stops import with_stop
 from orl.eval import metrics
 from orl.eval.humaneval import HumanEval
-from orl.eval.records import (RecordWriter, code_identity, config_id, decoder_label, model_identity, read_records,
+from orl.eval.records import (RecordWriter, check_out, code_identity, config_id, decoder_label, model_identity, read_records,
                               record_key)
 from orl.eval.tasks import Sample, get_task, make_samples, task_names
 from orl.model.families.common import DTYPES
@@ -77,6 +77,10 @@ class EvalSpec:
             problems.append(f"unknown decode settings {sorted(unknown)}")
         if unknown := set(self.ar) - set(AR_ONLY):
             problems.append(f"unknown autoregressive settings {sorted(unknown)}; expected some of {AR_ONLY}")
+        try:
+            check_out(self.out)  # before the model loads
+        except ValueError as e:
+            problems.append(str(e))
         from orl.verifier import check_self_draft_flags
 
         try:
