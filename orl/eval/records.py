@@ -16,9 +16,9 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import zlib
 import os
 import subprocess
+import zlib
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from pathlib import Path

@@ -27,8 +27,8 @@ from orl.engine.canvas import CanvasConfig, CanvasDecoder
 from orl.engine.stops import with_stop
 from orl.eval import metrics
 from orl.eval.humaneval import HumanEval
-from orl.eval.records import (RecordWriter, check_out, code_identity, config_id, decoder_label, model_identity, read_records,
-                              record_key)
+from orl.eval.records import (RecordWriter, check_out, code_identity, config_id, decoder_label, model_identity,
+                              read_records, record_key)
 from orl.eval.tasks import Sample, get_task, make_samples, task_names
 from orl.model.families.common import DTYPES
 
