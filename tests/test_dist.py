@@ -264,22 +264,27 @@ def test_orl_two_processes_match_one_and_resume(base, tmp_path, verifier):
     assert load_checkpoint(tmp_path / "two")[2]["recipe"]["update"] == 3
 
 
-@pytest.mark.parametrize("recipe", ["stale_fastest", "rcd"])
+@pytest.mark.parametrize("recipe", ["stale_fastest", "rcd", "ar_anchor"])
 def test_ablations_two_processes_match_one(base, tmp_path, verifier, recipe):
-    """The stale-rollout ablation (a reference model for the KL anchor) with keep="fastest", and the
-    off-policy RCD baseline (the kept answers gathered from every rank into one staircase batch)."""
+    """The stale-rollout ablation (a reference model for the KL anchor) with keep="fastest", the
+    off-policy RCD baseline (the kept answers gathered from every rank into one staircase batch), and the
+    AR-path anchor (its own backward accumulated without a sync before the ORL loss's)."""
     if recipe == "rcd":
         c = orl_cfg(base, updates=2)
         cfg = rcd.RCDConfig(base=c.base, updates=2, prompts_per_update=3, group_size=2, save_every=2, eval_every=100,
                             eval_samples=1, threads=1, rollout=dataclasses.replace(c.rollout, residual="rcd"))
         run, fields = run_rcd, ["loss", "grad_norm", "kept", "rollout_tpf", "generated_tokens"]
+    elif recipe == "ar_anchor":
+        from orl.train.objective import LossWeights
+        verifier.add(sample_prompts(SUITE, 3, "orl|0|1")[0].prompt)  # rank 0 keeps nothing in update 2
+        cfg, run, fields = orl_cfg(base, updates=2, weights=LossWeights(lambda_ar=2.0)), run_orl, ORL_FIELDS + ["ar"]
     else:
         cfg, run, fields = orl_cfg(base, updates=2, rollout_reuse=2, keep="fastest", kl_conf=0.0), run_orl, ORL_FIELDS
     run(cfg, tmp_path / "one")
     two_ranks(run, cfg, tmp_path / "two")
     same_records(tmp_path / "one" / "train.log.jsonl", tmp_path / "two" / "train.log.jsonl", "update", fields)
     assert max_diff(tmp_path / "one", tmp_path / "two") < ATOL
-    if recipe != "rcd":  # the second update reused the first one's rollouts against the stale weights
+    if recipe == "stale_fastest":  # the second update reused the first one's rollouts against the stale weights
         recs = records(tmp_path / "two" / "train.log.jsonl", "update")
         assert recs[1]["generated_tokens"] == recs[2]["generated_tokens"] and recs[2]["kl"] > 0
 

@@ -27,6 +27,13 @@ def tiny_orl7() -> ORLConfig:
     return dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, max_new_tokens=80))
 
 
+def tiny_orl7_ar() -> ORLConfig:
+    """tiny_orl7 with the AR-path anchor (orl.train.ar_anchor) at stage 2's ar_aux weight, 2.0: for a base
+    whose fused self-speculative decoding (its AR path) should survive ORL."""
+    cfg = tiny_orl7()
+    return dataclasses.replace(cfg, weights=dataclasses.replace(cfg.weights, lambda_ar=2.0))
+
+
 def without_aec(cfg: ORLConfig) -> ORLConfig:
     return dataclasses.replace(cfg, weights=dataclasses.replace(cfg.weights, lambda_aec=0.0))
 

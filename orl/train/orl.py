@@ -21,6 +21,7 @@ from orl.engine.layouts import LAYOUTS
 from orl.model.vocab import special_ids
 from orl.model.args import ModelArgs
 from orl.model.model import Transformer
+from orl.train.ar_anchor import ar_anchor_sum, rollout_ar_batch
 from orl.train.heldout import check_eval_fits, eval_fix, heldout_eval, mean_over_tasks
 from orl.train.dist import SINGLE, Dist
 from orl.train.loop import TrainLoop, check_fields, make_optimizer
@@ -75,6 +76,8 @@ class ORLConfig:
                                 non_negative=("adapter_dim", "adapter_lr", "adapter_grad_clip", "threads", "keep_every"))
         if self.rollout.residual == "adapter" and self.adapter_dim <= 0:
             problems.append("adapter_dim must be > 0 when rollouts use the adapter residual")
+        if self.weights.lambda_ar < 0:
+            problems.append(f"weights.lambda_ar must be >= 0, got {self.weights.lambda_ar}")
         if self.keep not in KEEP:
             problems.append(f"keep must be one of {KEEP}, got {self.keep!r}")
         if not 0.0 < self.keep_reward <= 1.0:
@@ -194,22 +197,33 @@ def orl_update(ddp: torch.nn.Module, opt: torch.optim.Optimizer, kept: list, rol
     units = [make_unit(r, rollout_cfg.block_len, ids.eos, model.args.dim, cfg.kl_conf, rollout_cfg.layout,
                        rollout_cfg.max_new_tokens) for r in kept or rollouts[:1]]
     batch = build_batch(units, pack(units, cfg.row_tokens), ids.pad)
-    local = torch.cat([response_counts(batch), torch.tensor([len(batch.tokens), batch.n_states])])
+    ar = rollout_ar_batch(kept or rollouts[:1], ids.pad, ids.eos) if cfg.weights.lambda_ar > 0 else None
+    n_ar = int(ar.weight.sum()) if ar is not None else 0  # its weights are 0 or 1
+    local = torch.cat([response_counts(batch), torch.tensor([len(batch.tokens), batch.n_states, n_ar])])
     counts = dist.all_sum(torch.cat([local * bool(kept), torch.tensor([len(kept)])]))
     if not counts[-1]:
         return {}
-    loss, parts = orl_loss(ddp, batch, rollout_cfg.residual, ids, cfg.weights, ref_model, norm=counts[:3])
     opt.zero_grad(set_to_none=True)
+    l_ar = None
+    if ar is not None:  # its own backward, accumulated locally; the ORL loss's backward below syncs both
+        with dist.no_sync(ddp, skip=True):
+            l_ar = ar_anchor_sum(ddp, ar) / counts[5].clamp(min=1)  # mean over every process's tokens
+            (l_ar * (cfg.weights.lambda_ar * dist.world * bool(kept))).backward()
+        l_ar = l_ar.detach()
+    loss, parts = orl_loss(ddp, batch, rollout_cfg.residual, ids, cfg.weights, ref_model, norm=counts[:3])
     # DDP averages gradients over processes; world x this process's share is the whole loss's gradient
     (loss * (dist.world if kept else 0.0)).backward()
     norms = clip(model, cfg).tolist()  # the synced gradients: the same on every process
     opt.step()
-    terms = torch.stack([loss, parts["pred"], parts["aec"], parts["kl"], parts["entropy"] * batch.n_states]).detach()
+    l_ar = loss.new_zeros(()) if l_ar is None else l_ar.to(loss.dtype)
+    terms = torch.stack([loss + cfg.weights.lambda_ar * l_ar, parts["pred"], parts["aec"], parts["kl"],
+                         parts["entropy"] * batch.n_states, l_ar]).detach()
     terms = dist.all_sum(terms.cpu().double() * bool(kept)).tolist()  # logging: one sync per update
     return {"loss": round(terms[0], 5), "pred": round(terms[1], 5), "aec": round(terms[2], 5),
             "kl": round(terms[3], 5), "entropy": round(terms[4] / max(int(counts[4]), 1), 5),
+            **({"ar": round(terms[5], 5)} if ar is not None else {}),
             "grad_norm": round(norms[0], 5), **({"adapter_grad_norm": round(norms[1], 5)} if len(norms) > 1 else {}),
-            "kept": int(counts[5]), "rows": int(counts[3])}
+            "kept": int(counts[6]), "rows": int(counts[3])}
 
 
 def base_layout(manifest: dict, rollout: DecodeConfig) -> DecodeConfig:
