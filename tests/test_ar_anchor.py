@@ -29,6 +29,9 @@ def test_rows_target_the_generated_tokens_and_eos_only_where_it_was_emitted():
     assert b.targets.tolist() == [[6, 7, 10, 11, EOS, EOS], [PAD, 8, 12, 13, 14, EOS]]
     assert b.weight.tolist() == [[0, 0, 1, 1, 1, 0], [0, 0, 1, 1, 1, 0]]
     assert b.pos[1].tolist() == [0, 0, 0, 1, 2, 3]  # positions count from the first real token
+    # a row that generated nothing, and one a stop string ended (its last token is the stop's, not EOS)
+    b = rollout_ar_batch([rollout([5, 6], []), rollout([7, 8], [20, 21])], PAD, EOS)
+    assert b.weight.tolist() == [[0, 0, 0, 0], [0, 1, 1, 0]] and b.targets[1].tolist() == [8, 20, 21, EOS]
     with pytest.raises(ValueError, match="at least one rollout"):
         rollout_ar_batch([], PAD, EOS)
 
@@ -49,6 +52,18 @@ def test_the_chunked_loss_is_the_weighted_cross_entropy_of_the_full_logits(softc
 def test_a_negative_weight_is_refused_by_name():
     with pytest.raises(ValueError, match="lambda_ar must be >= 0"):
         ORLConfig(weights=LossWeights(lambda_ar=-1.0))
+
+
+def test_a_base_without_the_shifted_read_out_is_refused_by_name(tmp_path, accept_everything):
+    from orl.checkpoint import save_checkpoint
+    from orl.tokenizer import CharTokenizer
+
+    model = Transformer(ModelArgs(vocab_size=128, dim=32, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=16,
+                                  ffn_dim=64, max_seq_len=160, learned_pos=True, shift_logits=False))
+    plain = save_checkpoint(model, CharTokenizer(), tmp_path / "base", {"block_len": 8})
+    cfg = dataclasses.replace(cfg_for(plain), updates=1, weights=LossWeights(lambda_ar=1.0))
+    with pytest.raises(ValueError, match="shift_logits=false: set lambda_ar=0"):
+        train_orl(cfg, tmp_path / "run", log=lambda *_: None)
 
 
 def test_the_anchor_lowers_the_next_token_loss_of_the_kept_rollouts(base, tmp_path, accept_everything, monkeypatch):

@@ -28,8 +28,9 @@ def tiny_orl7() -> ORLConfig:
 
 
 def tiny_orl7_ar() -> ORLConfig:
-    """tiny_orl7 with the AR-path anchor (orl.train.ar_anchor) at stage 2's ar_aux weight, 2.0: for a base
-    whose fused self-speculative decoding (its AR path) should survive ORL."""
+    """tiny_orl7 with the AR-path anchor (orl.train.ar_anchor) at 2.0, stage 2's nominal ar_aux (not the same
+    strength: stage 2 weighs its AR rows inside one mean with the diffusion rows; here 2 L_AR is added to the
+    ORL loss): for a base whose fused self-speculative decoding (its AR path) should survive ORL."""
     cfg = tiny_orl7()
     return dataclasses.replace(cfg, weights=dataclasses.replace(cfg.weights, lambda_ar=2.0))
 

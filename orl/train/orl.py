@@ -141,6 +141,9 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config
 
     # every rank reads the checkpoint; one that cannot stops them all (Dist.on_every)
     model, tok, manifest, rollout_cfg = dist.on_every(read_model)
+    if cfg.weights.lambda_ar > 0 and not model.args.shift_logits:
+        raise ValueError(f"weights.lambda_ar {cfg.weights.lambda_ar} anchors the AR path of a shifted base (the fused "
+                         f"self-speculative decoder's); {cfg.base} has shift_logits=false: set lambda_ar=0")
     opt = make_optimizer(model, cfg.lr, adapter_lr=cfg.adapter_lr)
     if state:
         opt.load_state_dict(state["optimizer"])
