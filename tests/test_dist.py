@@ -307,3 +307,28 @@ def test_a_refused_output_stops_every_rank(base, tmp_path, verifier):
     assert "ResumeError" in (tmp_path / "rank0").read_text() and "notes.txt" in (tmp_path / "rank0").read_text()
     assert "rank 0 failed" in (tmp_path / "rank1").read_text()
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("recipe", ["orl", "rcd"])
+def test_an_untied_base_with_an_adapter_it_does_not_use_trains_under_two_processes(tmp_path, verifier, recipe):
+    """A base that already has a residual adapter (an ORL checkpoint), an untied head, and rollouts that do not
+    use the adapter: the losses read the head outside the wrapped forward, which DDP's find_unused_parameters
+    refuses ("marked ready twice"); the unused adapter is frozen instead, and two processes match one."""
+    torch.manual_seed(0)
+    model = Transformer(ModelArgs(vocab_size=128, dim=32, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=16,
+                                  ffn_dim=64, max_seq_len=160, learned_pos=True, shift_logits=True,
+                                  tie_embeddings=False, adapter_dim=8))
+    base = save_checkpoint(model, CharTokenizer(), tmp_path / "base", {"block_len": 8})
+    c = orl_cfg(base, updates=2, rollout=dataclasses.replace(orl_cfg(base).rollout, residual="off"))
+    if recipe == "rcd":
+        cfg = rcd.RCDConfig(base=c.base, updates=2, prompts_per_update=3, group_size=2, save_every=2, eval_every=100,
+                            eval_samples=1, threads=1, rollout=dataclasses.replace(c.rollout, residual="rcd"))
+        run, fields = run_rcd, ["loss", "grad_norm", "kept", "rollout_tpf", "generated_tokens"]
+    else:
+        cfg, run, fields = c, run_orl, [f for f in ORL_FIELDS if f != "adapter_grad_norm"]
+    run(cfg, tmp_path / "one")
+    two_ranks(run, cfg, tmp_path / "two")
+    same_records(tmp_path / "one" / "train.log.jsonl", tmp_path / "two" / "train.log.jsonl", "update", fields)
+    assert max_diff(tmp_path / "one", tmp_path / "two") < ATOL
+    one = load_checkpoint(tmp_path / "one")[0].state_dict()
+    assert all(torch.equal(one[k], model.state_dict()[k]) for k in one if "residual_adapter" in k)  # untouched

@@ -152,7 +152,11 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config
     engine = rollout_engine(model, tok, cfg)
     check_eval_fits(cfg.tasks, tok, cfg.eval_samples, rollout_cfg.max_new_tokens, engine.max_len, ar=False,
                     block_len=rollout_cfg.block_len, layout=rollout_cfg.layout, fix=eval_fix(cfg, rollout_cfg, model))
-    ddp = dist.wrap(model, find_unused=model.model.residual_adapter is not None and rollout_cfg.residual != "adapter")
+    if model.model.residual_adapter is not None and rollout_cfg.residual != "adapter":
+        # an adapter this run never uses is frozen (it got no gradient anyway), rather than DDP's find_unused_parameters,
+        # which refuses a head the losses read outside the wrapped forward (an untied head: "marked ready twice")
+        model.model.residual_adapter.requires_grad_(False)
+    ddp = dist.wrap(model)
     gen_tokens = state["generated_tokens"] if state else 0
     rollouts, ref_model = [], None
     t0 = time.perf_counter()
