@@ -9,7 +9,8 @@ import torch
 import orl.train.orl as trainer
 from orl.checkpoint import load_checkpoint
 from orl.model import ModelArgs, Transformer
-from orl.train.ar_anchor import ar_anchor_sum, rollout_ar_batch
+from orl.train.ar_anchor import ar_anchor_sums, rollout_ar_batch
+from orl.train.losses import capped_reverse_kl
 from orl.train.batches import weighted_ce_sum
 from orl.train.objective import LossWeights
 from orl.train.orl import ORLConfig, train_orl
@@ -36,22 +37,35 @@ def test_rows_target_the_generated_tokens_and_eos_only_where_it_was_emitted():
         rollout_ar_batch([], PAD, EOS)
 
 
+def tiny(softcap=None, seed=0):
+    torch.manual_seed(seed)
+    return Transformer(ModelArgs(vocab_size=40, dim=32, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=16, ffn_dim=64,
+                                 max_seq_len=64, shift_logits=True, final_logit_softcap=softcap))
+
+
 @pytest.mark.parametrize("softcap", [None, 3.0])
-def test_the_chunked_loss_is_the_weighted_cross_entropy_of_the_full_logits(softcap):
-    torch.manual_seed(0)
-    model = Transformer(ModelArgs(vocab_size=40, dim=32, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=16, ffn_dim=64,
-                                  max_seq_len=64, shift_logits=True, final_logit_softcap=softcap))
+def test_the_chunked_terms_are_those_of_the_full_logits(softcap):
+    model, ref = tiny(softcap), tiny(softcap, seed=1)
     b = rollout_ar_batch([rollout([5, 6, 7], [10, 11, EOS]), rollout([8, 9], [12, 13, 14, 15])], PAD, EOS)
-    want = weighted_ce_sum(model(b.tokens, b.pos, b.mask), b)
-    got = ar_anchor_sum(model, b, chunk=3)
-    assert torch.allclose(got, want, rtol=1e-5, atol=1e-5)
-    got.backward()
+    w_kl = b.weight.clone()
+    w_kl[0] = 0.0  # the KL on the second row only, the next-token loss on both
+    logits, ref_logits = model(b.tokens, b.pos, b.mask), ref(b.tokens, b.pos, b.mask)
+    want_nll = weighted_ce_sum(logits, b)
+    want_kl = (capped_reverse_kl(logits.flatten(0, 1), ref_logits.flatten(0, 1), 0.3) * w_kl.flatten()).sum()
+    nll, kl = ar_anchor_sums(model, b, b.weight, w_kl, ref, kl_cap=0.3, chunk=3)
+    assert torch.allclose(nll, want_nll, rtol=1e-5, atol=1e-5) and torch.allclose(kl, want_kl, rtol=1e-5, atol=1e-5)
+    assert kl > 0 and float(ar_anchor_sums(model, b, b.weight, w_kl, model)[1].detach()) == pytest.approx(0.0, abs=1e-5)
+    (nll + kl).backward()
     assert model.lm_head.weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="needs the reference model"):
+        ar_anchor_sums(model, b, b.weight, w_kl)
 
 
 def test_a_negative_weight_is_refused_by_name():
     with pytest.raises(ValueError, match="lambda_ar must be >= 0"):
         ORLConfig(weights=LossWeights(lambda_ar=-1.0))
+    with pytest.raises(ValueError, match="lambda_ar_kl must be >= 0"):
+        ORLConfig(weights=LossWeights(lambda_ar_kl=-1.0))
 
 
 def test_a_base_without_the_shifted_read_out_is_refused_by_name(tmp_path, accept_everything):
@@ -62,7 +76,7 @@ def test_a_base_without_the_shifted_read_out_is_refused_by_name(tmp_path, accept
                                   ffn_dim=64, max_seq_len=160, learned_pos=True, shift_logits=False))
     plain = save_checkpoint(model, CharTokenizer(), tmp_path / "base", {"block_len": 8})
     cfg = dataclasses.replace(cfg_for(plain), updates=1, weights=LossWeights(lambda_ar=1.0))
-    with pytest.raises(ValueError, match="shift_logits=false: set lambda_ar=0"):
+    with pytest.raises(ValueError, match="shift_logits=false: set them to 0"):
         train_orl(cfg, tmp_path / "run", log=lambda *_: None)
 
 
@@ -83,10 +97,32 @@ def test_the_anchor_lowers_the_next_token_loss_of_the_kept_rollouts(base, tmp_pa
     b = rollout_ar_batch(kept_a, tok_ids.pad_id, tok_ids.eos_id)
     n = b.weight.sum()
     with torch.no_grad():
-        before = float(ar_anchor_sum(load_checkpoint(base)[0], b) / n)
-        plain, anchored = (float(ar_anchor_sum(runs[lam], b) / n) for lam in (0.0, 20.0))
+        before = float(ar_anchor_sums(load_checkpoint(base)[0], b, b.weight, 0 * b.weight)[0] / n)
+        plain, anchored = (float(ar_anchor_sums(runs[lam], b, b.weight, 0 * b.weight)[0] / n) for lam in (0.0, 20.0))
     assert anchored < before and anchored < plain - 0.01
     import json
     rec = json.loads(open(tmp_path / "r20.0" / "train.log.jsonl").readline())
     assert rec["ar"] == pytest.approx(before, rel=1e-3)  # logged before the update, on the same rows
     assert "ar" not in json.loads(open(tmp_path / "r0.0" / "train.log.jsonl").readline())
+
+
+def test_the_kl_anchor_holds_the_ar_path_near_the_base(base, tmp_path, accept_everything, monkeypatch):
+    """Six updates with and without lambda_ar_kl (its gradient is 0 at the base: it acts from update 2): with
+    it, the AR path's KL to the base on the first update's rollouts is smaller, and the log has `ar_kl`."""
+    seen = []
+    real = trainer.collect
+    monkeypatch.setattr(trainer, "collect", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
+    runs = {}
+    for lam in (0.0, 50.0):
+        cfg = dataclasses.replace(cfg_for(base), updates=6, weights=LossWeights(lambda_ar_kl=lam))
+        train_orl(cfg, tmp_path / f"r{lam}", log=lambda *_: None)
+        runs[lam] = load_checkpoint(tmp_path / f"r{lam}")[0]
+    tok = load_checkpoint(base)[1]
+    b = rollout_ar_batch(seen[0], tok.pad_id, tok.eos_id)
+    ref = load_checkpoint(base)[0]
+    with torch.no_grad():
+        plain, anchored = (float(ar_anchor_sums(runs[lam], b, 0 * b.weight, b.weight, ref)[1]) for lam in (0.0, 50.0))
+    assert anchored < 0.7 * plain  # 0.44x measured; equal without the anchor
+    import json
+    recs = [json.loads(x) for x in open(tmp_path / "r50.0" / "train.log.jsonl")]
+    assert recs[0]["ar_kl"] == pytest.approx(0.0, abs=1e-6) and recs[2]["ar_kl"] > 0 and "ar" not in recs[0]

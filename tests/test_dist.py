@@ -277,7 +277,8 @@ def test_ablations_two_processes_match_one(base, tmp_path, verifier, recipe):
     elif recipe == "ar_anchor":
         from orl.train.objective import LossWeights
         verifier.add(sample_prompts(SUITE, 3, "orl|0|1")[0].prompt)  # rank 0 keeps nothing in update 2
-        cfg, run, fields = orl_cfg(base, updates=2, weights=LossWeights(lambda_ar=2.0)), run_orl, ORL_FIELDS + ["ar"]
+        cfg, run, fields = orl_cfg(base, updates=2, weights=LossWeights(lambda_ar=2.0, lambda_ar_kl=2.0)), run_orl, \
+            ORL_FIELDS + ["ar", "ar_kl"]
     else:
         cfg, run, fields = orl_cfg(base, updates=2, rollout_reuse=2, keep="fastest", kl_conf=0.0), run_orl, ORL_FIELDS
     run(cfg, tmp_path / "one")

@@ -35,6 +35,14 @@ def tiny_orl7_ar() -> ORLConfig:
     return dataclasses.replace(cfg, weights=dataclasses.replace(cfg.weights, lambda_ar=2.0))
 
 
+def tiny_orl7_arkl() -> ORLConfig:
+    """tiny_orl7 with the AR path's KL anchor to the frozen base (orl.train.ar_anchor) at 1.0, the draft
+    recipe's kl_weight: the next-token anchor of tiny_orl7_ar is ~2e-4 on a strong base's kept rollouts (it
+    only sharpens), while the KL holds the path's distribution on every rollout, the wrong ones too."""
+    cfg = tiny_orl7()
+    return dataclasses.replace(cfg, weights=dataclasses.replace(cfg.weights, lambda_ar_kl=1.0))
+
+
 def without_aec(cfg: ORLConfig) -> ORLConfig:
     return dataclasses.replace(cfg, weights=dataclasses.replace(cfg.weights, lambda_aec=0.0))
 

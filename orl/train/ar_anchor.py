@@ -1,11 +1,13 @@
-"""The AR-path anchor of ORL (`LossWeights.lambda_ar`): a next-token loss on the kept rollouts.
+"""The AR-path anchors of ORL: `LossWeights.lambda_ar`, a next-token loss on the kept rollouts, and
+`lambda_ar_kl`, a capped reverse KL of the AR path to the frozen base on every rollout.
 
 Why: a base trained with `ar_aux` (stage 2's next-token loss) has one set of weights with two paths,
 block diffusion and causal next-token; the fused self-speculative decoder emits exactly the AR path's
 tokens. ORL's losses read only the diffusion path and, with fresh rollouts, its KL anchor is zero, so
 nothing holds the AR path: on the length-varied tiny bases ORL cost the fused decoder accuracy
-(docs/RESULTS.md). This term keeps stage 2's next-token loss on the verified rollouts (rejection-sampled
-self-training of the AR path: the targets are the model's own outputs that passed the verifier).
+(docs/RESULTS.md). lambda_ar keeps stage 2's next-token loss on the verified rollouts (rejection-sampled
+self-training of the AR path); lambda_ar_kl holds the path's distribution to the base's, also where the
+rollouts were wrong (the draft recipe's anchor, orl.train.draft_rows.loss_sums).
 """
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from torch import Tensor
 from orl.model.model import Transformer
 from orl.train.batches import Batch, ar_batch
 from orl.train.chunked_ce import chunked_ce_sum
+from orl.train.chunked_head import chunked_head
+from orl.train.losses import capped_reverse_kl
 from orl.train.rollout import Rollout
 
 
@@ -37,13 +41,38 @@ def rollout_ar_batch(rollouts: list[Rollout], pad_id: int, eos_id: int) -> Batch
     return b
 
 
-def ar_anchor_sum(model: torch.nn.Module, b: Batch, chunk: int = 256) -> Tensor:
-    """sum over b's weighted positions of the next-token cross-entropy through the causal path (no
-    residual: AR rows never hold a mask), the head run chunk by chunk (a large vocabulary keeps no
-    [N, V] logits). `model` may be the DDP wrapper."""
+def ar_anchor_sums(model: torch.nn.Module, b: Batch, w_nll: Tensor, w_kl: Tensor, ref: Transformer | None = None,
+                   kl_cap: float = 1.0, chunk: int = 256) -> tuple[Tensor, Tensor]:
+    """One causal forward over b's rows (no residual: AR rows never hold a mask) -> (sum of w_nll x next-token
+    cross-entropy, sum of w_kl x min(KL(p_theta || p_ref), kl_cap)), w_nll, w_kl [B, T]. The head runs chunk by
+    chunk at the weighted positions only (a large vocabulary keeps no [N, V] logits). The KL holds the AR path's
+    whole distribution where the fused decoder reads it, on every rollout (the next-token loss on the kept ones
+    is near 0 on a strong base: it only sharpens what the path already says). `model` may be the DDP wrapper;
+    ref: the frozen base (needed when w_kl has a weight)."""
     core: Transformer = getattr(model, "module", model)
     dev = next(core.parameters()).device
-    h = model(b.tokens.to(dev), b.pos.to(dev), b.mask.to(dev), return_hidden=True)  # [B, T, D]
-    r, t = (b.weight > 0).nonzero(as_tuple=True)  # host-built batch: no device sync
-    return chunked_ce_sum(h[r.to(dev), t.to(dev)], core.lm_head.weight, b.targets[r, t].to(dev),
-                          b.weight[r, t].to(dev), chunk, core.args.final_logit_softcap)
+    toks, pos, mask = b.tokens.to(dev), b.pos.to(dev), b.mask.to(dev)
+    h = model(toks, pos, mask, return_hidden=True)  # [B, T, D]
+    zero = h.sum() * 0.0  # keeps every rank's graph alike when a term has no weighted position
+    r, t = (w_nll > 0).nonzero(as_tuple=True)  # host-built weights: no device sync
+    nll = (chunked_ce_sum(h[r.to(dev), t.to(dev)], core.lm_head.weight, b.targets[r, t].to(dev), w_nll[r, t].to(dev),
+                          chunk, core.args.final_logit_softcap) if len(r) else zero)
+    r, t = (w_kl > 0).nonzero(as_tuple=True)
+    if not len(r):
+        return nll, zero
+    if ref is None:
+        raise ValueError("ar_anchor_sums: a KL weight needs the reference model")
+    r, t = r.to(dev), t.to(dev)
+    with torch.no_grad():
+        ref_h = ref(toks, pos, mask, return_hidden=True)[r, t]  # [P, D]
+    w_sel = w_kl.to(dev)[r, t]
+
+    def read(x: Tensor, weight: Tensor) -> Tensor:  # the reference is the same model before ORL
+        return core.softcap((x.to(weight.dtype) @ weight.T).float())
+
+    def stats(logits: Tensor, sl: slice) -> Tensor:
+        with torch.no_grad():
+            ref_logits = read(ref_h[sl], ref.lm_head.weight)
+        return (capped_reverse_kl(logits, ref_logits, kl_cap) * w_sel[sl])[:, None]
+
+    return nll, chunked_head(h[r, t], core.lm_head.weight, read, stats, chunk).sum()

@@ -22,7 +22,8 @@ class LossWeights:
     rho: float = 0.25
     lambda_kl: float = 0.1
     kl_cap: float = 1.0
-    lambda_ar: float = 0.0  # next-token loss on the kept rollouts (orl.train.ar_anchor; 0: off)
+    lambda_ar: float = 0.0     # next-token loss on the kept rollouts (orl.train.ar_anchor; 0: off)
+    lambda_ar_kl: float = 0.0  # min(KL(AR path || the base's), kl_cap) on every rollout (orl.train.ar_anchor; 0: off)
 
 
 def replay_hidden(model: Transformer, b: ReplayBatch, residual: str, ids: SpecialIds,

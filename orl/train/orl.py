@@ -21,7 +21,7 @@ from orl.engine.layouts import LAYOUTS
 from orl.model.vocab import special_ids
 from orl.model.args import ModelArgs
 from orl.model.model import Transformer
-from orl.train.ar_anchor import ar_anchor_sum, rollout_ar_batch
+from orl.train.ar_anchor import ar_anchor_sums, rollout_ar_batch
 from orl.train.heldout import check_eval_fits, eval_fix, heldout_eval, mean_over_tasks
 from orl.train.dist import SINGLE, Dist
 from orl.train.loop import TrainLoop, check_fields, make_optimizer
@@ -76,8 +76,9 @@ class ORLConfig:
                                 non_negative=("adapter_dim", "adapter_lr", "adapter_grad_clip", "threads", "keep_every"))
         if self.rollout.residual == "adapter" and self.adapter_dim <= 0:
             problems.append("adapter_dim must be > 0 when rollouts use the adapter residual")
-        if self.weights.lambda_ar < 0:
-            problems.append(f"weights.lambda_ar must be >= 0, got {self.weights.lambda_ar}")
+        for name in ("lambda_ar", "lambda_ar_kl"):
+            if getattr(self.weights, name) < 0:
+                problems.append(f"weights.{name} must be >= 0, got {getattr(self.weights, name)}")
         if self.keep not in KEEP:
             problems.append(f"keep must be one of {KEEP}, got {self.keep!r}")
         if not 0.0 < self.keep_reward <= 1.0:
@@ -141,9 +142,12 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config
 
     # every rank reads the checkpoint; one that cannot stops them all (Dist.on_every)
     model, tok, manifest, rollout_cfg = dist.on_every(read_model)
-    if cfg.weights.lambda_ar > 0 and not model.args.shift_logits:
-        raise ValueError(f"weights.lambda_ar {cfg.weights.lambda_ar} anchors the AR path of a shifted base (the fused "
-                         f"self-speculative decoder's); {cfg.base} has shift_logits=false: set lambda_ar=0")
+    w = cfg.weights
+    if (w.lambda_ar > 0 or w.lambda_ar_kl > 0) and not model.args.shift_logits:
+        raise ValueError(f"weights.lambda_ar {w.lambda_ar} / lambda_ar_kl {w.lambda_ar_kl} anchor the AR path of a shifted "
+                         f"base (the fused self-speculative decoder's); {cfg.base} has shift_logits=false: set them to 0")
+    # the AR path's reference: the base as it was before ORL (read again on resume), frozen
+    ar_ref = dist.on_every(lambda: frozen(load_checkpoint(cfg.base, device=dist.device)[0])) if w.lambda_ar_kl > 0 else None
     opt = make_optimizer(model, cfg.lr, adapter_lr=cfg.adapter_lr)
     if state:
         opt.load_state_dict(state["optimizer"])
@@ -174,7 +178,7 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config
         kept = select_kept(rollouts, cfg.group_size, cfg.keep)
         rec = {"update": update + 1, **{f"rollout_{k}": v for k, v in stats.items()}, "generated_tokens": gen_tokens}
         model.train()
-        rec.update(orl_update(ddp, opt, kept, rollouts, cfg, rollout_cfg, ids, ref_model, dist))
+        rec.update(orl_update(ddp, opt, kept, rollouts, cfg, rollout_cfg, ids, ref_model, dist, ar_ref))
         done = update + 1
         if loop.due(done, cfg.eval_every):  # rank 0 evaluates; its failure stops every rank (Dist.on_main)
             ecfg = DecodeConfig(**{**rollout_cfg.to_dict(), "temperature": 0.0, "threshold": cfg.eval_threshold})
@@ -194,43 +198,59 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config
 
 
 def orl_update(ddp: torch.nn.Module, opt: torch.optim.Optimizer, kept: list, rollouts: list, cfg: ORLConfig,
-               rollout_cfg: DecodeConfig, ids, ref_model: Transformer | None, dist: Dist = SINGLE) -> dict:
+               rollout_cfg: DecodeConfig, ids, ref_model: Transformer | None, dist: Dist = SINGLE,
+               ar_ref: Transformer | None = None) -> dict:
     """One optimizer update on this process's kept rollouts, each loss term averaged over the responses
     of every process, so that the update is the single-process one; the log fields, or {} when no
-    process kept a rollout (then nothing changes)."""
+    process kept a rollout (then nothing changes). ar_ref: the frozen base of the lambda_ar_kl anchor."""
     model = getattr(ddp, "module", ddp)
+    w = cfg.weights
     # a process that kept nothing replays one rollout at weight 0: every process must run the same
     # forward and backward for DDP, and a zero weight adds nothing to the gradient
     units = [make_unit(r, rollout_cfg.block_len, ids.eos, model.args.dim, cfg.kl_conf, rollout_cfg.layout,
                        rollout_cfg.max_new_tokens) for r in kept or rollouts[:1]]
     batch = build_batch(units, pack(units, cfg.row_tokens), ids.pad)
-    ar = rollout_ar_batch(kept or rollouts[:1], ids.pad, ids.eos) if cfg.weights.lambda_ar > 0 else None
-    n_ar = int(ar.weight.sum()) if ar is not None else 0  # its weights are 0 or 1
-    local = torch.cat([response_counts(batch), torch.tensor([len(batch.tokens), batch.n_states, n_ar])])
-    counts = dist.all_sum(torch.cat([local * bool(kept), torch.tensor([len(kept)])]))
+    ar = None
+    if w.lambda_ar > 0 or w.lambda_ar_kl > 0:  # the AR anchors' rows: every rollout for the KL, else the kept ones
+        rows = rollouts if w.lambda_ar_kl > 0 else kept or rollouts[:1]
+        ar = rollout_ar_batch(rows, ids.pad, ids.eos)
+        mine = {id(r) for r in kept}
+        w_nll = ar.weight * torch.tensor([float(id(r) in mine) for r in rows])[:, None] * (w.lambda_ar > 0)
+        w_kl = ar.weight * (w.lambda_ar_kl > 0)
+    n_nll, n_kl = (int(w_nll.sum()), int(w_kl.sum())) if ar is not None else (0, 0)  # weights are 0 or 1
+    local = torch.cat([response_counts(batch), torch.tensor([len(batch.tokens), batch.n_states])])
+    # [0:3] response counts, 3 rows, 4 states, 5 anchor tokens kept, 6 anchor tokens of every rollout, 7 kept
+    counts = dist.all_sum(torch.cat([local * bool(kept), torch.tensor([n_nll, n_kl, len(kept)])]))
     if not counts[-1]:
         return {}
     opt.zero_grad(set_to_none=True)
-    l_ar = None
+    l_nll = l_kl = None
     if ar is not None:  # its own backward, accumulated locally; the ORL loss's backward below syncs both
         with dist.no_sync(ddp, skip=True):
-            l_ar = ar_anchor_sum(ddp, ar) / counts[5].clamp(min=1)  # mean over every process's tokens
-            (l_ar * (cfg.weights.lambda_ar * dist.world * bool(kept))).backward()
-        l_ar = l_ar.detach()
-    loss, parts = orl_loss(ddp, batch, rollout_cfg.residual, ids, cfg.weights, ref_model, norm=counts[:3])
+            s_nll, s_kl = ar_anchor_sums(ddp, ar, w_nll, w_kl, ar_ref, w.kl_cap)
+            l_nll, l_kl = s_nll / counts[5].clamp(min=1), s_kl / counts[6].clamp(min=1)  # over every process's tokens
+            ((w.lambda_ar * l_nll + w.lambda_ar_kl * l_kl) * dist.world).backward()
+        l_nll, l_kl = l_nll.detach(), l_kl.detach()
+    loss, parts = orl_loss(ddp, batch, rollout_cfg.residual, ids, w, ref_model, norm=counts[:3])
     # DDP averages gradients over processes; world x this process's share is the whole loss's gradient
     (loss * (dist.world if kept else 0.0)).backward()
     norms = clip(model, cfg).tolist()  # the synced gradients: the same on every process
     opt.step()
-    l_ar = loss.new_zeros(()) if l_ar is None else l_ar.to(loss.dtype)
-    terms = torch.stack([loss + cfg.weights.lambda_ar * l_ar, parts["pred"], parts["aec"], parts["kl"],
-                         parts["entropy"] * batch.n_states, l_ar]).detach()
-    terms = dist.all_sum(terms.cpu().double() * bool(kept)).tolist()  # logging: one sync per update
+    l_nll, l_kl = (loss.new_zeros(()) if x is None else x.to(loss.dtype) for x in (l_nll, l_kl))
+    terms = torch.stack([(loss + w.lambda_ar * l_nll) * bool(kept) + w.lambda_ar_kl * l_kl, parts["pred"] * bool(kept),
+                         parts["aec"] * bool(kept), parts["kl"] * bool(kept), parts["entropy"] * batch.n_states * bool(kept),
+                         l_nll, l_kl]).detach()
+    terms = dist.all_sum(terms.cpu().double()).tolist()  # logging: one sync per update
     return {"loss": round(terms[0], 5), "pred": round(terms[1], 5), "aec": round(terms[2], 5),
             "kl": round(terms[3], 5), "entropy": round(terms[4] / max(int(counts[4]), 1), 5),
-            **({"ar": round(terms[5], 5)} if ar is not None else {}),
+            **({"ar": round(terms[5], 5)} if w.lambda_ar > 0 else {}),
+            **({"ar_kl": round(terms[6], 5)} if w.lambda_ar_kl > 0 else {}),
             "grad_norm": round(norms[0], 5), **({"adapter_grad_norm": round(norms[1], 5)} if len(norms) > 1 else {}),
-            "kept": int(counts[6]), "rows": int(counts[3])}
+            "kept": int(counts[7]), "rows": int(counts[3])}
+
+
+def frozen(model: Transformer) -> Transformer:
+    return model.eval().requires_grad_(False)
 
 
 def base_layout(manifest: dict, rollout: DecodeConfig) -> DecodeConfig:
