@@ -19,5 +19,8 @@ fi
 echo "AR stage done $(date)"
 OMP_NUM_THREADS=$t bash benchmarks/lengths_eval.sh $n ar > $R/s41-eval-$n-ar.log 2>&1
 echo "AR eval done $(date)"
-bash docs/results-lengths/s40/stage2_40.sh $s $t
-M=${n}d bash docs/results-lengths/s40/chain21.sh
+# STRETCH=0 (session 42: stage 2 without the stretch is as good beyond and better in range) -> ${n}d0
+st=${STRETCH:-0.5}; d=${n}d; [ "$st" = 0.5 ] || d=${d}${st//./}
+STRETCH=$st bash docs/results-lengths/s40/stage2_40.sh $s $t
+M=$d bash docs/results-lengths/s40/chain21.sh
+M=$d P=tiny_orl7_arkl S=orlarkl bash docs/results-lengths/s42/orl_ar.sh
