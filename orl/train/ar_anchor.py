@@ -17,8 +17,7 @@ from torch import Tensor
 from orl.model.model import Transformer
 from orl.train.batches import Batch, ar_batch
 from orl.train.chunked_ce import chunked_ce_sum
-from orl.train.chunked_head import chunked_head
-from orl.train.losses import capped_reverse_kl
+from orl.train.chunked_head import capped_kl_sum
 from orl.train.rollout import Rollout
 
 
@@ -33,8 +32,8 @@ def rollout_ar_batch(rollouts: list[Rollout], pad_id: int, eos_id: int) -> Batch
         ended.append(bool(toks) and toks[-1] == eos_id)
         pairs.append((list(r.gen.prompt_ids), toks[:-1] if ended[-1] else toks))
     b = ar_batch(pairs, pad_id, eos_id)
-    # ar_batch targets EOS after each answer: the target at index (P - 1) + len(answer), P the padded prompt
-    P = b.tokens.shape[1] + 1 - (max(len(a) for _, a in pairs) + 1)
+    # ar_batch targets EOS after each answer, at (P - 1) + len(answer), P the padded prompt: T - 1 = P + max_len - 1
+    P = b.tokens.shape[1] - max(len(a) for _, a in pairs)
     for i, ((_, a), e) in enumerate(zip(pairs, ended)):
         if not e:
             b.weight[i, P - 1 + len(a)] = 0.0
@@ -65,14 +64,4 @@ def ar_anchor_sums(model: torch.nn.Module, b: Batch, w_nll: Tensor, w_kl: Tensor
     r, t = r.to(dev), t.to(dev)
     with torch.no_grad():
         ref_h = ref(toks, pos, mask, return_hidden=True)[r, t]  # [P, D]
-    w_sel = w_kl.to(dev)[r, t]
-
-    def read(x: Tensor, weight: Tensor) -> Tensor:  # the reference is the same model before ORL
-        return core.softcap((x.to(weight.dtype) @ weight.T).float())
-
-    def stats(logits: Tensor, sl: slice) -> Tensor:
-        with torch.no_grad():
-            ref_logits = read(ref_h[sl], ref.lm_head.weight)
-        return (capped_reverse_kl(logits, ref_logits, kl_cap) * w_sel[sl])[:, None]
-
-    return nll, chunked_head(h[r, t], core.lm_head.weight, read, stats, chunk).sum()
+    return nll, capped_kl_sum(core, h[r, t], ref_h, ref.lm_head.weight, w_kl.to(dev)[r, t], kl_cap, chunk)

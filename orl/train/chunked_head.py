@@ -55,3 +55,20 @@ def chunked_head(h: Tensor, weight: Tensor, read: Read, stats: Stats, chunk: int
     if h.dim() != 2 or weight.dim() != 2 or h.shape[1] != weight.shape[1]:
         raise ValueError(f"expected h [N, D] and weight [V, D], got {tuple(h.shape)} and {tuple(weight.shape)}")
     return _ChunkedHead.apply(h, weight, read, stats, chunk)
+
+
+def capped_kl_sum(core, h: Tensor, ref_h: Tensor, ref_weight: Tensor, w: Tensor, cap: float, chunk: int = 256) -> Tensor:
+    """sum_i w_i * min(KL(p_i || q_i), cap) for h, ref_h [N, D] (the model's and a frozen reference's final hidden
+    states at the same positions) read out by `core`'s head and by ref_weight with core's soft-capping, chunk by chunk;
+    gradients reach h and core's head only (the AR-path anchors of the draft recipe and of ORL)."""
+    from orl.train.losses import capped_reverse_kl
+
+    def read(x: Tensor, weight: Tensor) -> Tensor:  # the reference is of the same family
+        return core.softcap((x.to(weight.dtype) @ weight.T).float())
+
+    def stats(logits: Tensor, rows: slice) -> Tensor:
+        with torch.no_grad():
+            ref_logits = read(ref_h[rows], ref_weight)
+        return (capped_reverse_kl(logits, ref_logits, cap) * w[rows])[:, None]
+
+    return chunked_head(h, core.lm_head.weight, read, stats, chunk).sum()

@@ -130,8 +130,7 @@ def loss_sums(model, rows: Batch, ar_w: torch.Tensor, chunk: int, ref=None,
     `ref` (the run's base): the next-token CE on the model's own greedy tokens only sharpens what the path
     already says, while the KL holds its whole distribution where the fused decoder reads it. 0 without ref."""
     from orl.train.chunked_ce import chunked_ce_sum
-    from orl.train.chunked_head import chunked_head
-    from orl.train.losses import capped_reverse_kl
+    from orl.train.chunked_head import capped_kl_sum
 
     core = getattr(model, "module", model)
     h = model(rows.tokens, rows.pos, rows.mask, return_hidden=True)                        # [B, N, D]
@@ -148,15 +147,5 @@ def loss_sums(model, rows: Batch, ar_w: torch.Tensor, chunk: int, ref=None,
     n = int(t.max()) + 1
     with torch.no_grad():
         ref_h = ref(rows.tokens[:, :n], rows.pos[:, :n], rows.mask[:, :n, :n], return_hidden=True)[b, t]  # [P, D]
-    ref_w, w_sel = getattr(ref, "module", ref).lm_head.weight, ar_w[b, t]
-
-    def read(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:  # the reference is of the same family
-        return core.softcap((x.to(weight.dtype) @ weight.T).float())
-
-    def stats(logits: torch.Tensor, sl: slice) -> torch.Tensor:
-        with torch.no_grad():
-            ref_logits = read(ref_h[sl], ref_w)
-        return (capped_reverse_kl(logits, ref_logits, kl_cap) * w_sel[sl])[:, None]
-
-    kl = chunked_head(h[b, t], core.lm_head.weight, read, stats, chunk)                   # [P, 1]
-    return sums[0], sums[1], kl.sum()
+    return sums[0], sums[1], capped_kl_sum(core, h[b, t], ref_h, getattr(ref, "module", ref).lm_head.weight, ar_w[b, t],
+                                           kl_cap, chunk)
