@@ -1,4 +1,7 @@
 #!/bin/bash
+# session 42's sequencing of seed 2's no-stretch stage 2 (a record: it switched threads when the test suite ended,
+# signalled by /tmp/suite_done), then its evaluation and stretch_loss.py. To rerun: STRETCH=0 stage2_40.sh 2 2, then the
+# last block's commands.
 source /work/main/.venv/bin/activate; cd /work/main
 R=~/.cache/orl/runs; M=hint4st-7k-s2d0
 step() { python3 -c "import json;print(json.load(open('$R/$M/orl.json'))['recipe']['step'])"; }
