@@ -9,6 +9,9 @@ auxiliary task trained at longer sizes than the family's range - "extrapolation 
 is only ever trained in its range, the auxiliary shares its alignment of output element k to input item k).
 Helpers: orl/eval/tasks/helpers.py (long7 -> long7h: each digit doubled, comma-separated, 4-32 digits; the
 session-16 run below used it under its first name, `double`, so its draws differ from a rerun's).
+hints / hintsp also take split7 (-> split7xp), constr7 (-> constr7xp) and keysort7 (-> keysort7x, `hints` only), the
+session-43 hinted multi-answer families (orl/eval/tasks/hinted_choice.py); for them the pilot prints how many answers
+have the markers right (`markers_right`: alignment and length, whatever the free choices) and three failures.
 hints (session 19): index hints (Zhou et al. 2023, "What algorithms can transformers learn?"): the family's
 items carry unique markers in prompt and answer, so output element k finds input item k by content, and the
 answer ends where the prompt's markers end. long7 -> "cumsum:a3b1c4=" -> "a3b4c8", the markers a contiguous
@@ -83,6 +86,9 @@ for name, split in [(family, "heldout"), (family, "beyond")] + ([(AUX[family], "
     if has_shape(name):  # answers with the reference's skeleton, and the right values in those (orl/eval/shape.py)
         shaped, right, total = shape_counts([(s.answer, g.text) for s, g in zip(ss, gens)])
         print(variant, name, split, "shape", f"{shaped}/{len(ss)}", "values right in those", f"{right}/{total}", flush=True)
+    if hasattr(getattr(task, "inner", None), "markers_right"):  # hinted multi-answer families: alignment and length
+        print(variant, name, split, "markers right", f"{sum(task.inner.markers_right(s.prompt, g.text) for s, g in zip(ss, gens))}/{len(ss)}",
+              "examples", [(s.prompt, g.text) for s, g, o in zip(ss, gens, ok) if not o][:3], flush=True)
     if name in STEPPERS:  # running steps by element index, cut at the first index past the training range
         cut, cells = task.sizes[1] + 1, {}
         for s, g in zip(ss, gens):

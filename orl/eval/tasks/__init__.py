@@ -32,7 +32,8 @@ per v7 family, drawn at sizes past that family's range, for length generalisatio
 marker per item that the answer repeats (the `xp` ones with the answer's first marker closing the prompt),
 the v7 ranges and beyond splits; `HINT_HELPERS` (tasks/hint_helpers.py: prog7xph, long7xph for lengths;
 long7xpo for the sums past 100 that long7xp's beyond split needs; long7xpf and prog7xpf for varied distances) are the
-`xp` families' helpers.
+`xp` families' helpers. `V7XC` (split7xp, constr7xp, keysort7x; tasks/hinted_choice.py) does the same for the
+three multi-answer families: marked digits, slot markers instead of a count, the records' keys in the answer.
 """
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ from .fewshot import SHOT_NAME, FewShot
 from .helpers import HELPERS
 from .hint_helpers import HELPER_NAMES, HINT_HELPERS
 from .hinted import LongHints, ProgFresh
+from .hinted_choice import ConstrHints, KeysortHints, SplitHints
 from .keysort import KeySort
 from .long import Long
 from .programs import Prog, run_program
@@ -72,8 +74,15 @@ V7X = (
     Sized("long7xp", LongHints(4, 20, True), LongHints(21, 28, True), (4, 20), (21, 28), "digits"),
     Sized("prog7xp", ProgFresh(2, 7, True), ProgFresh(8, 10, True), (2, 7), (8, 10), "assignments"),
 )
+# Index-hinted split7, constr7 and keysort7 (tasks/hinted_choice.py): the v7 ranges and beyond splits, another format.
+V7XC = (
+    Sized("split7xp", SplitHints(2, 5), SplitHints(6, 7), (2, 5), (6, 7), "digits of N"),
+    Sized("constr7xp", ConstrHints(3, 8), ConstrHints(9, 12), (3, 8), (9, 12), "letters"),
+    Sized("keysort7x", KeysortHints(3, 9, KEYSORT7_LETTERS), KeysortHints(10, 12, KEYSORT7_LETTERS), (3, 9), (10, 12),
+          "records"),
+)
 TASKS: dict[str, Task] = {t.name: t for t in (Add(), Sort(), Prog(), Constr(), Long(), Split(), KeySort(), *V7, *V7X,
-                                              *HELPERS, *HINT_HELPERS)}
+                                              *V7XC, *HELPERS, *HINT_HELPERS)}
 SUITE = ("split", "keysort", "prog", "constr", "long")
 SUITE_V5 = ("add", "sort", "prog", "constr", "long")
 SUITE_V7 = tuple(t.name for t in V7)

@@ -27,6 +27,9 @@ _SIZE = {
     "split": lambda p: len(p.split("=", 1)[1]),
     "long_hints": lambda p: len(_match(r"cumsum:((?:[a-zA-Z][1-9])+)=[a-zA-Z]?", p)[1]) // 2,  # marker-digit pairs
     "prog_fresh": lambda p: p.count("="),
+    "split_hints": lambda p: len(_match(r"\?\+\?=((?:[a-zA-Z][0-9])+):[a-zA-Z]", p)[1]) // 2,  # N's marked digits
+    "constr_hints": lambda p: len(_match(r"([A-Z]+) of .*", p)[1]),  # slot markers
+    "keysort_keys": lambda p: p.count(",") + 1,
 }
 
 

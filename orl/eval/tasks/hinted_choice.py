@@ -1,0 +1,157 @@
+"""Index hints for the three multi-answer v7 families (split7, constr7, keysort7), as tasks/hinted.py does for
+long7 and prog7: the answer's length and alignment come from markers in the prompt, found by content, not
+from a count or a distance that sizes past the training range exceed.
+
+Every v7 base failed these three beyond their range by length (docs/TRAINING.md, "The AR stage's end"):
+split7 answers with too few digits, constr7 at 11-12 letters often answers one letter, keysort7 stops near
+the range's record count. The hinted formats keep each family's free choices (any valid answer is right,
+the reference draws one at random) and change only what locates the answer's elements and its end:
+
+    split7xp   ?+?=a3b4c7:a                                  -> 1b2c3+a2b2c4    N's digits carry markers (a run
+                                                                 of a-zA-Z), both addends repeat them, the first
+                                                                 marker closes the prompt
+    constr7xp  PQRSTUV of bdg, b to g, no equal neighbours:P -> bQdRbSdTgUbVg   one slot marker (a run of A-Z) per
+                                                                 letter instead of the count "7"; the first closes
+                                                                 the prompt
+    keysort7x  ksort:c3,a1,b3,d2=                            -> a1d2c3b3        the answer is the records themselves
+                                                                 (also a1d2b3c3): each carries its key, so the
+                                                                 answer shows where in the key order it is
+
+keysort7x has no prefilled marker: its first element is the smallest key's record, part of what is asked.
+New names (a name fixes a family's prompts for good), wrapped by `Sized` with the v7 ranges in the registry;
+results on them are results on the hinted formats, reported next to the v7 families', never in their place.
+`markers_right(prompt, output)` is the shape: the answer's alignment and length right, whatever its choices.
+"""
+from __future__ import annotations
+
+import random
+import re
+import string
+
+from .base import Task, draw_number
+from .constraints import _no_equal_neighbours
+from .hinted import MARKERS, marker_run
+from .keysort import KeySort
+
+_SPLIT = re.compile(r"\?\+\?=((?:[a-zA-Z][0-9])+):([a-zA-Z])")
+_SPLIT_ANSWER = re.compile(r"((?:[a-zA-Z][0-9])+)\+((?:[a-zA-Z][0-9])+)")
+_CONSTR = re.compile(r"([A-Z]+) of ([a-z]+), ([a-z]) to ([a-z]), no equal neighbours:([A-Z])")
+_KEYS = re.compile(r"ksort:([a-z][0-9](?:,[a-z][0-9])*)=")
+
+
+def _pairs(text: str) -> list[tuple[str, str]]:
+    return re.findall(r"(.)(.)", text)
+
+
+class SplitHints(Task):
+    name = "split_hints"
+    description = "?+?=a3b4c7:a ; N with marked digits as a sum of two numbers of N's width, markers repeated"
+    why_parallel_is_hard = ("every digit pair is a free choice that must sum to N's digit; digits committed "
+                            "together can come from different answers")
+
+    def __init__(self, lo: int, hi: int):
+        if not 1 <= lo <= hi <= len(MARKERS):
+            raise ValueError(f"split_hints: need 1 <= lo <= hi <= {len(MARKERS)} digits, got {lo}, {hi}")
+        self.lo, self.hi = lo, hi
+
+    def generate(self, rng: random.Random) -> tuple[str, str]:
+        n = str(draw_number(rng, self.lo, self.hi))
+        marks = marker_run(rng, MARKERS, len(n), len(n))[1]
+        # split7's reference: each digit split without borrows, x_i uniform in [0, N_i]
+        x = [str(rng.randint(0, int(d))) for d in n]
+        y = [str(int(d) - int(c)) for d, c in zip(n, x)]
+        answer = "".join(m + c for m, c in zip(marks, x)) + "+" + "".join(m + c for m, c in zip(marks, y))
+        return "?+?=" + "".join(m + d for m, d in zip(marks, n)) + ":" + marks[0], answer[1:]
+
+    def parse(self, prompt: str) -> tuple[str, str]:
+        """(markers, N's digits)."""
+        m = _SPLIT.fullmatch(prompt)
+        if m is None or m[2] != m[1][0]:
+            raise ValueError(f"not a split_hints prompt (marked digits, the first marker closing it): {prompt!r}")
+        marks, digits = zip(*_pairs(m[1]))
+        return "".join(marks), "".join(digits)
+
+    def markers_right(self, prompt: str, output: str) -> bool:
+        marks, _ = self.parse(prompt)
+        m = _SPLIT_ANSWER.fullmatch(marks[0] + output.rstrip())
+        return m is not None and all("".join(a for a, _ in _pairs(part)) == marks for part in m.groups())
+
+    def check(self, prompt: str, output: str) -> bool:
+        _, n = self.parse(prompt)
+        if not self.markers_right(prompt, output):
+            return False
+        x, y = (int("".join(d for _, d in _pairs(part))) for part in _SPLIT_ANSWER.fullmatch(prompt[-1] + output).groups())
+        return x + y == int(n)
+
+
+class ConstrHints(Task):
+    name = "constr_hints"
+    description = "PQRS of bdg, b to g, no equal neighbours:P ; one letter per slot marker, ends fixed, no equal neighbours"
+    why_parallel_is_hard = ("many answers are valid but positions are coupled by neighbour and end-letter "
+                            "constraints; independently sampled positions mix incompatible answers")
+
+    def __init__(self, lo: int, hi: int, alphabet: str = "abcdefgh", letters: int = 3):
+        if not 2 <= lo <= hi <= 26:
+            raise ValueError(f"constr_hints: need 2 <= lo <= hi <= 26 letters (one marker A-Z each), got {lo}, {hi}")
+        self.lo, self.hi, self.alphabet, self.letters = lo, hi, alphabet, letters
+
+    def generate(self, rng: random.Random) -> tuple[str, str]:
+        # constr7's `ends` draw: a letter subset, then a uniform walk without equal neighbours (uniform over
+        # the valid words of that length, so the reference is uniform given the prompt)
+        alphabet = "".join(sorted(rng.sample(self.alphabet, self.letters)))
+        n, slots = marker_run(rng, string.ascii_uppercase, self.lo, self.hi)
+        word = [rng.choice(alphabet)]
+        for _ in range(n - 1):
+            word.append(rng.choice([c for c in alphabet if c != word[-1]]))
+        prompt = f"{slots} of {alphabet}, {word[0]} to {word[-1]}, no equal neighbours:{slots[0]}"
+        return prompt, "".join(s + c for s, c in zip(slots, word))[1:]
+
+    def parse(self, prompt: str) -> re.Match:
+        m = _CONSTR.fullmatch(prompt)
+        if m is None or m[5] != m[1][0] or m[1] not in string.ascii_uppercase:
+            raise ValueError(f"not a constr_hints prompt (a run of A-Z slots, the first closing it): {prompt!r}")
+        return m
+
+    def markers_right(self, prompt: str, output: str) -> bool:
+        text = self.parse(prompt)[5] + output.rstrip()
+        return len(text) % 2 == 0 and text[::2] == self.parse(prompt)[1]
+
+    def check(self, prompt: str, output: str) -> bool:
+        m = self.parse(prompt)
+        if not self.markers_right(prompt, output):
+            return False
+        word = (m[5] + output)[1::2]
+        return (set(word) <= set(m[2]) and word[0] == m[3] and word[-1] == m[4] and _no_equal_neighbours(word))
+
+
+class KeysortHints(Task):
+    name = "keysort_keys"
+    description = "ksort:c3,a1,b3= ; answer the records ordered by key (a1c3b3 or a1b3c3), ties in any order"
+    why_parallel_is_hard = KeySort.why_parallel_is_hard
+
+    def __init__(self, lo: int, hi: int, letters: str):
+        self.inner = KeySort(lo, hi, letters=letters)
+
+    def generate(self, rng: random.Random) -> tuple[str, str]:
+        prompt, order = self.inner.generate(rng)
+        keys = dict(_pairs(prompt[len("sort:"):-1].replace(",", "")))
+        return "k" + prompt, "".join(c + keys[c] for c in order)
+
+    def records(self, prompt: str) -> list[str]:
+        m = _KEYS.fullmatch(prompt)
+        records = m[1].split(",") if m else []
+        if m is None or len({r[0] for r in records}) != len(records):
+            raise ValueError(f"not a keysort_keys prompt (records of distinct letters): {prompt!r}")
+        return records
+
+    def canonical(self, prompt: str) -> str:
+        return f"ksort:{','.join(sorted(self.records(prompt)))}="  # every order of the same records together
+
+    def markers_right(self, prompt: str, output: str) -> bool:
+        out = output.rstrip()
+        return len(out) % 2 == 0 and sorted(c for c, _ in _pairs(out)) == sorted(r[0] for r in self.records(prompt))
+
+    def check(self, prompt: str, output: str) -> bool:
+        records, out = self.records(prompt), [a + b for a, b in _pairs(output)]
+        return (len(output) % 2 == 0 and sorted(out) == sorted(records)
+                and all(a[1] <= b[1] for a, b in zip(out, out[1:])))

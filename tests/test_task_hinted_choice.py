@@ -1,0 +1,108 @@
+"""Index-hinted multi-answer families (orl/eval/tasks/hinted_choice.py): hand-checked answers and near misses,
+free choices kept, the v7 ranges and beyond splits, malformed prompts named, and the markers-only shape."""
+import random
+
+import pytest
+
+from orl.eval.tasks import get_task
+from orl.tokenizer import CharTokenizer
+
+SPLIT, CONSTR, KEYS = "?+?=a3b4c7:a", "PQRST of bdg, b to g, no equal neighbours:P", "ksort:c3,a1,b3,d2="
+
+
+@pytest.mark.parametrize("name,prompt,good,bad", [
+    # 347 = 120 + 227 = 000 + 347 = 159 + 188 (a carry is fine: the verifier checks the sum, not the reference's rule)
+    ("split7xp", SPLIT, ["1b2c0+a2b2c7", "0b0c0+a3b4c7", "1b5c9+a1b8c8"],
+     ["1b2c0+a2b2c8",        # sums to 348
+      "1b2c0+a2b2",          # the second addend is a digit short
+      "1b2c0+b2a2c7",        # markers out of order
+      "1b2c0a2b2c7",         # no '+'
+      "1b2c0+a2b2c7+"]),
+    ("constr7xp", CONSTR, ["bQdRbSdTg", "bQgRbSdTg", "bQdRgSdTg"],
+     ["bQdRbSdTd",           # ends on d, not g
+      "bQdRbSdTgUb",         # a sixth slot the prompt does not have
+      "bQdRbSg",             # a slot short
+      "bQdRdSbTg",           # equal neighbours d d
+      "bQdRbSdUg",           # slot U instead of T
+      "bQdRhSdTg"]),         # h is not one of bdg
+    ("keysort7x", KEYS, ["a1d2c3b3", "a1d2b3c3"],
+     ["a1d2c3",              # a record short
+      "a1d2c3b3b3",          # a record twice
+      "a1c3d2b3",            # keys decrease
+      "a1d2c3b4",            # b's key is 3
+      "adcb",                # keysort7's format, without the keys
+      "a1d2c3b"]),
+])
+def test_accepts_free_choices_and_rejects_near_misses(name, prompt, good, bad):
+    task = get_task(name)
+    assert all(task.verify(prompt, g) for g in good)
+    assert not any(task.verify(prompt, b) for b in bad), [b for b in bad if task.verify(prompt, b)]
+
+
+def test_sizes_of_hand_written_prompts():
+    assert get_task("split7xp").size(SPLIT) == 3
+    assert get_task("constr7xp").size(CONSTR) == 5
+    assert get_task("keysort7x").size(KEYS) == 4
+
+
+def test_markers_right_is_the_shape_not_the_answer():
+    split, constr, keys = (get_task(n).inner for n in ("split7xp", "constr7xp", "keysort7x"))
+    assert split.markers_right(SPLIT, "9b9c9+a9b9c9") and not split.markers_right(SPLIT, "1b2c0+a2b2")
+    assert constr.markers_right(CONSTR, "bQbRbSbTb") and not constr.markers_right(CONSTR, "bQdRbSdTgUb")
+    assert keys.markers_right(KEYS, "b1c1a1d1") and not keys.markers_right(KEYS, "a1d2c3")
+
+
+@pytest.mark.parametrize("name,prompt,match", [
+    ("split7xp", "?+?=a3b4c7:b", "not a split_hints prompt"), ("split7xp", "?+?=347", "not a split_hints prompt"),
+    ("split7xp", "?+?=a3b4c7:", "not a split_hints prompt"),
+    ("constr7xp", "5 of bdg, b to g, no equal neighbours:", "not a constr_hints prompt"),
+    ("constr7xp", "PQRST of bdg, b to g, no equal neighbours:Q", "not a constr_hints prompt"),
+    ("constr7xp", "PQST of bdg, b to g, no equal neighbours:P", "not a constr_hints prompt"),  # not a run of A-Z
+    ("keysort7x", "sort:c3,a1=", "not a keysort_keys prompt"), ("keysort7x", "ksort:c3,c1=", "not a keysort_keys prompt"),
+])
+def test_malformed_prompts_are_named(name, prompt, match):
+    with pytest.raises(ValueError, match=match):
+        get_task(name).verify(prompt, "x")
+
+
+@pytest.mark.parametrize("name", ["split7xp", "constr7xp", "keysort7x"])
+def test_ranges_beyond_splits_and_context(name):
+    task, tok = get_task(name), CharTokenizer()
+    for split, (lo, hi) in (("train", task.sizes), ("heldout", task.sizes), ("beyond", task.beyond)):
+        samples = [task.sample(split, i) for i in range(300)]
+        sizes = {task.size(s.prompt) for s in samples}
+        assert sizes == set(range(lo, hi + 1)), (split, sorted(sizes))
+        assert all(task.verify(s.prompt, s.answer) for s in samples)
+        assert all(task.inner.markers_right(s.prompt, s.answer) for s in samples)
+        # tiny_model7's context is 192: prompt, answer and EOS fit with room to spare
+        assert max(len(tok.encode(s.prompt)) + len(tok.encode(s.answer)) for s in samples) < 120
+    train = {task.canonical(task.sample("train", i).prompt) for i in range(300)}
+    assert not train & {task.canonical(task.sample("heldout", i).prompt) for i in range(300)}
+
+
+def test_references_keep_the_free_choice():
+    """The reference is one valid answer drawn at random: the same prompt gets different references, so the
+    training target stays multimodal as in the plain families."""
+    for name in ("split7xp", "constr7xp"):
+        task = get_task(name).inner
+        seen: dict[str, set[str]] = {}
+        rng = random.Random(0)
+        for _ in range(4000):
+            prompt, answer = task.generate(rng)
+            seen.setdefault(prompt, set()).add(answer)
+        assert any(len(answers) > 1 for answers in seen.values()), name
+    # keysort prompts rarely repeat: instead, ties are not kept in the prompt's order (a stable sort's answer)
+    task, rng, unstable = get_task("keysort7x").inner, random.Random(0), 0
+    for _ in range(400):
+        prompt, answer = task.generate(rng)
+        records = prompt[len("ksort:"):-1].split(",")
+        unstable += answer != "".join(sorted(records, key=lambda r: r[1]))
+    assert unstable > 200
+
+
+def test_constr7xp_slots_and_letters_stay_apart():
+    # slots are upper case, the word's letters lower case: a slot can never be read as a letter
+    task = get_task("constr7xp")
+    for i in range(200):
+        s = task.sample("beyond", i)
+        assert s.answer[::2].islower() and s.answer[1::2].isupper()
