@@ -11,7 +11,8 @@ Helpers: orl/eval/tasks/helpers.py (long7 -> long7h: each digit doubled, comma-s
 session-16 run below used it under its first name, `double`, so its draws differ from a rerun's).
 hints / hintsp also take split7 (-> split7xp), constr7 (-> constr7xp) and keysort7 (-> keysort7x, `hints` only), the
 session-43 hinted multi-answer families (orl/eval/tasks/hinted_choice.py); for them the pilot prints how many answers
-have the markers right (`markers_right`: alignment and length, whatever the free choices) and three failures.
+have the markers right (`markers_right`: alignment and length, whatever the free choices) and three failures;
+`hintsph` trains them beside their length helpers (orl/eval/tasks/hint_choice_helpers.py).
 hints (session 19): index hints (Zhou et al. 2023, "What algorithms can transformers learn?"): the family's
 items carry unique markers in prompt and answer, so output element k finds input item k by content, and the
 answer ends where the prompt's markers end. long7 -> "cumsum:a3b1c4=" -> "a3b4c8", the markers a contiguous
@@ -33,7 +34,7 @@ import orl.train.pretrain as P
 from orl.train.pretrain import PretrainConfig, pretrain
 from orl.presets.pretrain import tiny_model7
 from orl.eval.shape import has_shape, shape_counts
-from orl.eval.tasks import HELPERS, HINT_HELPERS, get_task
+from orl.eval.tasks import CHOICE_HELPERS, HELPERS, HINT_HELPERS, get_task
 from orl.engine.ar import ARConfig, ARDecoder
 from orl.tokenizer import CharTokenizer
 sys.path.insert(0, __import__("os").path.dirname(__file__))
@@ -47,11 +48,11 @@ if kind not in {"rope", "assoc", "hints", "hintsp", "hintsph"} | MODIFIERS or se
 mods = [kind, *mods]  # a modifier alone is a variant too (`logn long7 1500`)
 if "half" in mods and "min" in mods:
     sys.exit("half and min are two rotary fractions: take one")
-if kind in ("hints", "hintsp", "hintsph"):  # the library's hinted families (orl/eval/tasks/hinted.py)
-    family += "x" if kind == "hints" else "xp"
+if kind in ("hints", "hintsp", "hintsph"):  # the library's hinted families (orl/eval/tasks/hinted*.py)
+    family += "x" if kind == "hints" or family == "keysort7" else "xp"  # keysort7x has no prefilled form
 # the helper the assoc variants train beside each family; named for the hinted ones, since long7xp has two
-AUX = {**{h.family: h.name for h in HELPERS}, "prog7xp": "prog7xph", "long7xp": "long7xph"}
-assert set(AUX.values()) <= {h.name for h in HELPERS + HINT_HELPERS}
+AUX = {**{h.family: h.name for h in HELPERS + CHOICE_HELPERS}, "prog7xp": "prog7xph", "long7xp": "long7xph"}
+assert set(AUX.values()) <= {h.name for h in HELPERS + HINT_HELPERS + CHOICE_HELPERS}
 assoc = kind in ("assoc", "hintsph")
 rotary = [m for m in mods if m in ("half", "min")]
 torch.set_num_threads(1)

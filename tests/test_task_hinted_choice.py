@@ -106,3 +106,36 @@ def test_constr7xp_slots_and_letters_stay_apart():
     for i in range(200):
         s = task.sample("beyond", i)
         assert s.answer[::2].islower() and s.answer[1::2].isupper()
+
+
+@pytest.mark.parametrize("name,prompt,answer,size", [
+    ("split7xph", "?+0=a3b4c7:a", "3b4c7+a0b0c0", 3),
+    ("constr7xph", "PQRST of bd, alternate:P", "bQdRbSdTb", 5),
+    ("keysort7xh", "kcopy:c3,a1,b3=", "c3a1b3", 3),
+])
+def test_length_helpers_by_hand(name, prompt, answer, size):
+    helper = get_task(name)
+    assert helper.verify(prompt, answer) and not helper.verify(prompt, answer[:-1])
+    assert helper.size(prompt) == size
+
+
+@pytest.mark.parametrize("name,prompt", [
+    ("split7xph", "?+0=a3b4c7:b"), ("split7xph", "?+0=a3c4:a"), ("constr7xph", "PQRST of bd, alternate:Q"),
+    ("constr7xph", "PQRT of bd, alternate:P"), ("constr7xph", "PQR of bb, alternate:P"), ("keysort7xh", "kcopy:c3,c1="),
+])
+def test_length_helpers_name_malformed_prompts(name, prompt):
+    with pytest.raises(ValueError, match=f"not a {name} prompt"):
+        get_task(name).verify(prompt, "x")
+
+
+@pytest.mark.parametrize("name,family,hi", [("split7xph", "split7xp", 12), ("constr7xph", "constr7xp", 20),
+                                            ("keysort7xh", "keysort7x", 12)])
+def test_length_helpers_cover_the_beyond_sizes_and_are_training_only(name, family, hi):
+    from orl.eval.tasks import HELPER_NAMES
+    helper, fam = get_task(name), get_task(family)
+    assert name in HELPER_NAMES and family not in HELPER_NAMES and helper.family == family
+    sizes = {helper.size(helper.sample("train", i).prompt) for i in range(400)}
+    assert max(sizes) == hi and set(range(fam.beyond[0], fam.beyond[1] + 1)) <= sizes
+    # its own opening: a helper prompt is never a family prompt
+    with pytest.raises(ValueError):
+        fam.verify(helper.sample("train", 0).prompt, "x")

@@ -33,7 +33,8 @@ marker per item that the answer repeats (the `xp` ones with the answer's first m
 the v7 ranges and beyond splits; `HINT_HELPERS` (tasks/hint_helpers.py: prog7xph, long7xph for lengths;
 long7xpo for the sums past 100 that long7xp's beyond split needs; long7xpf and prog7xpf for varied distances) are the
 `xp` families' helpers. `V7XC` (split7xp, constr7xp, keysort7x; tasks/hinted_choice.py) does the same for the
-three multi-answer families: marked digits, slot markers instead of a count, the records' keys in the answer.
+three multi-answer families: marked digits, slot markers instead of a count, the records' keys in the answer;
+`CHOICE_HELPERS` (tasks/hint_choice_helpers.py: split7xph, constr7xph, keysort7xh) are their length helpers.
 """
 from __future__ import annotations
 
@@ -44,20 +45,20 @@ from .base import BEYOND, SPLITS, Sample, Task
 from .constraints import Constr
 from .fewshot import SHOT_NAME, FewShot
 from .helpers import HELPERS
+from .hint_choice_helpers import CHOICE_HELPERS
 from .hint_helpers import HELPER_NAMES, HINT_HELPERS
 from .hinted import LongHints, ProgFresh
 from .hinted_choice import ConstrHints, KeysortHints, SplitHints
-from .keysort import KeySort
+from .keysort import KEYSORT7_LETTERS, KeySort
 from .long import Long
 from .programs import Prog, run_program
 from .sorting import Sort
 from .sized import Sized
 from .split import Split
 
-__all__ = ["BEYOND", "HELPER_NAMES", "HELPERS", "HINT_HELPERS", "SPLITS", "SUITE", "SUITE_V5", "SUITE_V7", "TASKS", "Sample", "Task", "get_task", "make_samples", "run_program",
+__all__ = ["BEYOND", "CHOICE_HELPERS", "HELPER_NAMES", "HELPERS", "HINT_HELPERS", "SPLITS", "SUITE", "SUITE_V5", "SUITE_V7", "TASKS", "Sample", "Task", "get_task", "make_samples", "run_program",
            "task_names"]
 
-KEYSORT7_LETTERS = "abcdefghijkl"  # 12 letters, so that `beyond` can have up to 12 records
 V7 = (
     Sized("split7", Split(2, 5, pad=False), Split(6, 7, pad=False), (2, 5), (6, 7), "digits of N"),
     Sized("keysort7", KeySort(3, 9, letters=KEYSORT7_LETTERS), KeySort(10, 12, letters=KEYSORT7_LETTERS),
@@ -82,7 +83,7 @@ V7XC = (
           "records"),
 )
 TASKS: dict[str, Task] = {t.name: t for t in (Add(), Sort(), Prog(), Constr(), Long(), Split(), KeySort(), *V7, *V7X,
-                                              *V7XC, *HELPERS, *HINT_HELPERS)}
+                                              *V7XC, *HELPERS, *HINT_HELPERS, *CHOICE_HELPERS)}
 SUITE = ("split", "keysort", "prog", "constr", "long")
 SUITE_V5 = ("add", "sort", "prog", "constr", "long")
 SUITE_V7 = tuple(t.name for t in V7)

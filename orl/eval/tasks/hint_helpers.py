@@ -17,6 +17,7 @@ import string
 
 from .base import split_of as split_by_hash
 from .helpers import HELPERS, Helper, eval_literal
+from .hint_choice_helpers import CHOICE_HELPERS
 from .hinted import MARKERS, ProgFresh, marker_run
 
 _LITERAL = r"[a-z]=[0-9](?:[+-][0-9])?"
@@ -189,4 +190,4 @@ class FillerProg(Helper):
 
 
 HINT_HELPERS = (FreshCalc(2, 14), MarkedDouble(4, 32), OffsetSum(2, 12), FillerSum(4, 20), FillerProg(2, 7))
-HELPER_NAMES = frozenset(h.name for h in HELPERS + HINT_HELPERS)
+HELPER_NAMES = frozenset(h.name for h in HELPERS + HINT_HELPERS + CHOICE_HELPERS)

@@ -30,6 +30,7 @@ from .base import Task
 
 _PROMPT = re.compile(r"sort:([a-z][0-9](?:,[a-z][0-9])*)=")
 LETTERS = "abcdefghij"
+KEYSORT7_LETTERS = "abcdefghijkl"  # keysort7's 12 letters, so that `beyond` can have up to 12 records
 
 
 class KeySort(Task):

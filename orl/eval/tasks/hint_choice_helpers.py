@@ -1,0 +1,102 @@
+"""Length helpers of the hinted multi-answer families (tasks/hinted_choice.py), as tasks/hint_helpers.py has for
+long7xp and prog7xp: the family's format at sizes past its range, without its choices (one answer per prompt),
+under its own opening so that the two are told apart. Training only, never a headline; rollouts and held-out
+means skip them (`HELPER_NAMES`). Why: prog7xp followed its markers by content yet stopped after the range's
+longest answer until a same-format helper at 2-14 statements trained where such an answer ends (session 19).
+
+    helper      for        prompt -> answer                               sizes
+    split7xph   split7xp   ?+0=a3b4c7:a -> 3b4c7+a0b0c0                   2-12 digits (N + 0: valid in the family too)
+    constr7xph  constr7xp  PQRST of bd, alternate:P -> bQdRbSdTb          3-20 slots
+    keysort7xh  keysort7x  kcopy:c3,a1,b3= -> c3a1b3                      3-12 records, a-l (the records as given)
+"""
+from __future__ import annotations
+
+import random
+import re
+import string
+
+from .base import draw_number
+from .helpers import Helper
+from .hinted import MARKERS, marker_run
+from .keysort import KEYSORT7_LETTERS
+
+
+class SplitPlusZero(Helper):
+    name, family = "split7xph", "split7xp"
+    pattern = re.compile(r"\?\+0=((?:[a-zA-Z][0-9])+):([a-zA-Z])")
+    description = "?+0=a3b4c7:a ; answer 3b4c7+a0b0c0 (helper, training only)"
+
+    def __init__(self, lo: int, hi: int):
+        if hi > len(MARKERS):
+            raise ValueError(f"{self.name}: at most {len(MARKERS)} digits (one marker each), got {hi}")
+        super().__init__(lo, hi)
+
+    def generate(self, rng: random.Random) -> tuple[str, str]:
+        n = str(draw_number(rng, self.lo, self.hi))
+        marks = marker_run(rng, MARKERS, len(n), len(n))[1]
+        prompt = "?+0=" + "".join(m + d for m, d in zip(marks, n)) + ":" + marks[0]
+        return prompt, self.answer(prompt)
+
+    def answer(self, prompt: str) -> str:
+        m = self.parse(prompt)
+        marks = m[1][::2]
+        if m[2] != marks[0] or marks not in MARKERS:
+            raise ValueError(f"not a {self.name} prompt (a run of markers, the first closing it): {prompt!r}")
+        return (m[1] + "+" + "".join(c + "0" for c in marks))[1:]
+
+    def size(self, prompt: str) -> int:
+        return len(self.parse(prompt)[1]) // 2
+
+
+class AlternateSlots(Helper):
+    name, family = "constr7xph", "constr7xp"
+    pattern = re.compile(r"([A-Z]+) of ([a-z])([a-z]), alternate:([A-Z])")
+    description = "PQRST of bd, alternate:P ; answer bQdRbSdTb (helper, training only)"
+
+    def __init__(self, lo: int, hi: int):
+        if not 2 <= lo <= hi <= 26:
+            raise ValueError(f"{self.name}: need 2 <= lo <= hi <= 26 slots (A-Z), got {lo}, {hi}")
+        super().__init__(lo, hi)
+
+    def generate(self, rng: random.Random) -> tuple[str, str]:
+        slots = marker_run(rng, string.ascii_uppercase, self.lo, self.hi)[1]
+        a, b = sorted(rng.sample("abcdefgh", 2))
+        prompt = f"{slots} of {a}{b}, alternate:{slots[0]}"
+        return prompt, self.answer(prompt)
+
+    def answer(self, prompt: str) -> str:
+        m = self.parse(prompt)
+        if m[4] != m[1][0] or m[1] not in string.ascii_uppercase or m[2] == m[3]:
+            raise ValueError(f"not a {self.name} prompt (a run of A-Z slots, the first closing it; two letters): {prompt!r}")
+        return "".join(s + (m[2], m[3])[i % 2] for i, s in enumerate(m[1]))[1:]
+
+    def size(self, prompt: str) -> int:
+        return len(self.parse(prompt)[1])
+
+
+class CopyRecords(Helper):
+    name, family = "keysort7xh", "keysort7x"
+    pattern = re.compile(r"kcopy:([a-z][0-9](?:,[a-z][0-9])*)=")
+    description = "kcopy:c3,a1,b3= ; answer c3a1b3, the records as given (helper, training only)"
+
+    def __init__(self, lo: int, hi: int):
+        if hi > len(KEYSORT7_LETTERS):
+            raise ValueError(f"{self.name}: at most {len(KEYSORT7_LETTERS)} records (distinct letters a-l), got {hi}")
+        super().__init__(lo, hi)
+
+    def generate(self, rng: random.Random) -> tuple[str, str]:
+        letters = rng.sample(KEYSORT7_LETTERS, rng.randint(self.lo, self.hi))
+        prompt = "kcopy:" + ",".join(f"{c}{rng.randint(1, 5)}" for c in letters) + "="
+        return prompt, self.answer(prompt)
+
+    def answer(self, prompt: str) -> str:
+        records = self.parse(prompt)[1].split(",")
+        if len({r[0] for r in records}) != len(records):
+            raise ValueError(f"not a {self.name} prompt (records of distinct letters): {prompt!r}")
+        return "".join(records)
+
+    def size(self, prompt: str) -> int:
+        return self.parse(prompt)[1].count(",") + 1
+
+
+CHOICE_HELPERS = (SplitPlusZero(2, 12), AlternateSlots(3, 20), CopyRecords(3, 12))
