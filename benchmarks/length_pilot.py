@@ -9,7 +9,7 @@ auxiliary task trained at longer sizes than the family's range - "extrapolation 
 is only ever trained in its range, the auxiliary shares its alignment of output element k to input item k).
 Helpers: orl/eval/tasks/helpers.py (long7 -> long7h: each digit doubled, comma-separated, 4-32 digits; the
 session-16 run below used it under its first name, `double`, so its draws differ from a rerun's).
-hints / hintsp also take split7 (-> split7xp), constr7 (-> constr7xp) and keysort7 (-> keysort7x, `hints` only), the
+hintsp / hintsph also take split7 (-> split7xp) and constr7 (-> constr7xp), and every hinted variant keysort7 (-> keysort7x), the
 session-43 hinted multi-answer families (orl/eval/tasks/hinted_choice.py); for them the pilot prints how many answers
 have the markers right (`markers_right`: alignment and length, whatever the free choices) and three failures;
 `hintsph` trains them beside their length helpers (orl/eval/tasks/hint_choice_helpers.py).
@@ -50,6 +50,8 @@ if "half" in mods and "min" in mods:
     sys.exit("half and min are two rotary fractions: take one")
 if kind in ("hints", "hintsp", "hintsph"):  # the library's hinted families (orl/eval/tasks/hinted*.py)
     family += "x" if kind == "hints" or family == "keysort7" else "xp"  # keysort7x has no prefilled form
+    if family in ("split7x", "constr7x"):
+        sys.exit(f"{family} does not exist: split7 and constr7 have only the prefilled hinted form (hintsp, hintsph)")
 # the helper the assoc variants train beside each family; named for the hinted ones, since long7xp has two
 AUX = {**{h.family: h.name for h in HELPERS + CHOICE_HELPERS}, "prog7xp": "prog7xph", "long7xp": "long7xph"}
 assert set(AUX.values()) <= {h.name for h in HELPERS + HINT_HELPERS + CHOICE_HELPERS}

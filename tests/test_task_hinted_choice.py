@@ -109,7 +109,7 @@ def test_constr7xp_slots_and_letters_stay_apart():
 
 
 @pytest.mark.parametrize("name,prompt,answer,size", [
-    ("split7xph", "?+0=a3b4c7:a", "3b4c7+a0b0c0", 3),
+    ("split7xph", "dup:a3b4c7:a", "3b4c7+a3b4c7", 3),
     ("constr7xph", "PQRST of bd, alternate:P", "bQdRbSdTb", 5),
     ("keysort7xh", "kcopy:c3,a1,b3=", "c3a1b3", 3),
 ])
@@ -120,7 +120,7 @@ def test_length_helpers_by_hand(name, prompt, answer, size):
 
 
 @pytest.mark.parametrize("name,prompt", [
-    ("split7xph", "?+0=a3b4c7:b"), ("split7xph", "?+0=a3c4:a"), ("constr7xph", "PQRST of bd, alternate:Q"),
+    ("split7xph", "dup:a3b4c7:b"), ("split7xph", "dup:a3c4:a"), ("constr7xph", "PQRST of bd, alternate:Q"),
     ("constr7xph", "PQRT of bd, alternate:P"), ("constr7xph", "PQR of bb, alternate:P"), ("keysort7xh", "kcopy:c3,c1="),
 ])
 def test_length_helpers_name_malformed_prompts(name, prompt):
@@ -139,3 +139,34 @@ def test_length_helpers_cover_the_beyond_sizes_and_are_training_only(name, famil
     # its own opening: a helper prompt is never a family prompt
     with pytest.raises(ValueError):
         fam.verify(helper.sample("train", 0).prompt, "x")
+
+
+@pytest.mark.parametrize("name,prompt,output", [
+    ("keysort7x", KEYS, "a1\n\nd2c3b3"), ("keysort7x", KEYS, "\n\na1d2c3b3"),  # `.` skipped newlines (review)
+    ("split7xp", SPLIT, "\n1b2c0+a2b2c7"), ("constr7xp", CONSTR, "b\nQdRbSdTg"),
+])
+def test_stray_characters_are_wrong(name, prompt, output):
+    assert not get_task(name).verify(prompt, output)
+
+
+@pytest.mark.parametrize("name,prompt", [
+    ("split7xp", "?+?=a3a4:a"), ("split7xp", "?+?=c3a4:c"), ("split7xp", "?+?=a0b5:a"),   # repeated, not a run, leading 0
+    ("constr7xp", "PQR of bdg, a to g, no equal neighbours:P"), ("constr7xp", "PQR of bbg, b to g, no equal neighbours:P"),
+])
+def test_malformed_prompts_found_in_review(name, prompt):
+    with pytest.raises(ValueError, match="not a"):
+        get_task(name).verify(prompt, "x")
+
+
+def test_check_strips_like_verify():
+    assert get_task("split7xp").inner.check(SPLIT, "1b2c0+a2b2c7 ")
+
+
+@pytest.mark.parametrize("name", ["split7xp", "constr7xp"])
+def test_held_out_problems_are_not_trained_under_other_markers(name):
+    task = get_task(name)
+    strip = {"split7xp": lambda p: p.split(":")[0][4:][1::2],                  # N's digits
+             "constr7xp": lambda p: (len(p.split(" of ")[0]), p.split(" of ")[1][:-1])}[name]
+    train = {strip(task.sample("train", i).prompt) for i in range(5000)}
+    held = [strip(task.sample("heldout", i).prompt) for i in range(300)]
+    assert not [h for h in held if h in train]

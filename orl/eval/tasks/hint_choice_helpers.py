@@ -5,7 +5,7 @@ means skip them (`HELPER_NAMES`). Why: prog7xp followed its markers by content y
 longest answer until a same-format helper at 2-14 statements trained where such an answer ends (session 19).
 
     helper      for        prompt -> answer                               sizes
-    split7xph   split7xp   ?+0=a3b4c7:a -> 3b4c7+a0b0c0                   2-12 digits (N + 0: valid in the family too)
+    split7xph   split7xp   dup:a3b4c7:a -> 3b4c7+a3b4c7                   2-12 digits (N + N: never valid in the family)
     constr7xph  constr7xp  PQRST of bd, alternate:P -> bQdRbSdTb          3-20 slots
     keysort7xh  keysort7x  kcopy:c3,a1,b3= -> c3a1b3                      3-12 records, a-l (the records as given)
 """
@@ -21,10 +21,12 @@ from .hinted import MARKERS, marker_run
 from .keysort import KEYSORT7_LETTERS
 
 
-class SplitPlusZero(Helper):
+class DupMarked(Helper):
+    """N + N (2N, never a valid split7xp answer for N > 0): a helper whose answers were valid in the family would
+    reward copying N and remove the free choice unseen; this one shows up as errors if it leaks."""
     name, family = "split7xph", "split7xp"
-    pattern = re.compile(r"\?\+0=((?:[a-zA-Z][0-9])+):([a-zA-Z])")
-    description = "?+0=a3b4c7:a ; answer 3b4c7+a0b0c0 (helper, training only)"
+    pattern = re.compile(r"dup:((?:[a-zA-Z][0-9])+):([a-zA-Z])")
+    description = "dup:a3b4c7:a ; answer 3b4c7+a3b4c7 (helper, training only)"
 
     def __init__(self, lo: int, hi: int):
         if hi > len(MARKERS):
@@ -34,7 +36,7 @@ class SplitPlusZero(Helper):
     def generate(self, rng: random.Random) -> tuple[str, str]:
         n = str(draw_number(rng, self.lo, self.hi))
         marks = marker_run(rng, MARKERS, len(n), len(n))[1]
-        prompt = "?+0=" + "".join(m + d for m, d in zip(marks, n)) + ":" + marks[0]
+        prompt = "dup:" + "".join(m + d for m, d in zip(marks, n)) + ":" + marks[0]
         return prompt, self.answer(prompt)
 
     def answer(self, prompt: str) -> str:
@@ -42,7 +44,7 @@ class SplitPlusZero(Helper):
         marks = m[1][::2]
         if m[2] != marks[0] or marks not in MARKERS:
             raise ValueError(f"not a {self.name} prompt (a run of markers, the first closing it): {prompt!r}")
-        return (m[1] + "+" + "".join(c + "0" for c in marks))[1:]
+        return (m[1] + "+" + m[1])[1:]
 
     def size(self, prompt: str) -> int:
         return len(self.parse(prompt)[1]) // 2
@@ -99,4 +101,4 @@ class CopyRecords(Helper):
         return self.parse(prompt)[1].count(",") + 1
 
 
-CHOICE_HELPERS = (SplitPlusZero(2, 12), AlternateSlots(3, 20), CopyRecords(3, 12))
+CHOICE_HELPERS = (DupMarked(2, 12), AlternateSlots(3, 20), CopyRecords(3, 12))

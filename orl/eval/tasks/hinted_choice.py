@@ -37,6 +37,7 @@ _SPLIT = re.compile(r"\?\+\?=((?:[a-zA-Z][0-9])+):([a-zA-Z])")
 _SPLIT_ANSWER = re.compile(r"((?:[a-zA-Z][0-9])+)\+((?:[a-zA-Z][0-9])+)")
 _CONSTR = re.compile(r"([A-Z]+) of ([a-z]+), ([a-z]) to ([a-z]), no equal neighbours:([A-Z])")
 _KEYS = re.compile(r"ksort:([a-z][0-9](?:,[a-z][0-9])*)=")
+_RECORDS = re.compile(r"(?:[a-z][0-9])+")  # strict: `.` in a pair pattern would skip a newline the model wrote
 
 
 def _pairs(text: str) -> list[tuple[str, str]]:
@@ -66,10 +67,16 @@ class SplitHints(Task):
     def parse(self, prompt: str) -> tuple[str, str]:
         """(markers, N's digits)."""
         m = _SPLIT.fullmatch(prompt)
-        if m is None or m[2] != m[1][0]:
-            raise ValueError(f"not a split_hints prompt (marked digits, the first marker closing it): {prompt!r}")
-        marks, digits = zip(*_pairs(m[1]))
-        return "".join(marks), "".join(digits)
+        marks, digits = ("".join(p) for p in zip(*_pairs(m[1]))) if m else ("", "")
+        if m is None or m[2] != m[1][0] or marks not in MARKERS or digits[0] == "0":
+            raise ValueError(f"not a split_hints prompt (N's digits, no leading zero, marked by a run of a-zA-Z, "
+                             f"the first marker closing it): {prompt!r}")
+        return marks, digits
+
+    def canonical(self, prompt: str) -> str:
+        # the marker run's start carries no content: the same N with other markers is the same problem, held
+        # out together (without this, most held-out N were trained under other markers)
+        return f"?+?={self.parse(prompt)[1]}"
 
     def markers_right(self, prompt: str, output: str) -> bool:
         marks, _ = self.parse(prompt)
@@ -80,7 +87,8 @@ class SplitHints(Task):
         _, n = self.parse(prompt)
         if not self.markers_right(prompt, output):
             return False
-        x, y = (int("".join(d for _, d in _pairs(part))) for part in _SPLIT_ANSWER.fullmatch(prompt[-1] + output).groups())
+        parts = _SPLIT_ANSWER.fullmatch(prompt[-1] + output.rstrip()).groups()
+        x, y = (int("".join(d for _, d in _pairs(part))) for part in parts)
         return x + y == int(n)
 
 
@@ -108,9 +116,15 @@ class ConstrHints(Task):
 
     def parse(self, prompt: str) -> re.Match:
         m = _CONSTR.fullmatch(prompt)
-        if m is None or m[5] != m[1][0] or m[1] not in string.ascii_uppercase:
-            raise ValueError(f"not a constr_hints prompt (a run of A-Z slots, the first closing it): {prompt!r}")
+        if (m is None or m[5] != m[1][0] or m[1] not in string.ascii_uppercase or len(set(m[2])) != len(m[2])
+                or not {m[3], m[4]} <= set(m[2])):
+            raise ValueError(f"not a constr_hints prompt (a run of A-Z slots, the first closing it; distinct letters "
+                             f"that include both ends): {prompt!r}")
         return m
+
+    def canonical(self, prompt: str) -> str:
+        m = self.parse(prompt)  # as for split_hints: the same problem under other slot markers is held out with it
+        return f"{len(m[1])} of {m[2]}, {m[3]} to {m[4]}, no equal neighbours:"
 
     def markers_right(self, prompt: str, output: str) -> bool:
         text = self.parse(prompt)[5] + output.rstrip()
@@ -120,7 +134,7 @@ class ConstrHints(Task):
         m = self.parse(prompt)
         if not self.markers_right(prompt, output):
             return False
-        word = (m[5] + output)[1::2]
+        word = (m[5] + output.rstrip())[1::2]
         return (set(word) <= set(m[2]) and word[0] == m[3] and word[-1] == m[4] and _no_equal_neighbours(word))
 
 
@@ -148,10 +162,11 @@ class KeysortHints(Task):
         return f"ksort:{','.join(sorted(self.records(prompt)))}="  # every order of the same records together
 
     def markers_right(self, prompt: str, output: str) -> bool:
-        out = output.rstrip()
-        return len(out) % 2 == 0 and sorted(c for c, _ in _pairs(out)) == sorted(r[0] for r in self.records(prompt))
+        records, out = self.records(prompt), output.rstrip()
+        return _RECORDS.fullmatch(out) is not None and sorted(out[::2]) == sorted(r[0] for r in records)
 
     def check(self, prompt: str, output: str) -> bool:
-        records, out = self.records(prompt), [a + b for a, b in _pairs(output)]
-        return (len(output) % 2 == 0 and sorted(out) == sorted(records)
-                and all(a[1] <= b[1] for a, b in zip(out, out[1:])))
+        records, out = self.records(prompt), output.rstrip()
+        pairs = [out[i:i + 2] for i in range(0, len(out), 2)]
+        return (_RECORDS.fullmatch(out) is not None and sorted(pairs) == sorted(records)
+                and all(a[1] <= b[1] for a, b in zip(pairs, pairs[1:])))
