@@ -1,12 +1,13 @@
 """Length helpers of the hinted multi-answer families (tasks/hinted_choice.py), as tasks/hint_helpers.py has for
-long7xp and prog7xp: the family's format at sizes past its range, without its choices (one answer per prompt),
-under its own opening so that the two are told apart. Training only, never a headline; rollouts and held-out
+long7xp and prog7xp: the family's format at sizes past its range, without its choices (one answer per prompt);
+split7xph and keysort7xh under their own openings, constr7xph as the family's own format with two letters. Training only, never a headline; rollouts and held-out
 means skip them (`HELPER_NAMES`). Why: prog7xp followed its markers by content yet stopped after the range's
 longest answer until a same-format helper at 2-14 statements trained where such an answer ends (session 19).
 
     helper      for        prompt -> answer                               sizes
     split7xph   split7xp   dup:a3b4c7:a -> 3b4c7+a3b4c7                   2-12 digits (N + N: never valid in the family)
-    constr7xph  constr7xp  PQRST of bd, alternate:P -> bQdRbSdTb          3-20 slots
+    constr7xph  constr7xp  PQRST of bd, b to b, no equal neighbours:P      3-20 slots (two letters: one answer,
+                           -> bQdRbSdTb                                     valid in the family too)
     keysort7xh  keysort7x  kcopy:c3,a1,b3= -> c3a1b3                      3-12 records, a-l (the records as given)
 """
 from __future__ import annotations
@@ -50,10 +51,14 @@ class DupMarked(Helper):
         return len(self.parse(prompt)[1]) // 2
 
 
-class AlternateSlots(Helper):
+class TwoLetterEnds(Helper):
+    """constr7xp's own format with two letters instead of three: no equal neighbours then forces the word (it
+    alternates), so the answer is unique, and it is valid in the family too. Session 43's first helper, a
+    two-letter alternation under its own opening (`PQRST of bd, alternate:P`), taught the length (78 of 80 beyond
+    answers with the right slots) but leaked its pattern: in-range answers repeated letters and ignored the end."""
     name, family = "constr7xph", "constr7xp"
-    pattern = re.compile(r"([A-Z]+) of ([a-z])([a-z]), alternate:([A-Z])")
-    description = "PQRST of bd, alternate:P ; answer bQdRbSdTb (helper, training only)"
+    pattern = re.compile(r"([A-Z]+) of ([a-z])([a-z]), ([a-z]) to ([a-z]), no equal neighbours:([A-Z])")
+    description = "PQRST of bd, b to b, no equal neighbours:P ; answer bQdRbSdTb (helper, training only)"
 
     def __init__(self, lo: int, hi: int):
         if not 2 <= lo <= hi <= 26:
@@ -62,15 +67,22 @@ class AlternateSlots(Helper):
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
         slots = marker_run(rng, string.ascii_uppercase, self.lo, self.hi)[1]
-        a, b = sorted(rng.sample("abcdefgh", 2))
-        prompt = f"{slots} of {a}{b}, alternate:{slots[0]}"
+        pair = sorted(rng.sample("abcdefgh", 2))
+        first = rng.choice(pair)
+        last = first if len(slots) % 2 else pair[1] if first == pair[0] else pair[0]
+        prompt = f"{slots} of {''.join(pair)}, {first} to {last}, no equal neighbours:{slots[0]}"
         return prompt, self.answer(prompt)
 
     def answer(self, prompt: str) -> str:
         m = self.parse(prompt)
-        if m[4] != m[1][0] or m[1] not in string.ascii_uppercase or m[2] == m[3]:
-            raise ValueError(f"not a {self.name} prompt (a run of A-Z slots, the first closing it; two letters): {prompt!r}")
-        return "".join(s + (m[2], m[3])[i % 2] for i, s in enumerate(m[1]))[1:]
+        slots, pair, first, last = m[1], (m[2], m[3]), m[4], m[5]
+        other = pair[1] if first == pair[0] else pair[0]
+        word = [(first, other)[i % 2] for i in range(len(slots))] if first in pair and pair[0] != pair[1] else []
+        if (m[6] != slots[0] or slots not in string.ascii_uppercase or pair[0] == pair[1] or not word
+                or word[-1] != last):
+            raise ValueError(f"not a {self.name} prompt (a run of A-Z slots, the first closing it; two letters, ends "
+                             f"that an alternation reaches): {prompt!r}")
+        return "".join(s + c for s, c in zip(slots, word))[1:]
 
     def size(self, prompt: str) -> int:
         return len(self.parse(prompt)[1])
@@ -101,4 +113,4 @@ class CopyRecords(Helper):
         return self.parse(prompt)[1].count(",") + 1
 
 
-CHOICE_HELPERS = (DupMarked(2, 12), AlternateSlots(3, 20), CopyRecords(3, 12))
+CHOICE_HELPERS = (DupMarked(2, 12), TwoLetterEnds(3, 20), CopyRecords(3, 12))
