@@ -175,3 +175,11 @@ def test_held_out_problems_are_not_trained_under_other_markers(name):
     train = {strip(task.sample("train", i).prompt) for i in range(5000)}
     held = [strip(task.sample("heldout", i).prompt) for i in range(300)]
     assert not [h for h in held if h in train]
+
+
+def test_length_helpers_refuse_sizes_their_format_cannot_mark():
+    from orl.eval.tasks.hint_choice_helpers import CopyRecords, DupMarked, TwoLetterEnds
+    for cls, too_many in ((DupMarked, 53), (TwoLetterEnds, 27), (CopyRecords, 13)):
+        cls(2, too_many - 1)
+        with pytest.raises(ValueError, match=f"<= {too_many - 1}"):
+            cls(2, too_many)

@@ -39,9 +39,12 @@ class Helper(Task):
     pattern: re.Pattern   # the prompts it accepts (strict: a malformed prompt is named, never judged)
     why_parallel_is_hard = "where element k starts depends on the widths of the elements before it"
 
+    max_size: int | None = None  # the most items its format can mark (markers, distinct letters), if bounded
+
     def __init__(self, lo: int, hi: int):
-        if not 1 <= lo <= hi:
-            raise ValueError(f"{self.name}: need 1 <= lo <= hi, got {lo}, {hi}")
+        if not 1 <= lo <= hi or (self.max_size is not None and hi > self.max_size):
+            raise ValueError(f"{self.name}: need 1 <= lo <= hi{f' <= {self.max_size}' if self.max_size else ''}, "
+                             f"got {lo}, {hi}")
         self.lo, self.hi = lo, hi
 
     def parse(self, prompt: str) -> re.Match:

@@ -28,11 +28,7 @@ class DupMarked(Helper):
     name, family = "split7xph", "split7xp"
     pattern = re.compile(r"dup:((?:[a-zA-Z][0-9])+):([a-zA-Z])")
     description = "dup:a3b4c7:a ; answer 3b4c7+a3b4c7 (helper, training only)"
-
-    def __init__(self, lo: int, hi: int):
-        if hi > len(MARKERS):
-            raise ValueError(f"{self.name}: at most {len(MARKERS)} digits (one marker each), got {hi}")
-        super().__init__(lo, hi)
+    max_size = len(MARKERS)  # one marker per item
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
         n = str(draw_number(rng, self.lo, self.hi))
@@ -59,11 +55,7 @@ class TwoLetterEnds(Helper):
     name, family = "constr7xph", "constr7xp"
     pattern = re.compile(r"([A-Z]+) of ([a-z])([a-z]), ([a-z]) to ([a-z]), no equal neighbours:([A-Z])")
     description = "PQRST of bd, b to b, no equal neighbours:P ; answer bQdRbSdTb (helper, training only)"
-
-    def __init__(self, lo: int, hi: int):
-        if not 2 <= lo <= hi <= 26:
-            raise ValueError(f"{self.name}: need 2 <= lo <= hi <= 26 slots (A-Z), got {lo}, {hi}")
-        super().__init__(lo, hi)
+    max_size = 26  # slots A-Z
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
         slots = marker_run(rng, string.ascii_uppercase, self.lo, self.hi)[1]
@@ -92,11 +84,7 @@ class CopyRecords(Helper):
     name, family = "keysort7xh", "keysort7x"
     pattern = re.compile(r"kcopy:([a-z][0-9](?:,[a-z][0-9])*)=")
     description = "kcopy:c3,a1,b3= ; answer c3a1b3, the records as given (helper, training only)"
-
-    def __init__(self, lo: int, hi: int):
-        if hi > len(KEYSORT7_LETTERS):
-            raise ValueError(f"{self.name}: at most {len(KEYSORT7_LETTERS)} records (distinct letters a-l), got {hi}")
-        super().__init__(lo, hi)
+    max_size = len(KEYSORT7_LETTERS)  # distinct letters
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
         letters = rng.sample(KEYSORT7_LETTERS, rng.randint(self.lo, self.hi))
