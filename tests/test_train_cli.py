@@ -89,3 +89,12 @@ def test_the_log_and_stage1_live_inside_out_and_survive_every_save(tmp_path):
     manifest = json.loads((out / "orl.json").read_text())
     assert "train.log.jsonl" not in manifest["files"] and "stage1" not in manifest["files"]
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+def test_heldout_summary_leaves_helpers_out_of_the_mean():
+    from orl.train.loop import heldout_summary
+    line = heldout_summary({"long7xp": {"acc": 0.5}, "constr7xp": {"acc": 1.0}, "long7xph": {"acc": 0.0},
+                            "constr7xph": {"acc": 0.0}, "loss": 1.2})
+    assert line == ("held-out accuracy: mean 75.0% (long7xp 50.0%, constr7xp 100.0%); "
+                    "helpers, not in the mean: long7xph 0.0%, constr7xph 0.0%")
+    assert heldout_summary({"split": {"acc": 0.25}}) == "held-out accuracy: mean 25.0% (split 25.0%)"
