@@ -40,10 +40,6 @@ _KEYS = re.compile(r"ksort:([a-z][0-9](?:,[a-z][0-9])*)=")
 _RECORDS = re.compile(r"(?:[a-z][0-9])+")  # strict: `.` in a pair pattern would skip a newline the model wrote
 
 
-def _pairs(text: str) -> list[tuple[str, str]]:
-    return re.findall(r"(.)(.)", text)
-
-
 class SplitHints(Task):
     name = "split_hints"
     description = "?+?=a3b4c7:a ; N with marked digits as a sum of two numbers of N's width, markers repeated"
@@ -67,8 +63,8 @@ class SplitHints(Task):
     def parse(self, prompt: str) -> tuple[str, str]:
         """(markers, N's digits)."""
         m = _SPLIT.fullmatch(prompt)
-        marks, digits = ("".join(p) for p in zip(*_pairs(m[1]))) if m else ("", "")
-        if m is None or m[2] != m[1][0] or marks not in MARKERS or digits[0] == "0":
+        marks, digits = (m[1][::2], m[1][1::2]) if m else ("", "")
+        if m is None or m[2] != marks[0] or marks not in MARKERS or digits[0] == "0":
             raise ValueError(f"not a split_hints prompt (N's digits, no leading zero, marked by a run of a-zA-Z, "
                              f"the first marker closing it): {prompt!r}")
         return marks, digits
@@ -78,18 +74,20 @@ class SplitHints(Task):
         # out together (without this, most held-out N were trained under other markers)
         return f"?+?={self.parse(prompt)[1]}"
 
-    def markers_right(self, prompt: str, output: str) -> bool:
-        marks, _ = self.parse(prompt)
+    def _addends(self, marks: str, output: str) -> tuple[str, str] | None:
+        """The two addends' digits when each repeats N's markers in order, else None."""
         m = _SPLIT_ANSWER.fullmatch(marks[0] + output.rstrip())
-        return m is not None and all("".join(a for a, _ in _pairs(part)) == marks for part in m.groups())
+        if m is None or any(part[::2] != marks for part in m.groups()):
+            return None
+        return m[1][1::2], m[2][1::2]
+
+    def markers_right(self, prompt: str, output: str) -> bool:
+        return self._addends(self.parse(prompt)[0], output) is not None
 
     def check(self, prompt: str, output: str) -> bool:
-        _, n = self.parse(prompt)
-        if not self.markers_right(prompt, output):
-            return False
-        parts = _SPLIT_ANSWER.fullmatch(prompt[-1] + output.rstrip()).groups()
-        x, y = (int("".join(d for _, d in _pairs(part))) for part in parts)
-        return x + y == int(n)
+        marks, n = self.parse(prompt)
+        addends = self._addends(marks, output)
+        return addends is not None and int(addends[0]) + int(addends[1]) == int(n)
 
 
 class ConstrHints(Task):
@@ -126,16 +124,20 @@ class ConstrHints(Task):
         m = self.parse(prompt)  # as for split_hints: the same problem under other slot markers is held out with it
         return f"{len(m[1])} of {m[2]}, {m[3]} to {m[4]}, no equal neighbours:"
 
+    @staticmethod
+    def _word(m: re.Match, output: str) -> str | None:
+        """The answer's letters when it has one after each slot marker, in order, else None."""
+        text = m[5] + output.rstrip()
+        return text[1::2] if len(text) % 2 == 0 and text[::2] == m[1] else None
+
     def markers_right(self, prompt: str, output: str) -> bool:
-        text = self.parse(prompt)[5] + output.rstrip()
-        return len(text) % 2 == 0 and text[::2] == self.parse(prompt)[1]
+        return self._word(self.parse(prompt), output) is not None
 
     def check(self, prompt: str, output: str) -> bool:
         m = self.parse(prompt)
-        if not self.markers_right(prompt, output):
-            return False
-        word = (m[5] + output.rstrip())[1::2]
-        return (set(word) <= set(m[2]) and word[0] == m[3] and word[-1] == m[4] and _no_equal_neighbours(word))
+        word = self._word(m, output)
+        return (word is not None and set(word) <= set(m[2]) and word[0] == m[3] and word[-1] == m[4]
+                and _no_equal_neighbours(word))
 
 
 class KeysortHints(Task):
@@ -148,7 +150,7 @@ class KeysortHints(Task):
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
         prompt, order = self.inner.generate(rng)
-        keys = dict(_pairs(prompt[len("sort:"):-1].replace(",", "")))
+        keys = {r[0]: r[1] for r in prompt[len("sort:"):-1].split(",")}
         return "k" + prompt, "".join(c + keys[c] for c in order)
 
     def records(self, prompt: str) -> list[str]:
