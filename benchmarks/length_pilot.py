@@ -28,6 +28,7 @@ head's logits times a learned s_h * ln(number of keys seen)), `+rstride`, `+half
 `hintsp+logn long7 1500`. For the hinted long and prog families the pilot also prints each split's running steps
 (judged against the model's own previous value, benchmarks/length_table.py --steps) by element index, cut at the first index past the family's range (long 21, prog 8)."""
 import sys, time
+from pathlib import Path
 from dataclasses import replace
 import torch
 import orl.train.pretrain as P
@@ -41,6 +42,11 @@ sys.path.insert(0, __import__("os").path.dirname(__file__))
 from length_table import STEPPERS  # noqa: E402
 
 variant, family, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+# session 44: `init=RUN` starts from a trained checkpoint (PretrainConfig.init: its weights, a fresh schedule), the
+# pilot of a curriculum stage that adds a family to a trained base; `aux=HELPER` picks the helper of a hinted family
+opts = dict(a.split("=", 1) for a in sys.argv[4:])
+if set(opts) - {"init", "aux"} or not all(opts.values()):
+    sys.exit(f"options are init=CHECKPOINT_DIR and aux=HELPER, got {sys.argv[4:]}")
 kind, *mods = variant.split("+")
 MODIFIERS = {"logn", "rstride", "half", "min"}
 if kind not in {"rope", "assoc", "hints", "hintsp", "hintsph"} | MODIFIERS or set(mods) - MODIFIERS:
@@ -53,7 +59,8 @@ if kind in ("hints", "hintsp", "hintsph"):  # the library's hinted families (orl
     if family in ("split7x", "constr7x"):
         sys.exit(f"{family} does not exist: split7 and constr7 have only the prefilled hinted form (hintsp, hintsph)")
 # the helper the assoc variants train beside each family; named for the hinted ones, since long7xp has two
-AUX = {**{h.family: h.name for h in HELPERS + CHOICE_HELPERS}, "prog7xp": "prog7xph", "long7xp": "long7xph"}
+AUX = {**{h.family: h.name for h in HELPERS + CHOICE_HELPERS if h.name != "split7xps"}, "prog7xp": "prog7xph",
+       "long7xp": "long7xph", **({family: opts["aux"]} if "aux" in opts else {})}
 assert set(AUX.values()) <= {h.name for h in HELPERS + HINT_HELPERS + CHOICE_HELPERS}
 assoc = kind in ("assoc", "hintsph")
 rotary = [m for m in mods if m in ("half", "min")]
@@ -70,8 +77,9 @@ if "rstride" in mods:
 tasks, mix = ((family, AUX[family]), (16, 16)) if assoc else ((family,), ())
 cfg = PretrainConfig(model=model, tasks=tasks, mix=mix, batch_size=32, ar_steps=steps, diffusion_steps=0, lr=3e-3,
                      warmup=50, eval_every=10**6, eval_samples=5, save_every=10**6, bf16=False, threads=1,
-                     pos_offset=1.0 if "rstride" in mods else 0.0)
-out = f"runs/pilot2/{family}-{variant}" + (f"-{steps}" if steps != 1500 else "")
+                     pos_offset=1.0 if "rstride" in mods else 0.0, init=opts.get("init", ""))
+out = (f"runs/pilot2/{family}-{variant}" + (f"-{steps}" if steps != 1500 else "")
+       + (f"-{opts['aux']}" if "aux" in opts else "") + (f"-from-{Path(opts['init']).name}" if "init" in opts else ""))
 t0 = time.time()
 m = pretrain(cfg, out, log=lambda *a: None)  # a finished run in `out` is loaded, not retrained
 print("train s", round(time.time() - t0), flush=True)

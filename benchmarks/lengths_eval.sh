@@ -12,7 +12,7 @@
 #          rules  the factor rule (f = 1) and the entropy rule (bound 0.5) in range             -> <name>-rules.jsonl
 #   default modes: thr fused.  Env: R (runs, default ~/.cache/orl/runs), E (records, default $R/eval),
 #   SEEDS (prompt seeds, default "0 1 2": the test; validation uses 100 101 and E=$R/eval/val), LIMIT (100),
-#   DRY=1 prints the `orl eval` commands instead of running them.
+#   DRY=1 prints the `orl eval` commands instead of running them, TASKS the families (default long7xp,prog7xp).
 # Records are appended to files named after the checkpoint directory's basename (two runs named alike share a
 # file: give them distinct names); `orl eval` skips prompts a file already holds for the same model id.
 set -euo pipefail
@@ -24,6 +24,7 @@ R=${R:-$HOME/.cache/orl/runs}
 E=${E:-$R/eval}
 SEEDS=${SEEDS:-0 1 2}
 LIMIT=${LIMIT:-100}
+TASKS=${TASKS:-long7xp,prog7xp}
 if [ -d "$M" ]; then DIR=$M; else DIR=$R/$M; fi
 [ -f "$DIR/orl.json" ] || { echo "lengths_eval.sh: no checkpoint at $DIR (orl.json missing)" >&2; exit 2; }
 NAME=$(basename "$DIR")
@@ -31,7 +32,7 @@ mkdir -p "$E"
 ev() {  # split out extra-args...
   local split=$1 out=$2; shift 2
   for seed in $SEEDS; do
-    ${DRY:+echo} orl eval --model "$DIR" --tasks long7xp,prog7xp --split "$split" --limit "$LIMIT" --seed "$seed" \
+    ${DRY:+echo} orl eval --model "$DIR" --tasks "$TASKS" --split "$split" --limit "$LIMIT" --seed "$seed" \
         --out "$out" "$@"
   done
 }

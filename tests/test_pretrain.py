@@ -1,6 +1,7 @@
 """Base-model recipe: batches, loss goes down, exact resume."""
 import json
 
+import pytest
 import torch
 
 from orl.model.vocab import special_ids
@@ -112,6 +113,22 @@ def test_few_steps_reduce_loss(tmp_path):
     pretrain(cfg, tmp_path / "run", log=lambda *_: None)
     ls = losses(tmp_path / "run" / "train.log.jsonl")
     assert sum(ls[-5:]) / 5 < 0.7 * sum(ls[:5]) / 5
+
+
+def test_init_starts_from_a_checkpoint_with_a_fresh_schedule(tmp_path):
+    from dataclasses import replace
+    from orl.checkpoint import load_checkpoint
+    pretrain(small_cfg(), tmp_path / "a", log=lambda *_: None)
+    base, _, _ = load_checkpoint(tmp_path / "a")
+    cfg = small_cfg(ar_steps=1, diffusion_steps=0, init=str(tmp_path / "a"), lr=1e-9, warmup=0)
+    b = pretrain(cfg, tmp_path / "b", log=lambda *_: None)
+    assert [json.loads(line)["step"] for line in open(tmp_path / "b" / "train.log.jsonl")] == [1]  # a new run
+    for (name, x), y in zip(base.state_dict().items(), b.state_dict().values()):
+        assert torch.allclose(x, y, atol=1e-6), name  # one step at lr 1e-9: the checkpoint's weights
+    fresh = pretrain(replace(cfg, init=""), tmp_path / "c", log=lambda *_: None)
+    assert not torch.allclose(base.lm_head.weight, fresh.lm_head.weight, atol=1e-3)  # the test can fail
+    with pytest.raises(ValueError, match="differs from the run's.*dim"):
+        pretrain(replace(cfg, model=replace(cfg.model, dim=cfg.model.dim * 2)), tmp_path / "d", log=lambda *_: None)
 
 
 def test_resume_is_exact(tmp_path, monkeypatch):

@@ -104,6 +104,17 @@ def train_step(model: Transformer, opt: torch.optim.Optimizer, batches: list[Bat
     return float(sums.sum() / total_w)
 
 
+def load_initial(directory: str, args, device) -> Transformer:
+    """`init`'s weights, refused unless the checkpoint's ModelArgs are the run's (a silent mismatch would train
+    a different model than the config names)."""
+    from orl.checkpoint import load_checkpoint
+    model, _, _ = load_checkpoint(directory, device=device)
+    if model.args != args:
+        diff = {k: (getattr(model.args, k), getattr(args, k)) for k in vars(args) if getattr(model.args, k) != getattr(args, k)}
+        raise ValueError(f"init={directory}: its model differs from the run's (checkpoint, config): {diff}")
+    return model
+
+
 def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_config_change: bool = False,
              log=tqdm.write, device: str | None = None) -> Transformer:
     from orl.checkpoint import load_checkpoint
@@ -131,6 +142,8 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_co
         torch.set_num_threads(cfg.threads)
     if loop.state:  # every rank reads the checkpoint; one that cannot stops them all (Dist.on_every)
         model, tok, _ = dist.on_every(lambda: load_checkpoint(out, device=dist.device))
+    elif cfg.init:
+        model = dist.on_every(lambda: load_initial(cfg.init, cfg.model, dist.device))
     else:
         torch.manual_seed(cfg.seed)
         model = Transformer(cfg.model).to(dist.device)

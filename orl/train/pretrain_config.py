@@ -51,6 +51,8 @@ class PretrainConfig:
                                   # (0: none), to choose one on validation records (orl/eval/select.py)
     threads: int = 0              # torch threads; 0 keeps torch's default
     parallel: str = "ddp"         # under torchrun: ddp | fsdp (sharded weights and optimizer: orl.train.fsdp)
+    init: str = ""                # start from this checkpoint's weights (same ModelArgs) with a fresh optimizer and
+                                  # schedule: a curriculum stage that adds tasks to a trained model ("": random init)
 
     def __post_init__(self):
         problems = check_fields(self, positive=("block_len", "batch_size", "noisy_copies", "lr", "eval_every",
