@@ -59,10 +59,12 @@ if kind in ("hints", "hintsp", "hintsph"):  # the library's hinted families (orl
     if family in ("split7x", "constr7x"):
         sys.exit(f"{family} does not exist: split7 and constr7 have only the prefilled hinted form (hintsp, hintsph)")
 # the helper the assoc variants train beside each family; named for the hinted ones, since long7xp has two
-AUX = {**{h.family: h.name for h in HELPERS + CHOICE_HELPERS if h.name != "split7xps"}, "prog7xp": "prog7xph",
-       "long7xp": "long7xph", **({family: opts["aux"]} if "aux" in opts else {})}
-assert set(AUX.values()) <= {h.name for h in HELPERS + HINT_HELPERS + CHOICE_HELPERS}
+AUX = {**{h.family: h.name for h in HELPERS + CHOICE_HELPERS if h.name not in ("split7xps", "split7xpc")},
+       "prog7xp": "prog7xph", "long7xp": "long7xph", **({family: opts["aux"]} if "aux" in opts else {})}
+aux = AUX.get(family, "").split("+")  # aux=A+B: two helpers, sharing the helper half of each batch
 assoc = kind in ("assoc", "hintsph")
+if assoc and not set(aux) <= {h.name for h in HELPERS + HINT_HELPERS + CHOICE_HELPERS}:
+    sys.exit(f"aux={'+'.join(aux)}: not helpers (orl/eval/tasks/helpers.py, hint_helpers.py, hint_choice_helpers.py)")
 rotary = [m for m in mods if m in ("half", "min")]
 torch.set_num_threads(1)
 model = replace(tiny_model7(), learned_pos=False, rotary_fraction={"half": 0.5, "min": 2 / 32}.get(rotary[0] if rotary else "", 1.0),
@@ -74,17 +76,17 @@ if "rstride" in mods:
         steps_[:, 0] = 0
         b.pos = torch.cumsum(steps_, dim=1)  # rows start at 0; pads get positions too (masked anyway)
     P.shift_positions = strided
-tasks, mix = ((family, AUX[family]), (16, 16)) if assoc else ((family,), ())
+tasks, mix = ((family, *aux), (16, *[16 // len(aux)] * len(aux))) if assoc else ((family,), ())
 cfg = PretrainConfig(model=model, tasks=tasks, mix=mix, batch_size=32, ar_steps=steps, diffusion_steps=0, lr=3e-3,
                      warmup=50, eval_every=10**6, eval_samples=5, save_every=10**6, bf16=False, threads=1,
                      pos_offset=1.0 if "rstride" in mods else 0.0, init=opts.get("init", ""))
 out = (f"runs/pilot2/{family}-{variant}" + (f"-{steps}" if steps != 1500 else "")
-       + (f"-{opts['aux']}" if "aux" in opts else "") + (f"-from-{Path(opts['init']).name}" if "init" in opts else ""))
+       + (f"-{opts['aux'].replace('+', '-')}" if "aux" in opts else "") + (f"-from-{Path(opts['init']).name}" if "init" in opts else ""))
 t0 = time.time()
 m = pretrain(cfg, out, log=lambda *a: None)  # a finished run in `out` is loaded, not retrained
 print("train s", round(time.time() - t0), flush=True)
 tok = CharTokenizer(); dec = ARDecoder(m, tok)
-for name, split in [(family, "heldout"), (family, "beyond")] + ([(AUX[family], "heldout")] if assoc else []):
+for name, split in [(family, "heldout"), (family, "beyond")] + ([(a, "heldout") for a in aux] if assoc else []):
     task = get_task(name)
     ss = [task.sample(split, i) for i in range(80 if name == family else 160)]
     budget = min(112, m.args.max_seq_len - max(len(tok.encode(s.prompt)) for s in ss))  # helpers' prompts are longer

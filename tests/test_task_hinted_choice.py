@@ -115,6 +115,7 @@ def test_constr7xp_slots_and_letters_stay_apart():
     ("keysort7xh", "kcopy:c3,a1,b3=", "c3a1b3", 3),
     ("split7xps", "?+?=a3b4c7:a1b2c0+a", "2b2c7", 3),
     ("split7xps", "?+?=X9Y0:X9Y0+X", "0Y0", 2),
+    ("split7xpc", "copy:a3b4c7:a", "3b4c7", 3),
 ])
 def test_length_helpers_by_hand(name, prompt, answer, size):
     helper = get_task(name)
@@ -128,6 +129,7 @@ def test_length_helpers_by_hand(name, prompt, answer, size):
     ("constr7xph", "PQRS of bd, b to b, no equal neighbours:P"), ("constr7xph", "PQR of bd, g to g, no equal neighbours:P"), ("keysort7xh", "kcopy:c3,c1="),
     ("split7xps", "?+?=a3b4:a4b0+a"), ("split7xps", "?+?=a3b4:a1c0+a"), ("split7xps", "?+?=a3b4:a1b0+b"),  # x_i > N_i,
     ("split7xps", "?+?=a3b4:a1+a"), ("split7xps", "?+?=a0b4:a0b0+a"),  # other markers, wrong close, short, leading 0
+    ("split7xpc", "copy:a3b4:b"), ("split7xpc", "copy:a3c4:a"),
 ])
 def test_length_helpers_name_malformed_prompts(name, prompt):
     with pytest.raises(ValueError, match=f"not a {name} prompt"):
@@ -135,7 +137,8 @@ def test_length_helpers_name_malformed_prompts(name, prompt):
 
 
 @pytest.mark.parametrize("name,family,hi", [("split7xph", "split7xp", 12), ("constr7xph", "constr7xp", 20),
-                                            ("keysort7xh", "keysort7x", 12), ("split7xps", "split7xp", 12)])
+                                            ("keysort7xh", "keysort7x", 12), ("split7xps", "split7xp", 12),
+                                            ("split7xpc", "split7xp", 12)])
 def test_length_helpers_cover_the_beyond_sizes_and_are_training_only(name, family, hi):
     from orl.eval.tasks import HELPER_NAMES
     helper, fam = get_task(name), get_task(family)
@@ -188,8 +191,8 @@ def test_held_out_problems_are_not_trained_under_other_markers(name):
 
 
 def test_length_helpers_refuse_sizes_their_format_cannot_mark():
-    from orl.eval.tasks.hint_choice_helpers import CopyRecords, DupMarked, TwoLetterEnds
-    for cls, too_many in ((DupMarked, 53), (TwoLetterEnds, 27), (CopyRecords, 13)):
+    from orl.eval.tasks.hint_choice_helpers import CopyRecords, DupMarked, MarkedCopy, SecondAddend, TwoLetterEnds
+    for cls, too_many in ((DupMarked, 53), (TwoLetterEnds, 27), (CopyRecords, 13), (MarkedCopy, 53), (SecondAddend, 53)):
         cls(2, too_many - 1)
         with pytest.raises(ValueError, match=f"<= {too_many - 1}"):
             cls(2, too_many)

@@ -8,6 +8,8 @@ longest answer until a same-format helper at 2-14 statements trained where such 
     split7xph   split7xp   dup:a3b4c7:a -> 3b4c7+a3b4c7                   2-12 digits (N + N: never valid in the family)
     split7xps   split7xp   ?+?=a3b4c7:a1b2c0+a -> 2b2c7                  2-12 digits (the family with its choice, the
                                                                           first addend, made in the prompt)
+    split7xpc   split7xp   copy:a3b4c7:a -> 3b4c7                         2-12 digits (N's marked copy: where the first
+                                                                          addend ends, which split7xps never trains)
     constr7xph  constr7xp  PQRST of bd, b to b, no equal neighbours:P      3-20 slots (two letters: one answer,
                            -> bQdRbSdTb                                     valid in the family too)
     keysort7xh  keysort7x  kcopy:c3,a1,b3= -> c3a1b3                      3-12 records, a-l (the records as given)
@@ -80,6 +82,31 @@ class SecondAddend(Helper):
         return len(self.parse(prompt)[1]) // 2
 
 
+class MarkedCopy(Helper):
+    """N's marked copy, the part of split7xph that split7xps lacks: with split7xps alone (a warm-started session-44
+    pilot) the first addend stopped at the range's 5 digits on every beyond prompt and the second followed it. One
+    number, no `+`: nothing to merge into the family's two addends."""
+    name, family = "split7xpc", "split7xp"
+    pattern = re.compile(r"copy:((?:[a-zA-Z][0-9])+):([a-zA-Z])")
+    description = "copy:a3b4c7:a ; answer 3b4c7, N as marked (helper, training only)"
+    max_size = len(MARKERS)
+
+    def generate(self, rng: random.Random) -> tuple[str, str]:
+        n = str(draw_number(rng, self.lo, self.hi))
+        marks = marker_run(rng, MARKERS, len(n), len(n))[1]
+        prompt = "copy:" + "".join(m + d for m, d in zip(marks, n)) + ":" + marks[0]
+        return prompt, self.answer(prompt)
+
+    def answer(self, prompt: str) -> str:
+        m = self.parse(prompt)
+        if m[2] != m[1][0] or m[1][::2] not in MARKERS:
+            raise ValueError(f"not a {self.name} prompt (a run of markers, the first closing it): {prompt!r}")
+        return m[1][1:]
+
+    def size(self, prompt: str) -> int:
+        return len(self.parse(prompt)[1]) // 2
+
+
 class TwoLetterEnds(Helper):
     """constr7xp's own format with two letters instead of three: no equal neighbours then forces the word (it
     alternates), so the answer is unique, and it is valid in the family too. Session 43's first helper, a
@@ -134,4 +161,4 @@ class CopyRecords(Helper):
         return self.parse(prompt)[1].count(",") + 1
 
 
-CHOICE_HELPERS = (DupMarked(2, 12), TwoLetterEnds(3, 20), CopyRecords(3, 12), SecondAddend(2, 12))
+CHOICE_HELPERS = (DupMarked(2, 12), TwoLetterEnds(3, 20), CopyRecords(3, 12), SecondAddend(2, 12), MarkedCopy(2, 12))
