@@ -113,8 +113,8 @@ def test_constr7xp_slots_and_letters_stay_apart():
     ("constr7xph", "PQRST of bd, b to b, no equal neighbours:P", "bQdRbSdTb", 5),
     ("constr7xph", "PQRS of dg, g to d, no equal neighbours:P", "gQdRgSd", 4),
     ("keysort7xh", "kcopy:c3,a1,b3=", "c3a1b3", 3),
-    ("split7xps", "?+?=a3b4c7:a1b2c0+a", "2b2c7", 3),
-    ("split7xps", "?+?=X9Y0:X9Y0+X", "0Y0", 2),
+    ("split7xps", "?+?=a3b4c7:a1b2c0+", "a2b2c7", 3),
+    ("split7xps", "?+?=X9Y0:X9Y0+", "X0Y0", 2),
     ("split7xpc", "copy:a3b4c7:a", "3b4c7", 3),
 ])
 def test_length_helpers_by_hand(name, prompt, answer, size):
@@ -127,8 +127,8 @@ def test_length_helpers_by_hand(name, prompt, answer, size):
     ("split7xph", "dup:a3b4c7:b"), ("split7xph", "dup:a3c4:a"), ("constr7xph", "PQRST of bd, b to b, no equal neighbours:Q"),
     ("constr7xph", "PQRT of bd, b to d, no equal neighbours:P"), ("constr7xph", "PQR of bb, b to b, no equal neighbours:P"),
     ("constr7xph", "PQRS of bd, b to b, no equal neighbours:P"), ("constr7xph", "PQR of bd, g to g, no equal neighbours:P"), ("keysort7xh", "kcopy:c3,c1="),
-    ("split7xps", "?+?=a3b4:a4b0+a"), ("split7xps", "?+?=a3b4:a1c0+a"), ("split7xps", "?+?=a3b4:a1b0+b"),  # x_i > N_i,
-    ("split7xps", "?+?=a3b4:a1+a"), ("split7xps", "?+?=a0b4:a0b0+a"),  # other markers, wrong close, short, leading 0
+    ("split7xps", "?+?=a3b4:a4b0+"), ("split7xps", "?+?=a3b4:a1c0+"), ("split7xps", "?+?=a3b4:a1b0+b"),  # x_i > N_i,
+    ("split7xps", "?+?=a3b4:a1+"), ("split7xps", "?+?=a0b4:a0b0+"),  # other markers, the marker given, short, leading 0
     ("split7xpc", "copy:a3b4:b"), ("split7xpc", "copy:a3c4:a"),
 ])
 def test_length_helpers_name_malformed_prompts(name, prompt):
@@ -150,10 +150,9 @@ def test_length_helpers_cover_the_beyond_sizes_and_are_training_only(name, famil
         assert all(fam.verify(s.prompt, s.answer) for s in (helper.sample("train", i) for i in range(100)))
     elif name == "split7xps":  # the family's prompt and first addend: with the answer, a valid family answer
         for s in (helper.sample("train", i) for i in range(100)):
-            head, first = s.prompt[:-1].split(":")
-            assert fam.verify(head + ":" + s.prompt[-1], first[1:] + s.prompt[-1] + s.answer)
-            assert not fam.verify(head + ":" + s.prompt[-1], first[1:] + s.prompt[-1] + s.answer[:-1] + "9"
-                                  ) or s.answer.endswith("9")
+            head, first = s.prompt.split(":")  # first: the first addend and its +
+            assert fam.verify(head + ":" + first[0], first[1:] + s.answer)
+            assert not fam.verify(head + ":" + first[0], first[1:] + s.answer[:-1] + "9") or s.answer.endswith("9")
     else:  # its own opening: a helper prompt is never a family prompt
         with pytest.raises(ValueError):
             fam.verify(sample.prompt, "x")

@@ -1,16 +1,16 @@
 #!/bin/bash
 # session 44: issue 21's five-family hinted base as a curriculum stage: the two-family AR stage hint4st-7k-sS (7,000
 # steps of long7xp, prog7xp and their helpers) is the init (PretrainConfig.init: its weights, a fresh schedule), then
-# STEPS AR steps (default 3,000) of all five hinted families and their helpers (split7xps, not session 43's dup helper,
-# whose N+N merged into answers), the stretch kept as in the AR stage; then stage 2 without the stretch (session 42's
+# STEPS AR steps (default 3,000) of all five hinted families and their helpers (split7xps + split7xpc, not session 43's
+# dup helper, whose N+N merged into answers), the stretch kept as in the AR stage; the AR evaluation on prompt seed 0; then stage 2 without the stretch (session 42's
 # best: docs/results-lengths/s40/stage2_40.sh's recipe, STRETCH=0) and the fused evaluation on the five families.
 # Every piece resumes: rerun the same command after a cut.
 #   bash docs/results-lengths/s44/five7w.sh SEED [THREADS]
 set -euo pipefail
 source /work/main/.venv/bin/activate; cd /work/main
 R=~/.cache/orl/runs; s=${1:?seed}; t=${2:-2}; S=${STEPS:-3000}; n=five7w-s$s
-T=long7xp,prog7xp,split7xp,constr7xp,keysort7x,long7xph,prog7xph,long7xpf,split7xps,constr7xph,keysort7xh
-X=${MIX:-8,8,8,8,8,4,4,4,4,4,4}
+T=${TASKS:-long7xp,prog7xp,split7xp,constr7xp,keysort7x,long7xph,prog7xph,long7xpf,split7xps,split7xpc,constr7xph,keysort7xh}
+X=${MIX:-8,8,8,8,8,4,4,4,2,2,4,4}
 F=long7xp,prog7xp,split7xp,constr7xp,keysort7x
 common="--recipe pretrain --preset tiny_base7h --set tasks=$T --set mix=$X --set threads=$t --set model.attn_logn=false
         --set keep_every=500 --set save_every=50 --set seed=$s --set eval_every=500 --set eval_max_new_tokens=100
@@ -20,7 +20,7 @@ if ! grep -q "\"step\": $S," $R/$n/train.log.jsonl 2>/dev/null; then
       --set pos_stretch_max=2.0 >> $R/$n.out 2>&1 < /dev/null
 fi
 echo "AR stage done $(date)"
-TASKS=$F OMP_NUM_THREADS=$t bash benchmarks/lengths_eval.sh $n ar > $R/s44-eval-$n-ar.log 2>&1
+SEEDS=0 TASKS=$F OMP_NUM_THREADS=$t bash benchmarks/lengths_eval.sh $n ar > $R/s44-eval-$n-ar.log 2>&1
 echo "AR eval done $(date)"
 d=${n}d0
 [ -d $R/$d ] || cp -r $R/$n $R/$d

@@ -6,7 +6,7 @@ longest answer until a same-format helper at 2-14 statements trained where such 
 
     helper      for        prompt -> answer                               sizes
     split7xph   split7xp   dup:a3b4c7:a -> 3b4c7+a3b4c7                   2-12 digits (N + N: never valid in the family)
-    split7xps   split7xp   ?+?=a3b4c7:a1b2c0+a -> 2b2c7                  2-12 digits (the family with its choice, the
+    split7xps   split7xp   ?+?=a3b4c7:a1b2c0+ -> a2b2c7                  2-12 digits (the family with its choice, the
                                                                           first addend, made in the prompt)
     split7xpc   split7xp   copy:a3b4c7:a -> 3b4c7                         2-12 digits (N's marked copy: where the first
                                                                           addend ends, which split7xps never trains)
@@ -56,27 +56,29 @@ class SecondAddend(Helper):
     reference draws it) and the answer is the one second addend. Its loss is on the part of the answer that takes two
     look-ups by marker (N_i and x_i) and where the answer ends, at sizes past the range; the choice itself is never
     trained outside the range, so nothing here narrows it. Session 43's `dup:` helper (split7xph) taught the length
-    but at 4,000 steps its `N+N` merged into the family's answers (three addends); this one has nothing to merge."""
+    but at 4,000 steps its `N+N` merged into the family's answers (three addends); this one has nothing to merge.
+    The answer starts with the second addend's first marker, as the family's does after `+`: a first version that
+    gave it in the prompt (`...+a` -> `2b2c7`, session 44's first two pilots) left beyond answers that skip it."""
     name, family = "split7xps", "split7xp"
-    pattern = re.compile(r"\?\+\?=((?:[a-zA-Z][0-9])+):((?:[a-zA-Z][0-9])+)\+([a-zA-Z])")
-    description = "?+?=a3b4c7:a1b2c0+a ; answer 2b2c7, N minus the given first addend (helper, training only)"
+    pattern = re.compile(r"\?\+\?=((?:[a-zA-Z][0-9])+):((?:[a-zA-Z][0-9])+)\+")
+    description = "?+?=a3b4c7:a1b2c0+ ; answer a2b2c7, N minus the given first addend (helper, training only)"
     max_size = len(MARKERS)
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
         n = str(draw_number(rng, self.lo, self.hi))
         marks = marker_run(rng, MARKERS, len(n), len(n))[1]
         first = "".join(m + str(rng.randint(0, int(d))) for m, d in zip(marks, n))  # split7xp's reference draw
-        prompt = "?+?=" + "".join(m + d for m, d in zip(marks, n)) + ":" + first + "+" + marks[0]
+        prompt = "?+?=" + "".join(m + d for m, d in zip(marks, n)) + ":" + first + "+"
         return prompt, self.answer(prompt)
 
     def answer(self, prompt: str) -> str:
         m = self.parse(prompt)
         marks, n, x = m[1][::2], m[1][1::2], m[2][1::2]
-        if (m[2][::2] != marks or m[3] != marks[0] or marks not in MARKERS or n[0] == "0"
+        if (m[2][::2] != marks or marks not in MARKERS or n[0] == "0"
                 or any(a > b for a, b in zip(x, n))):
             raise ValueError(f"not a {self.name} prompt (N's digits marked by a run of a-zA-Z, a first addend under "
-                             f"the same markers with each digit at most N's, the first marker closing it): {prompt!r}")
-        return "".join(mk + str(int(d) - int(c)) for mk, d, c in zip(marks, n, x))[1:]
+                             f"the same markers with each digit at most N's, then +): {prompt!r}")
+        return "".join(mk + str(int(d) - int(c)) for mk, d, c in zip(marks, n, x))
 
     def size(self, prompt: str) -> int:
         return len(self.parse(prompt)[1]) // 2
