@@ -129,6 +129,30 @@ def test_init_starts_from_a_checkpoint_with_a_fresh_schedule(tmp_path):
     assert not torch.allclose(base.lm_head.weight, fresh.lm_head.weight, atol=1e-3)  # the test can fail
     with pytest.raises(ValueError, match="differs from the run's.*dim"):
         pretrain(replace(cfg, model=replace(cfg.model, dim=cfg.model.dim * 2)), tmp_path / "d", log=lambda *_: None)
+    with pytest.raises(FileNotFoundError, match="init=.*no such checkpoint"):
+        pretrain(replace(cfg, init=str(tmp_path / "nowhere")), tmp_path / "e", log=lambda *_: None)
+
+
+def test_a_run_from_init_resumes_its_own_state(tmp_path, monkeypatch):
+    import orl.train.pretrain as mod
+    pretrain(small_cfg(ar_steps=4, diffusion_steps=0), tmp_path / "a", log=lambda *_: None)
+    cfg = small_cfg(ar_steps=6, diffusion_steps=0, init=str(tmp_path / "a"), save_every=2)
+    pretrain(cfg, tmp_path / "whole", log=lambda *_: None)
+    real, calls = mod.train_step, []
+
+    def crashing(*args, **kw):  # dies in step 4, after the checkpoint at 2
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return real(*args, **kw)
+
+    monkeypatch.setattr(mod, "train_step", crashing)
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(cfg, tmp_path / "cut", log=lambda *_: None)
+    monkeypatch.setattr(mod, "train_step", real)
+    monkeypatch.setattr(mod, "load_initial", lambda *a: pytest.fail("a resumed run read init"))
+    pretrain(cfg, tmp_path / "cut", log=lambda *_: None)
+    assert losses(tmp_path / "cut" / "train.log.jsonl") == losses(tmp_path / "whole" / "train.log.jsonl")
 
 
 def test_resume_is_exact(tmp_path, monkeypatch):

@@ -129,7 +129,7 @@ def test_length_helpers_by_hand(name, prompt, answer, size):
     ("constr7xph", "PQRS of bd, b to b, no equal neighbours:P"), ("constr7xph", "PQR of bd, g to g, no equal neighbours:P"), ("keysort7xh", "kcopy:c3,c1="),
     ("split7xps", "?+?=a3b4:a4b0+"), ("split7xps", "?+?=a3b4:a1c0+"), ("split7xps", "?+?=a3b4:a1b0+b"),  # x_i > N_i,
     ("split7xps", "?+?=a3b4:a1+"), ("split7xps", "?+?=a0b4:a0b0+"),  # other markers, the marker given, short, leading 0
-    ("split7xpc", "copy:a3b4:b"), ("split7xpc", "copy:a3c4:a"),
+    ("split7xpc", "copy:a3b4:b"), ("split7xpc", "copy:a3c4:a"), ("split7xpc", "copy:a0b4:a"),
 ])
 def test_length_helpers_name_malformed_prompts(name, prompt):
     with pytest.raises(ValueError, match=f"not a {name} prompt"):
@@ -187,6 +187,16 @@ def test_held_out_problems_are_not_trained_under_other_markers(name):
     train = {strip(task.sample("train", i).prompt) for i in range(5000)}
     held = [strip(task.sample("heldout", i).prompt) for i in range(300)]
     assert not [h for h in held if h in train]
+
+
+@pytest.mark.parametrize("name", ["split7xps", "split7xpc"])
+def test_split_helpers_never_draw_the_familys_held_out_n(name):
+    # split7xps prompts carry a complete family answer: by its own hash it trained 171 of 300 held-out N (review)
+    helper, family = get_task(name), get_task("split7xp")
+    held = {family.sample("heldout", i).prompt.split(":")[0][4:][1::2] for i in range(300)}
+    digits = {helper.parse(helper.sample("train", i).prompt)[1][1::2] for i in range(20000)}  # N of each draw
+    assert len(held) > 150 and not held & digits
+    assert {len(d) for d in digits} >= set(range(2, 13))
 
 
 def test_length_helpers_refuse_sizes_their_format_cannot_mark():

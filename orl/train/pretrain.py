@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -105,13 +106,25 @@ def train_step(model: Transformer, opt: torch.optim.Optimizer, batches: list[Bat
 
 
 def load_initial(directory: str, args, device) -> Transformer:
-    """`init`'s weights, refused unless the checkpoint's ModelArgs are the run's (a silent mismatch would train
-    a different model than the config names)."""
+    """`init`'s weights in fp32 (as a random init), refused unless they are a plain trainable model of this run: the
+    same ModelArgs (a silent mismatch would train another model than the config names), the recipe's character
+    tokenizer (equal ids, another vocabulary, would train on the wrong characters), not quantized (its int8/fp8
+    weights are buffers: the run would train the norms and embeddings alone) and not a draft-only conversion."""
     from orl.checkpoint import load_checkpoint
-    model, _, _ = load_checkpoint(directory, device=device)
+    from orl.tokenizer import CharTokenizer
+    where = f"init={directory}"
+    if not Path(directory).is_dir():
+        raise FileNotFoundError(f"{where}: no such checkpoint directory")
+    model, tok, manifest = load_checkpoint(directory, device=device, dtype=torch.float32)
+    if manifest.get("quantization"):
+        raise ValueError(f"{where}: a quantized checkpoint ({manifest['quantization']}); start from its source")
+    if getattr(model, "verifier_record", None):
+        raise ValueError(f"{where}: a draft-only conversion (its clean rows never trained); start from its base")
+    if getattr(tok, "kind", None) != "char" or tok.itos != CharTokenizer().itos:
+        raise ValueError(f"{where}: its tokenizer is not this recipe's character tokenizer")
     if model.args != args:
         diff = {k: (getattr(model.args, k), getattr(args, k)) for k in vars(args) if getattr(model.args, k) != getattr(args, k)}
-        raise ValueError(f"init={directory}: its model differs from the run's (checkpoint, config): {diff}")
+        raise ValueError(f"{where}: its model differs from the run's (checkpoint, config): {diff}")
     return model
 
 
@@ -122,6 +135,8 @@ def pretrain(cfg: PretrainConfig, out: str | Path, resume: bool = True, allow_co
     from orl.train.heldout import check_eval_fits
 
     tok = CharTokenizer()
+    if cfg.init:  # the run's record names the checkpoint wherever it was started from
+        cfg = replace(cfg, init=str(Path(cfg.init).resolve()))
     if cfg.model.vocab_size < tok.vocab_size:
         raise ValueError(f"model vocab_size {cfg.model.vocab_size} < tokenizer vocab {tok.vocab_size}")
     diffusion_eval = cfg.convert and cfg.diffusion_steps > 0
