@@ -44,9 +44,9 @@ from length_table import STEPPERS  # noqa: E402
 variant, family, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 # session 44: `init=RUN` starts from a trained checkpoint (PretrainConfig.init: its weights, a fresh schedule), the
 # pilot of a curriculum stage that adds a family to a trained base; `aux=HELPER` picks the helper of a hinted family
-opts = dict(a.split("=", 1) for a in sys.argv[4:])
+opts = dict(a.split("=", 1) if "=" in a else (a, "") for a in sys.argv[4:])
 if set(opts) - {"init", "aux"} or not all(opts.values()):
-    sys.exit(f"options are init=CHECKPOINT_DIR and aux=HELPER, got {sys.argv[4:]}")
+    sys.exit(f"options are init=CHECKPOINT_DIR and aux=HELPER[+HELPER], got {sys.argv[4:]}")
 kind, *mods = variant.split("+")
 MODIFIERS = {"logn", "rstride", "half", "min"}
 if kind not in {"rope", "assoc", "hints", "hintsp", "hintsph"} | MODIFIERS or set(mods) - MODIFIERS:
@@ -63,6 +63,8 @@ AUX = {**{h.family: h.name for h in HELPERS + CHOICE_HELPERS if h.name not in ("
        "prog7xp": "prog7xph", "long7xp": "long7xph", **({family: opts["aux"]} if "aux" in opts else {})}
 aux = AUX.get(family, "").split("+")  # aux=A+B: two helpers, sharing the helper half of each batch
 assoc = kind in ("assoc", "hintsph")
+if "aux" in opts and not assoc:
+    sys.exit(f"aux= needs a variant that trains helpers (assoc, hintsph), not {variant!r}")
 if assoc and not set(aux) <= {h.name for h in HELPERS + HINT_HELPERS + CHOICE_HELPERS}:
     sys.exit(f"aux={'+'.join(aux)}: not helpers (orl/eval/tasks/helpers.py, hint_helpers.py, hint_choice_helpers.py)")
 rotary = [m for m in mods if m in ("half", "min")]
