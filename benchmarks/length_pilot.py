@@ -104,6 +104,10 @@ for name, split in [(family, "heldout"), (family, "beyond")] + ([(a, "heldout") 
     if hasattr(getattr(task, "inner", None), "markers_right"):  # hinted multi-answer families: alignment and length
         print(variant, name, split, "markers right", f"{sum(task.inner.markers_right(s.prompt, g.text) for s, g in zip(ss, gens))}/{len(ss)}",
               "examples", [(s.prompt, g.text) for s, g, o in zip(ss, gens, ok) if not o][:3], flush=True)
+    if name == "split7xp":  # the free choice kept? a copy of N (x = N, y = 0) is valid and would need no split
+        parts = [task.inner._addends(task.inner.parse(s.prompt)[0], g.text) for s, g in zip(ss, gens)]
+        print(variant, name, split, "x = N (copies)", f"{sum(p is not None and set(p[1]) == {'0'} for p in parts)}/{len(ss)}",
+              "answers", [g.text for g in gens[:4]], flush=True)
     if name in STEPPERS:  # running steps by element index, cut at the first index past the training range
         cut, cells = task.sizes[1] + 1, {}
         for s, g in zip(ss, gens):

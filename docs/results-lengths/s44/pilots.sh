@@ -10,6 +10,7 @@ L=~/.cache/orl/runs/s44; mkdir -p $L
 for spec in "$@"; do
   IFS=: read -r v f n o1 o2 <<< "$spec"
   tag=$(echo "$f-$v-$n-$o1-$o2" | tr '=/' '__' | sed 's/_root_.cache_orl_runs_//')
-  python benchmarks/length_pilot.py $v $f $n $o1 $o2 > $L/pilot-$tag.log 2>&1 < /dev/null
+  log=$L/pilot-$tag.log; [ -e "$log" ] && log=$L/pilot-$tag-$(date +%s).log  # a rerun never overwrites a record
+  python benchmarks/length_pilot.py "$v" "$f" "$n" ${o1:+"$o1"} ${o2:+"$o2"} > "$log" 2>&1 < /dev/null
   echo "$spec rc $? $(date)"
 done
