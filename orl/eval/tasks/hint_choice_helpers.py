@@ -26,18 +26,31 @@ from .hinted import MARKERS, marker_run
 from .keysort import KEYSORT7_LETTERS
 
 
-class DupMarked(Helper):
+def _marked_n(rng: random.Random, lo: int, hi: int) -> tuple[str, str, str]:
+    """(markers, N's digits, N marked as `a3b4c7`): N as split7xp draws it, under a marker run as long as N."""
+    n = str(draw_number(rng, lo, hi))
+    marks = marker_run(rng, MARKERS, len(n), len(n))[1]
+    return marks, n, "".join(m + d for m, d in zip(marks, n))
+
+
+class _MarkedN(Helper):
+    """A split7xp helper whose prompt's first group is N marked (`a3b4c7`): its size is N's digit count."""
+    max_size = len(MARKERS)  # one marker per digit
+
+    def size(self, prompt: str) -> int:
+        return len(self.parse(prompt)[1]) // 2
+
+
+class DupMarked(_MarkedN):
     """N + N (2N, never a valid split7xp answer for N > 0): a helper whose answers were valid in the family would
     reward copying N and remove the free choice unseen; this one shows up as errors if it leaks."""
     name, family = "split7xph", "split7xp"
     pattern = re.compile(r"dup:((?:[a-zA-Z][0-9])+):([a-zA-Z])")
     description = "dup:a3b4c7:a ; answer 3b4c7+a3b4c7 (helper, training only)"
-    max_size = len(MARKERS)  # one marker per item
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
-        n = str(draw_number(rng, self.lo, self.hi))
-        marks = marker_run(rng, MARKERS, len(n), len(n))[1]
-        prompt = "dup:" + "".join(m + d for m, d in zip(marks, n)) + ":" + marks[0]
+        marks, _, marked = _marked_n(rng, self.lo, self.hi)
+        prompt = "dup:" + marked + ":" + marks[0]
         return prompt, self.answer(prompt)
 
     def answer(self, prompt: str) -> str:
@@ -47,11 +60,8 @@ class DupMarked(Helper):
             raise ValueError(f"not a {self.name} prompt (a run of markers, the first closing it): {prompt!r}")
         return (m[1] + "+" + m[1])[1:]
 
-    def size(self, prompt: str) -> int:
-        return len(self.parse(prompt)[1]) // 2
 
-
-class _SplitFamilySplit(Helper):
+class _SplitFamilySplit(_MarkedN):
     """A split7xp helper whose training draws skip the family's held-out N: split7xps prompts with a complete valid
     family answer, so drawing N by its own hash would train the family's held-out problems (the review of session 44
     found 171 of 300 held-out N among 20,000 draws). Beyond-range N are drawn freely (at 6-7 digits a test N is
@@ -73,13 +83,11 @@ class SecondAddend(_SplitFamilySplit):
     name, family = "split7xps", "split7xp"
     pattern = re.compile(r"\?\+\?=((?:[a-zA-Z][0-9])+):((?:[a-zA-Z][0-9])+)\+")
     description = "?+?=a3b4c7:a1b2c0+ ; answer a2b2c7, N minus the given first addend (helper, training only)"
-    max_size = len(MARKERS)
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
-        n = str(draw_number(rng, self.lo, self.hi))
-        marks = marker_run(rng, MARKERS, len(n), len(n))[1]
+        marks, n, marked = _marked_n(rng, self.lo, self.hi)
         first = "".join(m + str(rng.randint(0, int(d))) for m, d in zip(marks, n))  # split7xp's reference draw
-        prompt = "?+?=" + "".join(m + d for m, d in zip(marks, n)) + ":" + first + "+"
+        prompt = "?+?=" + marked + ":" + first + "+"
         return prompt, self.answer(prompt)
 
     def answer(self, prompt: str) -> str:
@@ -91,9 +99,6 @@ class SecondAddend(_SplitFamilySplit):
                              f"the same markers with each digit at most N's, then +): {prompt!r}")
         return "".join(mk + str(int(d) - int(c)) for mk, d, c in zip(marks, n, x))
 
-    def size(self, prompt: str) -> int:
-        return len(self.parse(prompt)[1]) // 2
-
 
 class MarkedCopy(_SplitFamilySplit):
     """N's marked copy, the part of split7xph that split7xps lacks: with split7xps alone (a warm-started session-44
@@ -102,12 +107,10 @@ class MarkedCopy(_SplitFamilySplit):
     name, family = "split7xpc", "split7xp"
     pattern = re.compile(r"copy:((?:[a-zA-Z][0-9])+):([a-zA-Z])")
     description = "copy:a3b4c7:a ; answer 3b4c7, N as marked (helper, training only)"
-    max_size = len(MARKERS)
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
-        n = str(draw_number(rng, self.lo, self.hi))
-        marks = marker_run(rng, MARKERS, len(n), len(n))[1]
-        prompt = "copy:" + "".join(m + d for m, d in zip(marks, n)) + ":" + marks[0]
+        marks, _, marked = _marked_n(rng, self.lo, self.hi)
+        prompt = "copy:" + marked + ":" + marks[0]
         return prompt, self.answer(prompt)
 
     def answer(self, prompt: str) -> str:
@@ -116,9 +119,6 @@ class MarkedCopy(_SplitFamilySplit):
             raise ValueError(f"not a {self.name} prompt (N's digits, no leading zero, marked by a run of markers, the "
                              f"first closing it): {prompt!r}")
         return m[1][1:]
-
-    def size(self, prompt: str) -> int:
-        return len(self.parse(prompt)[1]) // 2
 
 
 class TwoLetterEnds(Helper):
