@@ -116,6 +116,7 @@ def test_constr7xp_slots_and_letters_stay_apart():
     ("split7xps", "?+?=a3b4c7:a1b2c0+", "a2b2c7", 3),
     ("split7xps", "?+?=X9Y0:X9Y0+", "X0Y0", 2),
     ("split7xpc", "copy:a3b4c7:a", "3b4c7", 3),
+    ("constr7xpe", "PQR of bdg, b to g, no equal neighbours:PbQdR", "g", 3),
 ])
 def test_length_helpers_by_hand(name, prompt, answer, size):
     helper = get_task(name)
@@ -130,6 +131,9 @@ def test_length_helpers_by_hand(name, prompt, answer, size):
     ("split7xps", "?+?=a3b4:a4b0+"), ("split7xps", "?+?=a3b4:a1c0+"), ("split7xps", "?+?=a3b4:a1b0+b"),  # x_i > N_i,
     ("split7xps", "?+?=a3b4:a1+"), ("split7xps", "?+?=a0b4:a0b0+"),  # other markers, the marker given, short, leading 0
     ("split7xpc", "copy:a3b4:b"), ("split7xpc", "copy:a3c4:a"), ("split7xpc", "copy:a0b4:a"),
+    ("constr7xpe", "PQR of bdg, b to g, no equal neighbours:PbQgR"), ("constr7xpe", "PQR of bdg, b to g, no equal neighbours:PdQbR"),
+    ("constr7xpe", "PQR of bdg, b to g, no equal neighbours:PbQbR"), ("constr7xpe", "PQR of bdg, b to g, no equal neighbours:PbRdQ"),
+    ("constr7xpe", "PQR of bdg, b to g, no equal neighbours:PbQeR"),  # ends next to its end, wrong start, equal, order, letter
 ])
 def test_length_helpers_name_malformed_prompts(name, prompt):
     with pytest.raises(ValueError, match=f"not a {name} prompt"):
@@ -138,7 +142,7 @@ def test_length_helpers_name_malformed_prompts(name, prompt):
 
 @pytest.mark.parametrize("name,family,hi", [("split7xph", "split7xp", 12), ("constr7xph", "constr7xp", 20),
                                             ("keysort7xh", "keysort7x", 12), ("split7xps", "split7xp", 12),
-                                            ("split7xpc", "split7xp", 12)])
+                                            ("split7xpc", "split7xp", 12), ("constr7xpe", "constr7xp", 20)])
 def test_length_helpers_cover_the_beyond_sizes_and_are_training_only(name, family, hi):
     from orl.eval.tasks import HELPER_NAMES
     helper, fam = get_task(name), get_task(family)
@@ -148,6 +152,10 @@ def test_length_helpers_cover_the_beyond_sizes_and_are_training_only(name, famil
     sample = helper.sample("train", 0)
     if name == "constr7xph":  # the family's own format with two letters: its answers are the family's too
         assert all(fam.verify(s.prompt, s.answer) for s in (helper.sample("train", i) for i in range(100)))
+    elif name == "constr7xpe":  # the family's prompt and walk: with the end letter, a valid family answer
+        for s in (helper.sample("train", i) for i in range(100)):
+            head, walk = s.prompt.split(":")
+            assert fam.verify(head + ":" + walk[0], walk[1:] + s.answer)
     elif name == "split7xps":  # the family's prompt and first addend: with the answer, a valid family answer
         for s in (helper.sample("train", i) for i in range(100)):
             head, first = s.prompt.split(":")  # first: the first addend and its +
@@ -197,6 +205,14 @@ def test_split_helpers_never_draw_the_familys_held_out_n(name):
     digits = {helper.parse(helper.sample("train", i).prompt)[1][1::2] for i in range(20000)}  # N of each draw
     assert len(held) > 150 and not held & digits
     assert {len(d) for d in digits} >= set(range(2, 13))
+
+
+def test_end_letter_helper_never_draws_the_familys_held_out_problems():
+    helper, family = get_task("constr7xpe"), get_task("constr7xp")
+    held = {family.inner.canonical(family.sample("heldout", i).prompt) for i in range(300)}
+    drawn = {family.inner.canonical(s.prompt.split(":")[0] + ":" + s.prompt.split(":")[1][0])
+             for s in (helper.sample("train", i) for i in range(5000))}
+    assert len(held) > 100 and not held & drawn
 
 
 def test_length_helpers_refuse_sizes_their_format_cannot_mark():

@@ -13,6 +13,8 @@ longest answer until a same-format helper at 2-14 statements trained where such 
     constr7xph  constr7xp  PQRST of bd, b to b, no equal neighbours:P      3-20 slots (two letters: one answer,
                            -> bQdRbSdTb                                     valid in the family too)
     keysort7xh  keysort7x  kcopy:c3,a1,b3= -> c3a1b3                      3-12 records, a-l (the records as given)
+    constr7xpe  constr7xp  PQR of bdg, b to g, no equal neighbours:PbQdR   3-20 slots (the family with the walk given
+                           -> g                                             up to the last slot: its end letter)
 """
 from __future__ import annotations
 
@@ -154,6 +156,43 @@ class TwoLetterEnds(Helper):
         return len(self.parse(prompt)[1])
 
 
+class EndLetter(Helper):
+    """constr7xp's own format with the walk given up to the last slot; the answer is the end letter. The five-family
+    AR stage of session 44 wrote the right slots on every in-range constr7xp prompt and missed the end letter on 61
+    of 100 (`MNOPQRST of acd, d to c` -> `...dTa`, where c was free to write): this trains that last step at every
+    size, the walk drawn as the family's reference draws it, so no choice is narrowed. Draws skip the family's
+    held-out problems (its split decides), since each prompt and answer is a complete family answer."""
+    name, family = "constr7xpe", "constr7xp"
+    pattern = re.compile(r"(([A-Z]+) of ([a-z]+), ([a-z]) to ([a-z]), no equal neighbours:)((?:[A-Z][a-z])+[A-Z])")
+    description = "PQR of bdg, b to g, no equal neighbours:PbQdR ; answer g, the end letter (helper, training only)"
+    max_size = 26  # slots A-Z
+
+    def generate(self, rng: random.Random) -> tuple[str, str]:
+        from .hinted_choice import ConstrHints
+        prompt, answer = ConstrHints(self.lo, self.hi).generate(rng)
+        prompt = prompt + answer[:-1]
+        return prompt, self.answer(prompt)
+
+    def answer(self, prompt: str) -> str:
+        m = self.parse(prompt)
+        slots, letters, first, last, walk = m[2], m[3], m[4], m[5], m[6]
+        word = walk[1::2]
+        if (walk[::2] != slots or slots not in string.ascii_uppercase or len(set(letters)) != len(letters)
+                or not {first, last} | set(word) <= set(letters) or word[:1] != first or word[-1] == last
+                or any(a == b for a, b in zip(word, word[1:]))):
+            raise ValueError(f"not a {self.name} prompt (a run of A-Z slots, the walk under them up to the last one: "
+                             f"from the first letter, in the letters, no equal neighbours, not ending where it must "
+                             f"end next): {prompt!r}")
+        return last
+
+    def split_of(self, prompt: str) -> str:
+        from . import get_task  # the registry imports this module
+        return get_task(self.family).split_of(self.parse(prompt)[1] + self.parse(prompt)[2][0])
+
+    def size(self, prompt: str) -> int:
+        return len(self.parse(prompt)[2])
+
+
 class CopyRecords(Helper):
     name, family = "keysort7xh", "keysort7x"
     pattern = re.compile(r"kcopy:([a-z][0-9](?:,[a-z][0-9])*)=")
@@ -175,4 +214,4 @@ class CopyRecords(Helper):
         return self.parse(prompt)[1].count(",") + 1
 
 
-CHOICE_HELPERS = (DupMarked(2, 12), TwoLetterEnds(3, 20), CopyRecords(3, 12), SecondAddend(2, 12), MarkedCopy(2, 12))
+CHOICE_HELPERS = (DupMarked(2, 12), TwoLetterEnds(3, 20), CopyRecords(3, 12), SecondAddend(2, 12), MarkedCopy(2, 12), EndLetter(3, 20))
