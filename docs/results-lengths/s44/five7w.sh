@@ -24,7 +24,7 @@ echo "AR eval done $(date)"
 d=${n}d0
 [ -d $R/$d ] || { rm -rf $R/$d.tmp && cp -r $R/$n $R/$d.tmp && mv $R/$d.tmp $R/$d; }  # a cut copy is never a run
 OMP_NUM_THREADS=$t orl train $common --out $R/$d --set diffusion_steps=3000 --set ar_aux=2.0 \
-    --set layout=absolute_grid --set pos_stretch=0 --set eval_every=1000000 --allow-config-change >> $R/$d.out 2>&1 < /dev/null
+    --set layout=absolute_grid --set pos_stretch=0 --set eval_every=1000000 --set eval_max_new_tokens=96 --allow-config-change >> $R/$d.out 2>&1 < /dev/null
 echo "stage 2 done $(date)"
 TASKS=$F OMP_NUM_THREADS=$t bash benchmarks/lengths_eval.sh $d fused > $R/s44-eval-$d-fused.log 2>&1
 echo "fused eval done $(date)"
