@@ -161,7 +161,9 @@ class EndLetter(Helper):
     AR stage of session 44 wrote the right slots on every in-range constr7xp prompt and missed the end letter on 61
     of 100 (`MNOPQRST of acd, d to c` -> `...dTa`, where c was free to write): this trains that last step at every
     size, the walk drawn as the family's reference draws it, so no choice is narrowed. Draws skip the family's
-    held-out problems (its split decides), since each prompt and answer is a complete family answer."""
+    held-out problems (its split decides), since each prompt and answer is a complete family answer. Its warm pilot
+    (session 44) learned it and got worse on the family (52.5% / 12.5% against 71.3% / 31.2%: early stops beyond),
+    so no recipe uses it; kept so that the pilot reruns."""
     name, family = "constr7xpe", "constr7xp"
     pattern = re.compile(r"(([A-Z]+) of ([a-z]+), ([a-z]) to ([a-z]), no equal neighbours:)((?:[A-Z][a-z])+[A-Z])")
     description = "PQR of bdg, b to g, no equal neighbours:PbQdR ; answer g, the end letter (helper, training only)"
