@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from orl.model.vocab import special_ids
 from orl.eval.tasks import get_task
+from orl.model import ModelArgs
 from orl.model.model import Transformer
 from orl.train.batches import (Batch, ar_batch, diffusion_batch, grid_pairs, shift_positions, stretch_positions,
                                weighted_ce_sum)
@@ -105,7 +106,7 @@ def train_step(model: Transformer, opt: torch.optim.Optimizer, batches: list[Bat
     return float(sums.sum() / total_w)
 
 
-def load_initial(directory: str, args, device) -> Transformer:
+def load_initial(directory: str, args: ModelArgs, device: torch.device | str) -> Transformer:
     """`init`'s weights in fp32 (as a random init), refused unless they are a plain trainable model of this run: the
     same ModelArgs (a silent mismatch would train another model than the config names), the recipe's character
     tokenizer (equal ids, another vocabulary, would train on the wrong characters), not quantized (its int8/fp8
@@ -123,7 +124,7 @@ def load_initial(directory: str, args, device) -> Transformer:
     if getattr(tok, "kind", None) != "char" or tok.itos != CharTokenizer().itos:
         raise ValueError(f"{where}: its tokenizer is not this recipe's character tokenizer")
     if model.args != args:
-        diff = {k: (getattr(model.args, k), getattr(args, k)) for k in vars(args) if getattr(model.args, k) != getattr(args, k)}
+        diff = {k: (getattr(model.args, k), v) for k, v in vars(args).items() if getattr(model.args, k) != v}
         raise ValueError(f"{where}: its model differs from the run's (checkpoint, config): {diff}")
     return model
 
