@@ -25,6 +25,7 @@ import string
 from .base import draw_number
 from .helpers import Helper
 from .hinted import MARKERS, marker_run
+from .hinted_choice import ConstrHints
 from .keysort import KEYSORT7_LETTERS
 
 
@@ -169,9 +170,12 @@ class EndLetter(Helper):
     description = "PQR of bdg, b to g, no equal neighbours:PbQdR ; answer g, the end letter (helper, training only)"
     max_size = 26  # slots A-Z
 
+    def __init__(self, lo: int, hi: int):
+        super().__init__(lo, hi)
+        self.walks = ConstrHints(lo, hi)  # the family's draw at the helper's sizes
+
     def generate(self, rng: random.Random) -> tuple[str, str]:
-        from .hinted_choice import ConstrHints
-        prompt, answer = ConstrHints(self.lo, self.hi).generate(rng)
+        prompt, answer = self.walks.generate(rng)
         prompt = prompt + answer[:-1]
         return prompt, self.answer(prompt)
 
