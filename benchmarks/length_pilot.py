@@ -59,8 +59,10 @@ if kind in ("hints", "hintsp", "hintsph"):  # the library's hinted families (orl
     if family in ("split7x", "constr7x"):
         sys.exit(f"{family} does not exist: split7 and constr7 have only the prefilled hinted form (hintsp, hintsph)")
 # the helper the assoc variants train beside each family; named for the hinted ones, since long7xp has two
-AUX = {**{h.family: h.name for h in HELPERS + CHOICE_HELPERS if h.name not in ("split7xps", "split7xpc")},
-       "prog7xp": "prog7xph", "long7xp": "long7xph", **({family: opts["aux"]} if "aux" in opts else {})}
+AUX = {"prog7xp": "prog7xph", "long7xp": "long7xph"}
+for h in HELPERS + CHOICE_HELPERS:  # a family's first helper is its default (later ones are picked with aux=)
+    AUX.setdefault(h.family, h.name)
+AUX.update({family: opts["aux"]} if "aux" in opts else {})
 aux = AUX.get(family, "").split("+")  # aux=A+B: two helpers, sharing the helper half of each batch
 assoc = kind in ("assoc", "hintsph")
 if "aux" in opts and not assoc:
@@ -105,7 +107,7 @@ for name, split in [(family, "heldout"), (family, "beyond")] + ([(a, "heldout") 
         print(variant, name, split, "markers right", f"{sum(task.inner.markers_right(s.prompt, g.text) for s, g in zip(ss, gens))}/{len(ss)}",
               "examples", [(s.prompt, g.text) for s, g, o in zip(ss, gens, ok) if not o][:3], flush=True)
     if name == "split7xp":  # the free choice kept? a copy of N (x = N, y = 0) is valid and would need no split
-        parts = [task.inner._addends(task.inner.parse(s.prompt)[0], g.text) for s, g in zip(ss, gens)]
+        parts = [task.inner.addends(task.inner.parse(s.prompt)[0], g.text) for s, g in zip(ss, gens)]
         print(variant, name, split, "x = N (copies)", f"{sum(p is not None and set(p[1]) == {'0'} for p in parts)}/{len(ss)}",
               "answers", [g.text for g in gens[:4]], flush=True)
     if name in STEPPERS:  # running steps by element index, cut at the first index past the training range

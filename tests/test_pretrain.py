@@ -133,23 +133,29 @@ def test_init_starts_from_a_checkpoint_with_a_fresh_schedule(tmp_path):
         pretrain(replace(cfg, init=str(tmp_path / "nowhere")), tmp_path / "e", log=lambda *_: None)
 
 
+def crash_in_step(monkeypatch, n: int) -> None:
+    """pretrain's n-th train_step raises KeyboardInterrupt (a cut run); monkeypatch.undo() restores it."""
+    import orl.train.pretrain as mod
+    real, calls = mod.train_step, []
+
+    def crashing(*args, **kw):
+        calls.append(1)
+        if len(calls) == n:
+            raise KeyboardInterrupt
+        return real(*args, **kw)
+
+    monkeypatch.setattr(mod, "train_step", crashing)
+
+
 def test_a_run_from_init_resumes_its_own_state(tmp_path, monkeypatch):
     import orl.train.pretrain as mod
     pretrain(small_cfg(ar_steps=4, diffusion_steps=0), tmp_path / "a", log=lambda *_: None)
     cfg = small_cfg(ar_steps=6, diffusion_steps=0, init=str(tmp_path / "a"), save_every=2)
     pretrain(cfg, tmp_path / "whole", log=lambda *_: None)
-    real, calls = mod.train_step, []
-
-    def crashing(*args, **kw):  # dies in step 4, after the checkpoint at 2
-        calls.append(1)
-        if len(calls) == 4:
-            raise KeyboardInterrupt
-        return real(*args, **kw)
-
-    monkeypatch.setattr(mod, "train_step", crashing)
+    crash_in_step(monkeypatch, 4)  # after the checkpoint at 2
     with pytest.raises(KeyboardInterrupt):
         pretrain(cfg, tmp_path / "cut", log=lambda *_: None)
-    monkeypatch.setattr(mod, "train_step", real)
+    monkeypatch.undo()
     monkeypatch.setattr(mod, "load_initial", lambda *a: pytest.fail("a resumed run read init"))
     pretrain(cfg, tmp_path / "cut", log=lambda *_: None)
     assert losses(tmp_path / "cut" / "train.log.jsonl") == losses(tmp_path / "whole" / "train.log.jsonl")
@@ -158,22 +164,12 @@ def test_a_run_from_init_resumes_its_own_state(tmp_path, monkeypatch):
 def test_resume_is_exact(tmp_path, monkeypatch):
     pretrain(small_cfg(), tmp_path / "a", log=lambda *_: None)
 
-    import orl.train.pretrain as mod
-
-    real, calls = mod.train_step, []
-
-    def crashing(*args, **kw):  # dies during step 8: after the checkpoint at 6, in the diffusion stage
-        calls.append(1)
-        if len(calls) == 8:
-            raise KeyboardInterrupt
-        return real(*args, **kw)
-
-    monkeypatch.setattr(mod, "train_step", crashing)
+    crash_in_step(monkeypatch, 8)  # after the checkpoint at 6, in the diffusion stage
     try:
         pretrain(small_cfg(), tmp_path / "b", log=lambda *_: None)
     except KeyboardInterrupt:
         pass
-    monkeypatch.setattr(mod, "train_step", real)
+    monkeypatch.undo()
     pretrain(small_cfg(), tmp_path / "b", log=lambda *_: None)
 
     def by_step(path):

@@ -72,7 +72,8 @@ class _SplitFamilySplit(_MarkedN):
 
     def split_of(self, prompt: str) -> str:
         from . import get_task  # the registry imports this module
-        return get_task(self.family).split_of("?+?=" + self.parse(prompt)[1] + ":" + self.parse(prompt)[1][0])
+        marked = self.parse(prompt)[1]
+        return get_task(self.family).split_of("?+?=" + marked + ":" + marked[0])
 
 
 class SecondAddend(_SplitFamilySplit):
@@ -193,7 +194,8 @@ class EndLetter(Helper):
 
     def split_of(self, prompt: str) -> str:
         from . import get_task  # the registry imports this module
-        return get_task(self.family).split_of(self.parse(prompt)[1] + self.parse(prompt)[2][0])
+        m = self.parse(prompt)
+        return get_task(self.family).split_of(m[1] + m[2][0])  # the family's prompt: its text up to the first slot
 
     def size(self, prompt: str) -> int:
         return len(self.parse(prompt)[2])

@@ -74,7 +74,7 @@ class SplitHints(Task):
         # out together (without this, most held-out N were trained under other markers)
         return f"?+?={self.parse(prompt)[1]}"
 
-    def _addends(self, marks: str, output: str) -> tuple[str, str] | None:
+    def addends(self, marks: str, output: str) -> tuple[str, str] | None:
         """The two addends' digits when each repeats N's markers in order, else None."""
         m = _SPLIT_ANSWER.fullmatch(marks[0] + output.rstrip())
         if m is None or any(part[::2] != marks for part in m.groups()):
@@ -82,11 +82,11 @@ class SplitHints(Task):
         return m[1][1::2], m[2][1::2]
 
     def markers_right(self, prompt: str, output: str) -> bool:
-        return self._addends(self.parse(prompt)[0], output) is not None
+        return self.addends(self.parse(prompt)[0], output) is not None
 
     def check(self, prompt: str, output: str) -> bool:
         marks, n = self.parse(prompt)
-        addends = self._addends(marks, output)
+        addends = self.addends(marks, output)
         return addends is not None and int(addends[0]) + int(addends[1]) == int(n)
 
 
