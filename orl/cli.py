@@ -132,7 +132,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from orl.demo import run_demo
 
-    run_demo(args.base, args.orl, per_task=args.per_task, threshold=args.threshold)
+    run_demo(args.base, args.orl, per_task=args.per_task, threshold=args.threshold, max_new_tokens=args.max_new_tokens,
+             spec_tokens=args.spec_tokens)
     return 0
 
 
@@ -157,7 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("demo", help="base vs ORL on held-out prompts, side by side, and one denoising step by step")
     s.add_argument("--base", default=str(shipped / "orl-tiny-base"), help="base checkpoint")
     s.add_argument("--orl", default=str(shipped / "orl-tiny-orl"), help="ORL checkpoint (skipped if absent)")
-    s.add_argument("--per-task", type=int, default=6, help="held-out prompts per task")
+    s.add_argument("--per-task", type=int, default=6,
+                   help="held-out prompts per family (and as many beyond the range of a length-varied one)")
+    s.add_argument("--max-new-tokens", type=int, default=None,
+                   help="answer budget (default 64, or 112 when a family is length-varied)")
+    s.add_argument("--spec-tokens", type=int, default=0, metavar="K",
+                   help="score with the fused self-speculative decoder, K drafted tokens in 3 groups (0: threshold)")
     s.add_argument("--threshold", type=float, default=0.9, help="commit threshold for both models")
     s.set_defaults(func=cmd_demo)
 

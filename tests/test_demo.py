@@ -34,3 +34,51 @@ def test_demo_table_is_ratio_of_sums_in_one_unit():
     _, only_base, only_orl = metrics.paired_counts(dict(enumerate(rows["base"]["ok"])), dict(enumerate(rows["orl"]["ok"])))
     assert f"McNemar p = {metrics.mcnemar_exact(only_base, only_orl):.3g}" in text
     assert "ORL / base: TPF x" in text and "step by step" in text
+
+
+def test_demo_families_leave_helpers_out_and_default_to_tasks_v6():
+    from orl.demo import demo_families
+
+    recipe = lambda tasks: {"recipe": {"config": {"tasks": tasks}}}  # noqa: E731
+    assert demo_families(recipe(["long7xp", "prog7xp", "long7xph", "split7xps", "keysort7xh"])) == ["long7xp", "prog7xp"]
+    assert demo_families({}) == list(task_names()) == demo_families(recipe([]))
+    with pytest.raises(ValueError, match="only helpers"):
+        demo_families(recipe(["long7xph"]))
+
+
+def test_demo_samples_add_the_beyond_split_only_for_length_varied_families():
+    from orl.demo import demo_budget, demo_samples
+
+    samples = demo_samples(["split", "long7xp"], 2)
+    assert (demo_budget(samples[:2]), demo_budget(samples)) == (64, 112)
+    got = [(s.task, s.split, s.index) for s in samples]
+    assert got == [("split", "heldout", 0), ("split", "heldout", 1), ("long7xp", "heldout", 0), ("long7xp", "heldout", 1),
+                   ("long7xp", "beyond", 0), ("long7xp", "beyond", 1)]
+
+
+@pytest.fixture(scope="module")
+def length_varied_base(tmp_path_factory):
+    """The shipped base's weights under a manifest that says it trained on two length-varied families and a helper."""
+    from orl.checkpoint import load_checkpoint, save_checkpoint
+
+    model, tok, manifest = load_checkpoint(ROOT / "orl-tiny-base")
+    manifest["recipe"]["config"]["tasks"] = ["long7xp", "prog7xp", "long7xph"]
+    kept = {k: manifest[k] for k in ("block_len", "residual_mode", "recipe", "objective") if k in manifest}
+    return save_checkpoint(model, tok, tmp_path_factory.mktemp("lv") / "base", manifest=kept)
+
+
+@pytest.mark.parametrize("spec_tokens", [0, 4])
+def test_demo_of_a_length_varied_base_reports_in_range_and_beyond(length_varied_base, tmp_path, spec_tokens):
+    out = io.StringIO()
+    rows = run_demo(length_varied_base, tmp_path / "no-orl", per_task=1, spec_tokens=spec_tokens,
+                    max_new_tokens=64, out=out)  # its table holds 160 positions, 7 blocks do not fit
+    text = out.getvalue()
+    assert "4 held-out prompts of long7xp, prog7xp (1 per family and split" in text and "long7xph" not in text
+    ok = rows["base"]["ok"]  # long7xp in range, beyond; prog7xp in range, beyond
+    assert len(ok) == 4 and rows["base"]["acc"] == pytest.approx(sum(ok) / 4)
+    line = next(ln for ln in text.splitlines() if ln.startswith("base   accuracy in range"))
+    assert line == (f"base   accuracy in range {100 * (ok[0] + ok[2]) / 2:.1f}%, beyond the training range "
+                    f"{100 * (ok[1] + ok[3]) / 2:.1f}%")
+    table = next(ln for ln in text.splitlines() if ln.startswith("base ") and "accuracy" not in ln)
+    assert table.split()[1] == ("off" if not spec_tokens else "unused")
+    assert ("fused self-speculative decoder, 4 drafted tokens" in text) == bool(spec_tokens)
