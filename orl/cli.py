@@ -129,16 +129,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    from orl.demo import run_demo
-
-    run_demo(args.base, args.orl, per_task=args.per_task, threshold=args.threshold, max_new_tokens=args.max_new_tokens,
-             spec_tokens=args.spec_tokens)
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     from orl.cli_bench import add_command as add_bench  # bench (speed and accuracy, one table)
+    from orl.cli_demo import add_command as add_demo  # demo (base vs ORL on their own families)
     # the decode flags of generate, eval (and serve)
     from orl.cli_decode import AR_FLAGS, add_decode_flags, add_self_draft_flags
     from orl.cli_generate import add_command as add_generate  # generate (dLLMs, AR and canvas models)
@@ -154,18 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_generate(sub)
 
-    shipped = Path(__file__).resolve().parent.parent / "checkpoints"
-    s = sub.add_parser("demo", help="base vs ORL on held-out prompts, side by side, and one denoising step by step")
-    s.add_argument("--base", default=str(shipped / "orl-tiny-base"), help="base checkpoint")
-    s.add_argument("--orl", default=str(shipped / "orl-tiny-orl"), help="ORL checkpoint (skipped if absent)")
-    s.add_argument("--per-task", type=int, default=6,
-                   help="held-out prompts per family (and as many beyond the range of a length-varied one)")
-    s.add_argument("--max-new-tokens", type=int, default=None,
-                   help="answer budget (default 64, or 112 when a family is length-varied)")
-    s.add_argument("--spec-tokens", type=int, default=0, metavar="K",
-                   help="score with the fused self-speculative decoder, K drafted tokens in 3 groups (0: threshold)")
-    s.add_argument("--threshold", type=float, default=0.9, help="commit threshold for both models")
-    s.set_defaults(func=cmd_demo)
+    add_demo(sub)
 
     s = sub.add_parser("train", help="train with a recipe and preset (resumes from --out if it holds a run)",
                        formatter_class=argparse.RawDescriptionHelpFormatter)

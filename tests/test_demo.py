@@ -36,49 +36,74 @@ def test_demo_table_is_ratio_of_sums_in_one_unit():
     assert "ORL / base: TPF x" in text and "step by step" in text
 
 
-def test_demo_families_leave_helpers_out_and_default_to_tasks_v6():
-    from orl.demo import demo_families
+def test_trained_tasks_leave_helpers_out_k_shot_ones_too_and_default_to_tasks_v6():
+    from orl.eval.tasks import trained_tasks
 
     recipe = lambda tasks: {"recipe": {"config": {"tasks": tasks}}}  # noqa: E731
-    assert demo_families(recipe(["long7xp", "prog7xp", "long7xph", "split7xps", "keysort7xh"])) == ["long7xp", "prog7xp"]
-    assert demo_families({}) == list(task_names()) == demo_families(recipe([]))
-    with pytest.raises(ValueError, match="only helpers"):
-        demo_families(recipe(["long7xph"]))
+    assert trained_tasks(recipe(["long7xp", "prog7xp:3shot", "long7xph", "long7xph:3shot", "keysort7xh"])) == (
+        "long7xp", "prog7xp:3shot")
+    assert trained_tasks({"recipe": None}) == tuple(task_names()) == trained_tasks(recipe(["long7xph"]))
 
 
 def test_demo_samples_add_the_beyond_split_only_for_length_varied_families():
     from orl.demo import demo_budget, demo_samples
 
-    samples = demo_samples(["split", "long7xp"], 2)
-    assert (demo_budget(samples[:2]), demo_budget(samples)) == (64, 112)
+    samples = demo_samples(["split", "long7xp:1shot"], 2)
     got = [(s.task, s.split, s.index) for s in samples]
-    assert got == [("split", "heldout", 0), ("split", "heldout", 1), ("long7xp", "heldout", 0), ("long7xp", "heldout", 1),
-                   ("long7xp", "beyond", 0), ("long7xp", "beyond", 1)]
+    assert got == [("split", "heldout", 0), ("split", "heldout", 1), ("long7xp:1shot", "heldout", 0),
+                   ("long7xp:1shot", "heldout", 1), ("long7xp:1shot", "beyond", 0), ("long7xp:1shot", "beyond", 1)]
+    longest = max(len(s.prompt) for s in samples)
+    assert demo_budget(samples[:2], 10_000, 16) == 64 and demo_budget(samples, 10_000, 16) == 112
+    assert demo_budget(samples, longest + 100, 16) == 96  # whole blocks of what the context leaves
+    with pytest.raises(ValueError, match="per_task must be >= 1"):
+        demo_samples(["split"], 0)
 
 
 @pytest.fixture(scope="module")
 def length_varied_base(tmp_path_factory):
-    """The shipped base's weights under a manifest that says it trained on two length-varied families and a helper."""
+    """The shipped base's weights under a manifest that says it trained on a fixed-size family, a
+    length-varied one and a helper."""
     from orl.checkpoint import load_checkpoint, save_checkpoint
 
     model, tok, manifest = load_checkpoint(ROOT / "orl-tiny-base")
-    manifest["recipe"]["config"]["tasks"] = ["long7xp", "prog7xp", "long7xph"]
+    manifest["recipe"]["config"]["tasks"] = ["split", "long7xp", "long7xph"]
     kept = {k: manifest[k] for k in ("block_len", "residual_mode", "recipe", "objective") if k in manifest}
     return save_checkpoint(model, tok, tmp_path_factory.mktemp("lv") / "base", manifest=kept)
 
 
-@pytest.mark.parametrize("spec_tokens", [0, 4])
+def fused_reference(path, samples, spec_tokens: int, max_new_tokens: int) -> tuple[list[bool], float]:
+    """Verdicts and pooled TPF of `orl eval --spec-draft fused`'s decoder, built here by hand."""
+    from orl.checkpoint import load_checkpoint
+    from orl.engine.ar import ARConfig, ARDecoder
+
+    model, tok, manifest = load_checkpoint(path)
+    dec = ARDecoder(model, tok, manifest=manifest)
+    cfg = ARConfig(max_new_tokens=max_new_tokens, spec_tokens=spec_tokens, spec_draft="fused",
+                   spec_groups=min(3, 2 * spec_tokens))
+    gens = [dec.generate(s.prompt, cfg)[0] for s in samples]
+    ok = [get_task(s.task).verify(s.prompt, g.text) for s, g in zip(samples, gens)]
+    return ok, sum(g.n_tokens for g in gens) / sum(g.forwards for g in gens)
+
+
+@pytest.mark.parametrize("spec_tokens", [0, 1, 4])
 def test_demo_of_a_length_varied_base_reports_in_range_and_beyond(length_varied_base, tmp_path, spec_tokens):
+    from orl.demo import demo_budget, demo_samples
+
     out = io.StringIO()
-    rows = run_demo(length_varied_base, tmp_path / "no-orl", per_task=1, spec_tokens=spec_tokens,
-                    max_new_tokens=64, out=out)  # its table holds 160 positions, 7 blocks do not fit
+    rows = run_demo(length_varied_base, tmp_path / "no-orl", per_task=1, spec_tokens=spec_tokens, out=out)
     text = out.getvalue()
-    assert "4 held-out prompts of long7xp, prog7xp (1 per family and split" in text and "long7xph" not in text
-    ok = rows["base"]["ok"]  # long7xp in range, beyond; prog7xp in range, beyond
-    assert len(ok) == 4 and rows["base"]["acc"] == pytest.approx(sum(ok) / 4)
-    line = next(ln for ln in text.splitlines() if ln.startswith("base   accuracy in range"))
-    assert line == (f"base   accuracy in range {100 * (ok[0] + ok[2]) / 2:.1f}%, beyond the training range "
-                    f"{100 * (ok[1] + ok[3]) / 2:.1f}%")
-    table = next(ln for ln in text.splitlines() if ln.startswith("base ") and "accuracy" not in ln)
+    samples = demo_samples(["split", "long7xp"], 1)
+    budget = demo_budget(samples, 160, 16)  # the shipped base's 160 positions leave 96 new tokens, not 112
+    assert budget == 96 and f"at most {budget} new tokens" in text
+    assert "3 held-out prompts of split, long7xp (1 per family, and 1 beyond the training range of long7xp)" in text
+    assert "long7xph" not in text
+    ok = rows["base"]["ok"]  # split in range; long7xp in range, beyond
+    assert len(ok) == 3 and rows["base"]["acc"] == pytest.approx(sum(ok) / 3)
+    line = next(ln for ln in text.splitlines() if ln.startswith("base   long7xp:"))
+    assert line == f"base   long7xp: in range {100 * ok[1]:.1f}%, beyond the training range {100 * ok[2]:.1f}%"
+    table = next(ln for ln in text.splitlines() if ln.startswith("base ") and ":" not in ln)
     assert table.split()[1] == ("off" if not spec_tokens else "unused")
-    assert ("fused self-speculative decoder, 4 drafted tokens" in text) == bool(spec_tokens)
+    if spec_tokens:  # scored by the fused decoder, not the threshold one
+        assert f"fused self-speculative decoder ({spec_tokens} drafted tokens" in text
+        ref_ok, ref_tpf = fused_reference(length_varied_base, samples, spec_tokens, budget)
+        assert ok == ref_ok and rows["base"]["tpf"] == pytest.approx(ref_tpf)

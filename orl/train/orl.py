@@ -38,7 +38,7 @@ KEEP = ("verified", "fastest")
 @dataclass(frozen=True)
 class ORLConfig:
     base: str = SHIPPED_BASE
-    tasks: tuple[str, ...] = ()         # empty: the tasks the base was trained on (rollout.trained_tasks)
+    tasks: tuple[str, ...] = ()         # empty: the tasks the base was trained on (orl.eval.tasks.trained_tasks)
     updates: int = 100
     prompts_per_update: int = 16
     group_size: int = 4                 # rollouts per prompt

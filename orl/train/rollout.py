@@ -15,7 +15,7 @@ import torch
 
 from orl.engine import DecodeConfig, Engine, Generation
 from orl.engine.stops import with_stop
-from orl.eval.tasks import HELPER_NAMES, SUITE, Sample, get_task
+from orl.eval.tasks import Sample, get_task, trained_tasks
 from orl.eval.tasks.custom import reward_of
 from orl.train.dist import SINGLE, Dist, setup
 
@@ -26,17 +26,6 @@ class Rollout:
     gen: Generation   # with .trace: list[StepRecord]
     verified: bool    # reward >= keep_reward: eligible to supervise training
     reward: float = 0.0
-
-
-def trained_tasks(manifest: dict) -> tuple[str, ...]:
-    """The task families a checkpoint was trained on (its manifest's recipe: a pretrain's tasks, a
-    conversion's task-text stream corpus.tasks), else SUITE: post-training rolls out on the base's own
-    tasks unless told otherwise, without the helper families."""
-    config = (manifest.get("recipe") or {}).get("config") or {}
-    tasks = config.get("tasks") or (config.get("corpus") or {}).get("tasks")
-    # helpers (tasks/helpers.py, tasks/hint_helpers.py) are training only: no rollouts, no held-out means
-    tasks = [t for t in tasks or () if t not in HELPER_NAMES]
-    return tuple(tasks) if tasks else SUITE
 
 
 def sample_prompts(tasks: tuple[str, ...], n: int, key: str) -> list[Sample]:

@@ -57,7 +57,7 @@ from .sized import Sized
 from .split import Split
 
 __all__ = ["BEYOND", "CHOICE_HELPERS", "HELPER_NAMES", "HELPERS", "HINT_HELPERS", "SPLITS", "SUITE", "SUITE_V5", "SUITE_V7", "TASKS", "Sample", "Task", "get_task", "make_samples", "run_program",
-           "task_names"]
+           "task_names", "trained_tasks"]
 
 V7 = (
     Sized("split7", Split(2, 5, pad=False), Split(6, 7, pad=False), (2, 5), (6, 7), "digits of N"),
@@ -95,6 +95,18 @@ SEED_STRIDE = 1 << 32
 def task_names() -> list[str]:
     """The families "all" stands for."""
     return list(SUITE)
+
+
+def trained_tasks(manifest: dict) -> tuple[str, ...]:
+    """The task families a checkpoint was trained on (its manifest's recipe: a pretrain's tasks, a
+    conversion's task-text stream corpus.tasks), else SUITE: post-training rolls out on the base's own
+    tasks unless told otherwise, without the helper families."""
+    config = (manifest.get("recipe") or {}).get("config") or {}
+    tasks = config.get("tasks") or (config.get("corpus") or {}).get("tasks")
+    # helpers (tasks/helpers.py, tasks/hint_helpers.py) are training only, k-shot ones too: no rollouts, no
+    # held-out means
+    tasks = [t for t in tasks or () if t.split(":")[0] not in HELPER_NAMES]
+    return tuple(tasks) if tasks else SUITE
 
 
 def get_task(name: str) -> Task:

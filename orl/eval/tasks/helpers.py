@@ -12,7 +12,7 @@ its own, but a helper-trained model's `beyond` accuracy measures transfer from t
 length generalisation alone: `constr7h` uses constr7's opening ("10 of bdg,") with the counts 9-14
 its beyond split asks for, and `split7h`'s "N+N" is a valid split7 answer for 2N when 2N keeps N's
 width. Reports say when a model was trained with helpers; rollouts and held-out means skip them
-(orl.train.rollout.trained_tasks). `size` counts what the family's `size` counts.
+(orl.eval.tasks.trained_tasks). `size` counts what the family's `size` counts.
 
     helper      for       prompt -> answer                                        sizes
     long7h      long7     double:3719= -> 6,14,2,18                                4-32 digits (1-9)

@@ -1,0 +1,35 @@
+"""`orl demo`: base vs ORL on held-out prompts of the base's own families, side by side (orl.demo)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+SHIPPED = Path(__file__).resolve().parent.parent / "checkpoints"
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from orl.cli_tasks import load_task_flags
+    from orl.demo import run_demo
+
+    load_task_flags(args)  # a base trained on tasks of the user's own needs them registered
+    run_demo(args.base, args.orl, per_task=args.per_task, threshold=args.threshold, max_new_tokens=args.max_new_tokens,
+             spec_tokens=args.spec_tokens)
+    return 0
+
+
+def add_command(sub) -> None:
+    from orl.cli_tasks import add_task_flags
+
+    s = sub.add_parser("demo", help="base vs ORL on held-out prompts, side by side, and one denoising step by step")
+    s.add_argument("--base", default=str(SHIPPED / "orl-tiny-base"), help="base checkpoint")
+    s.add_argument("--orl", default=str(SHIPPED / "orl-tiny-orl"), help="ORL checkpoint (skipped if absent)")
+    s.add_argument("--per-task", type=int, default=6,
+                   help="held-out prompts per family (and as many beyond the range of a length-varied one)")
+    s.add_argument("--threshold", type=float, default=0.9, help="commit threshold for both models")
+    s.add_argument("--max-new-tokens", type=int, default=None,
+                   help="answer budget (default 64, or 112 when a family is length-varied, within the context)")
+    s.add_argument("--spec-tokens", type=int, default=0, metavar="K",
+                   help="score with the fused self-speculative decoder, K drafted tokens a round (0: the threshold "
+                        "decoder)")
+    add_task_flags(s)
+    s.set_defaults(func=cmd_demo)
