@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     # the decode flags of generate, eval (and serve)
     from orl.cli_decode import AR_FLAGS, add_decode_flags, add_self_draft_flags
     from orl.cli_generate import add_command as add_generate  # generate (dLLMs, AR and canvas models)
-    from orl.cli_tasks import add_task_flags  # --task-module / --tasks-file of train and eval
+    from orl.cli_tasks import add_task_flags  # --task-module / --tasks-file of train, eval (and demo, tasks)
 
     p = argparse.ArgumentParser(prog="orl", description="ORL post-training and the dlmrt inference engine")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks instead of one-line errors")

@@ -29,7 +29,7 @@ def add_command(sub) -> None:
     s.add_argument("--max-new-tokens", type=int, default=None,
                    help="answer budget (default 64, or 112 when a family is length-varied, within the context)")
     s.add_argument("--spec-tokens", type=int, default=0, metavar="K",
-                   help="score with the fused self-speculative decoder, K drafted tokens a round (0: the threshold "
+                   help="score with the fused self-speculative decoder, K drafted tokens in 3 groups a round (0: the threshold "
                         "decoder)")
     add_task_flags(s)
     s.set_defaults(func=cmd_demo)

@@ -1,7 +1,7 @@
 """`orl tasks`: what to type to a model. Lists every task family with its prompt format, an example
 prompt and answer, its size knobs and the prompt/answer lengths they give, then what each model was
 trained on (its manifest's recipe.config.tasks). Also the `--task-module` / `--tasks-file` flags that
-`orl train`, `orl eval` and `orl tasks` share (tasks of the user's own, docs/TASKS.md).
+`orl train`, `orl eval`, `orl tasks` and `orl demo` share (tasks of the user's own, docs/TASKS.md).
 
 Nothing here imports torch: manifests are read as JSON, so the listing is instant.
 """
