@@ -9,7 +9,7 @@ auxiliary task trained at longer sizes than the family's range - "extrapolation 
 is only ever trained in its range, the auxiliary shares its alignment of output element k to input item k).
 Helpers: orl/eval/tasks/helpers.py (long7 -> long7h: each digit doubled, comma-separated, 4-32 digits; the
 session-16 run below used it under its first name, `double`, so its draws differ from a rerun's).
-hintsp / hintsph also take split7 (-> split7xp) and constr7 (-> constr7xp), and every hinted variant keysort7 (-> keysort7x), the
+hintsp / hintsph also take split7 (-> split7xp) and constr7 (-> constr7xp), or a hinted family by its name (constr7xq), and every hinted variant keysort7 (-> keysort7x), the
 session-43 hinted multi-answer families (orl/eval/tasks/hinted_choice.py); for them the pilot prints how many answers
 have the markers right (`markers_right`: alignment and length, whatever the free choices) and three failures;
 `hintsph` trains them beside their length helpers (orl/eval/tasks/hint_choice_helpers.py).
@@ -54,7 +54,8 @@ if kind not in {"rope", "assoc", "hints", "hintsp", "hintsph"} | MODIFIERS or se
 mods = [kind, *mods]  # a modifier alone is a variant too (`logn long7 1500`)
 if "half" in mods and "min" in mods:
     sys.exit("half and min are two rotary fractions: take one")
-if kind in ("hints", "hintsp", "hintsph"):  # the library's hinted families (orl/eval/tasks/hinted*.py)
+if kind in ("hints", "hintsp", "hintsph") and family in ("long7", "prog7", "split7", "constr7", "keysort7"):
+    # the library's hinted families (orl/eval/tasks/hinted*.py); a hinted name (constr7xq) is taken as it is
     family += "x" if kind == "hints" or family == "keysort7" else "xp"  # keysort7x has no prefilled form
     if family in ("split7x", "constr7x"):
         sys.exit(f"{family} does not exist: split7 and constr7 have only the prefilled hinted form (hintsp, hintsph)")

@@ -8,6 +8,7 @@ from orl.eval.tasks import get_task
 from orl.tokenizer import CharTokenizer
 
 SPLIT, CONSTR, KEYS = "?+?=a3b4c7:a", "PQRST of bdg, b to g, no equal neighbours:P", "ksort:c3,a1,b3,d2="
+KEYED = "PQRST of bdg, P=b, T=g, no equal neighbours:P"  # constr7xq: CONSTR with the ends keyed by slot
 
 
 @pytest.mark.parametrize("name,prompt,good,bad", [
@@ -25,6 +26,8 @@ SPLIT, CONSTR, KEYS = "?+?=a3b4c7:a", "PQRST of bdg, b to g, no equal neighbours
       "bQdRdSbTg",           # equal neighbours d d
       "bQdRbSdUg",           # slot U instead of T
       "bQdRhSdTg"]),         # h is not one of bdg
+    ("constr7xq", KEYED, ["bQdRbSdTg", "bQgRbSdTg", "bQdRgSdTg"],
+     ["bQdRbSdTd", "bQdRbSdTgUb", "bQdRbSg", "bQdRdSbTg", "bQdRbSdUg", "bQdRhSdTg"]),  # the same near misses
     ("keysort7x", KEYS, ["a1d2c3b3", "a1d2b3c3"],
      ["a1d2c3",              # a record short
       "a1d2c3b3b3",          # a record twice
@@ -41,7 +44,7 @@ def test_accepts_free_choices_and_rejects_near_misses(name, prompt, good, bad):
 
 def test_sizes_of_hand_written_prompts():
     assert get_task("split7xp").size(SPLIT) == 3
-    assert get_task("constr7xp").size(CONSTR) == 5
+    assert get_task("constr7xp").size(CONSTR) == 5 == get_task("constr7xq").size(KEYED)
     assert get_task("keysort7x").size(KEYS) == 4
 
 
@@ -58,6 +61,11 @@ def test_markers_right_is_the_shape_not_the_answer():
     ("constr7xp", "5 of bdg, b to g, no equal neighbours:", "not a constr_hints prompt"),
     ("constr7xp", "PQRST of bdg, b to g, no equal neighbours:Q", "not a constr_hints prompt"),
     ("constr7xp", "PQST of bdg, b to g, no equal neighbours:P", "not a constr_hints prompt"),  # not a run of A-Z
+    ("constr7xq", CONSTR, "not a constr_keyed prompt"),  # the unkeyed format
+    ("constr7xq", "PQRST of bdg, Q=b, T=g, no equal neighbours:P", "not a constr_keyed prompt"),  # start keyed to Q
+    ("constr7xq", "PQRST of bdg, P=b, S=g, no equal neighbours:P", "not a constr_keyed prompt"),  # end keyed to S
+    ("constr7xq", "PQRST of bdg, P=b, T=h, no equal neighbours:P", "not a constr_keyed prompt"),  # h not a letter
+    ("constr7xp", KEYED, "not a constr_hints prompt"),
     ("keysort7x", "sort:c3,a1=", "not a keysort_keys prompt"), ("keysort7x", "ksort:c3,c1=", "not a keysort_keys prompt"),
 ])
 def test_malformed_prompts_are_named(name, prompt, match):
@@ -65,7 +73,7 @@ def test_malformed_prompts_are_named(name, prompt, match):
         get_task(name).verify(prompt, "x")
 
 
-@pytest.mark.parametrize("name", ["split7xp", "constr7xp", "keysort7x"])
+@pytest.mark.parametrize("name", ["split7xp", "constr7xp", "constr7xq", "keysort7x"])
 def test_ranges_beyond_splits_and_context(name):
     task, tok = get_task(name), CharTokenizer()
     for split, (lo, hi) in (("train", task.sizes), ("heldout", task.sizes), ("beyond", task.beyond)):
@@ -83,7 +91,7 @@ def test_ranges_beyond_splits_and_context(name):
 def test_references_keep_the_free_choice():
     """The reference is one valid answer drawn at random: the same prompt gets different references, so the
     training target stays multimodal as in the plain families."""
-    for name in ("split7xp", "constr7xp"):
+    for name in ("split7xp", "constr7xp", "constr7xq"):
         task = get_task(name).inner
         seen: dict[str, set[str]] = {}
         rng = random.Random(0)
@@ -221,3 +229,12 @@ def test_length_helpers_refuse_sizes_their_format_cannot_mark():
         cls(2, too_many - 1)
         with pytest.raises(ValueError, match=f"<= {too_many - 1}"):
             cls(2, too_many)
+
+
+def test_constr7xq_is_constr7xp_with_its_ends_keyed():
+    """The same draws (problem, reference) as constr7xp under the keyed prompt (the splits are the family's own:
+    a split hashes the family's name with the problem)."""
+    plain, keyed = get_task("constr7xp"), get_task("constr7xq")
+    for i in range(100):
+        a, b = plain.inner.generate(random.Random(i)), keyed.inner.generate(random.Random(i))
+        assert a[1] == b[1] and b[0] == keyed.inner.render(plain.inner.parse(a[0]))

@@ -48,7 +48,7 @@ from .helpers import HELPERS
 from .hint_choice_helpers import CHOICE_HELPERS
 from .hint_helpers import HELPER_NAMES, HINT_HELPERS
 from .hinted import LongHints, ProgFresh
-from .hinted_choice import ConstrHints, KeysortHints, SplitHints
+from .hinted_choice import ConstrHints, ConstrKeyed, KeysortHints, SplitHints
 from .keysort import KEYSORT7_LETTERS, KeySort
 from .long import Long
 from .programs import Prog, run_program
@@ -79,6 +79,7 @@ V7X = (
 V7XC = (
     Sized("split7xp", SplitHints(2, 5), SplitHints(6, 7), (2, 5), (6, 7), "digits of N"),
     Sized("constr7xp", ConstrHints(3, 8), ConstrHints(9, 12), (3, 8), (9, 12), "letters"),
+    Sized("constr7xq", ConstrKeyed(3, 8), ConstrKeyed(9, 12), (3, 8), (9, 12), "letters"),
     Sized("keysort7x", KeysortHints(3, 9, KEYSORT7_LETTERS), KeysortHints(10, 12, KEYSORT7_LETTERS), (3, 9), (10, 12),
           "records"),
 )

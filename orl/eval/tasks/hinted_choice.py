@@ -13,6 +13,8 @@ the reference draws one at random) and change only what locates the answer's ele
     constr7xp  PQRSTUV of bdg, b to g, no equal neighbours:P -> bQdRbSdTgUbVg   one slot marker (a run of A-Z) per
                                                                  letter instead of the count "7"; the first closes
                                                                  the prompt
+    constr7xq  PQRSTUV of bdg, P=b, V=g, no equal neighbours:P -> the same      constr7xp with the end letters keyed
+                                                                 by their slot markers (session 45)
     keysort7x  ksort:c3,a1,b3,d2=                            -> a1d2c3b3        the answer is the records themselves
                                                                  (also a1d2b3c3): each carries its key, so the
                                                                  answer shows where in the key order it is
@@ -27,6 +29,7 @@ from __future__ import annotations
 import random
 import re
 import string
+from typing import NamedTuple
 
 from .base import Task, draw_number
 from .constraints import _no_equal_neighbours
@@ -35,7 +38,9 @@ from .keysort import KeySort
 
 _SPLIT = re.compile(r"\?\+\?=((?:[a-zA-Z][0-9])+):([a-zA-Z])")
 _SPLIT_ANSWER = re.compile(r"((?:[a-zA-Z][0-9])+)\+((?:[a-zA-Z][0-9])+)")
-_CONSTR = re.compile(r"([A-Z]+) of ([a-z]+), ([a-z]) to ([a-z]), no equal neighbours:([A-Z])")
+_CONSTR = re.compile(r"(?P<slots>[A-Z]+) of (?P<letters>[a-z]+), (?P<first>[a-z]) to (?P<last>[a-z]), no equal neighbours:[A-Z]")
+_CONSTR_KEYED = re.compile(r"(?P<slots>[A-Z]+) of (?P<letters>[a-z]+), [A-Z]=(?P<first>[a-z]), [A-Z]=(?P<last>[a-z]), "
+                           r"no equal neighbours:[A-Z]")
 _KEYS = re.compile(r"ksort:([a-z][0-9](?:,[a-z][0-9])*)=")
 _RECORDS = re.compile(r"(?:[a-z][0-9])+")  # strict: `.` in a pair pattern would skip a newline the model wrote
 
@@ -90,15 +95,23 @@ class SplitHints(Task):
         return addends is not None and int(addends[0]) + int(addends[1]) == int(n)
 
 
+class ConstrPrompt(NamedTuple):
+    slots: str     # the run of A-Z slot markers, one per letter
+    letters: str   # the letters a word may use
+    first: str     # the letter the word starts with
+    last: str      # the letter it ends with
+
+
 class ConstrHints(Task):
     name = "constr_hints"
     description = "PQRS of bdg, b to g, no equal neighbours:P ; one letter per slot marker, ends fixed, no equal neighbours"
     why_parallel_is_hard = ("many answers are valid but positions are coupled by neighbour and end-letter "
                             "constraints; independently sampled positions mix incompatible answers")
+    pattern = _CONSTR
 
     def __init__(self, lo: int, hi: int, alphabet: str = "abcdefgh", letters: int = 3):
         if not 2 <= lo <= hi <= 26:
-            raise ValueError(f"constr_hints: need 2 <= lo <= hi <= 26 letters (one marker A-Z each), got {lo}, {hi}")
+            raise ValueError(f"{self.name}: need 2 <= lo <= hi <= 26 letters (one marker A-Z each), got {lo}, {hi}")
         self.lo, self.hi, self.alphabet, self.letters = lo, hi, alphabet, letters
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
@@ -109,35 +122,57 @@ class ConstrHints(Task):
         word = [rng.choice(alphabet)]
         for _ in range(n - 1):
             word.append(rng.choice([c for c in alphabet if c != word[-1]]))
-        prompt = f"{slots} of {alphabet}, {word[0]} to {word[-1]}, no equal neighbours:{slots[0]}"
-        return prompt, "".join(s + c for s, c in zip(slots, word))[1:]
+        return self.render(ConstrPrompt(slots, alphabet, word[0], word[-1])), "".join(
+            s + c for s, c in zip(slots, word))[1:]
 
-    def parse(self, prompt: str) -> re.Match:
-        m = _CONSTR.fullmatch(prompt)
-        if (m is None or m[5] != m[1][0] or m[1] not in string.ascii_uppercase or len(set(m[2])) != len(m[2])
-                or not {m[3], m[4]} <= set(m[2])):
-            raise ValueError(f"not a constr_hints prompt (a run of A-Z slots, the first closing it; distinct letters "
+    def render(self, c: ConstrPrompt) -> str:
+        return f"{c.slots} of {c.letters}, {c.first} to {c.last}, no equal neighbours:{c.slots[0]}"
+
+    def parse(self, prompt: str) -> ConstrPrompt:
+        m = self.pattern.fullmatch(prompt)
+        c = ConstrPrompt(*m.group("slots", "letters", "first", "last")) if m else None
+        if (c is None or c.slots not in string.ascii_uppercase or len(set(c.letters)) != len(c.letters)
+                or not {c.first, c.last} <= set(c.letters) or prompt != self.render(c)):
+            raise ValueError(f"not a {self.name} prompt (a run of A-Z slots, the first closing it; distinct letters "
                              f"that include both ends): {prompt!r}")
-        return m
+        return c
 
     def canonical(self, prompt: str) -> str:
-        m = self.parse(prompt)  # as for split_hints: the same problem under other slot markers is held out with it
-        return f"{len(m[1])} of {m[2]}, {m[3]} to {m[4]}, no equal neighbours:"
+        c = self.parse(prompt)  # as for split_hints: the same problem under other slot markers is held out with it
+        return f"{len(c.slots)} of {c.letters}, {c.first} to {c.last}, no equal neighbours:"
 
     @staticmethod
-    def _word(m: re.Match, output: str) -> str | None:
+    def _word(c: ConstrPrompt, output: str) -> str | None:
         """The answer's letters when it has one after each slot marker, in order, else None."""
-        text = m[5] + output.rstrip()
-        return text[1::2] if len(text) % 2 == 0 and text[::2] == m[1] else None
+        text = c.slots[0] + output.rstrip()
+        return text[1::2] if len(text) % 2 == 0 and text[::2] == c.slots else None
 
     def markers_right(self, prompt: str, output: str) -> bool:
         return self._word(self.parse(prompt), output) is not None
 
     def check(self, prompt: str, output: str) -> bool:
-        m = self.parse(prompt)
-        word = self._word(m, output)
-        return (word is not None and set(word) <= set(m[2]) and word[0] == m[3] and word[-1] == m[4]
+        c = self.parse(prompt)
+        word = self._word(c, output)
+        return (word is not None and set(word) <= set(c.letters) and word[0] == c.first and word[-1] == c.last
                 and _no_equal_neighbours(word))
+
+
+class ConstrKeyed(ConstrHints):
+    """constr7xp with each end letter named by its slot marker (`P=b, V=g`) instead of `b to g`: the five-family AR
+    stage of session 44 ignored the end on constr7xp (its penultimate letter was the end letter on 119 of 179 wrong
+    in-range answers; on the other 60 the end letter was free and not written), and without a helper constr7xp
+    stopped early beyond its range. Keyed by content, the last slot is found by a look-up of the marker the walk
+    writes next, as the other hinted families find their elements; the choices and the verifier stay the family's."""
+    name = "constr_keyed"
+    description = "PQRS of bdg, P=b, S=g, no equal neighbours:P ; one letter per slot marker, ends keyed by marker"
+    pattern = _CONSTR_KEYED
+
+    def render(self, c: ConstrPrompt) -> str:
+        return f"{c.slots} of {c.letters}, {c.slots[0]}={c.first}, {c.slots[-1]}={c.last}, no equal neighbours:{c.slots[0]}"
+
+    def canonical(self, prompt: str) -> str:
+        c = self.parse(prompt)
+        return f"{len(c.slots)} of {c.letters}, ={c.first}, ={c.last}, no equal neighbours:"
 
 
 class KeysortHints(Task):
