@@ -125,6 +125,8 @@ def test_constr7xp_slots_and_letters_stay_apart():
     ("split7xps", "?+?=X9Y0:X9Y0+", "X0Y0", 2),
     ("split7xpc", "copy:a3b4c7:a", "3b4c7", 3),
     ("constr7xpe", "PQR of bdg, b to g, no equal neighbours:PbQdR", "g", 3),
+    ("constr7xqh", "PQRST of bd, P=b, T=b, no equal neighbours:P", "bQdRbSdTb", 5),
+    ("constr7xqh", "PQRS of dg, P=g, S=d, no equal neighbours:P", "gQdRgSd", 4),
 ])
 def test_length_helpers_by_hand(name, prompt, answer, size):
     helper = get_task(name)
@@ -142,6 +144,9 @@ def test_length_helpers_by_hand(name, prompt, answer, size):
     ("constr7xpe", "PQR of bdg, b to g, no equal neighbours:PbQgR"), ("constr7xpe", "PQR of bdg, b to g, no equal neighbours:PdQbR"),
     ("constr7xpe", "PQR of bdg, b to g, no equal neighbours:PbQbR"), ("constr7xpe", "PQR of bdg, b to g, no equal neighbours:PbRdQ"),
     ("constr7xpe", "PQR of bdg, b to g, no equal neighbours:PbQeR"),  # ends next to its end, wrong start, equal, order, letter
+    ("constr7xqh", "PQRST of bd, P=b, S=b, no equal neighbours:P"), ("constr7xqh", "PQRST of bd, Q=b, T=b, no equal neighbours:P"),
+    ("constr7xqh", "PQRT of bd, P=b, T=d, no equal neighbours:P"), ("constr7xqh", "PQRS of bd, P=b, S=b, no equal neighbours:P"),
+    ("constr7xqh", "PQRST of bd, b to b, no equal neighbours:P"),  # end keyed to S, start to Q, not a run, parity, unkeyed
 ])
 def test_length_helpers_name_malformed_prompts(name, prompt):
     with pytest.raises(ValueError, match=f"not a {name} prompt"):
@@ -150,7 +155,8 @@ def test_length_helpers_name_malformed_prompts(name, prompt):
 
 @pytest.mark.parametrize("name,family,hi", [("split7xph", "split7xp", 12), ("constr7xph", "constr7xp", 20),
                                             ("keysort7xh", "keysort7x", 12), ("split7xps", "split7xp", 12),
-                                            ("split7xpc", "split7xp", 12), ("constr7xpe", "constr7xp", 20)])
+                                            ("split7xpc", "split7xp", 12), ("constr7xpe", "constr7xp", 20),
+                                            ("constr7xqh", "constr7xq", 20)])
 def test_length_helpers_cover_the_beyond_sizes_and_are_training_only(name, family, hi):
     from orl.eval.tasks import HELPER_NAMES
     helper, fam = get_task(name), get_task(family)
@@ -158,7 +164,7 @@ def test_length_helpers_cover_the_beyond_sizes_and_are_training_only(name, famil
     sizes = {helper.size(helper.sample("train", i).prompt) for i in range(400)}
     assert max(sizes) == hi and set(range(fam.beyond[0], fam.beyond[1] + 1)) <= sizes
     sample = helper.sample("train", 0)
-    if name == "constr7xph":  # the family's own format with two letters: its answers are the family's too
+    if name in ("constr7xph", "constr7xqh"):  # the family's own format with two letters: its answers are the family's too
         assert all(fam.verify(s.prompt, s.answer) for s in (helper.sample("train", i) for i in range(100)))
     elif name == "constr7xpe":  # the family's prompt and walk: with the end letter, a valid family answer
         for s in (helper.sample("train", i) for i in range(100)):

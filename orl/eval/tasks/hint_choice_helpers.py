@@ -15,6 +15,8 @@ longest answer until a same-format helper at 2-14 statements trained where such 
     keysort7xh  keysort7x  kcopy:c3,a1,b3= -> c3a1b3                      3-12 records, a-l (the records as given)
     constr7xpe  constr7xp  PQR of bdg, b to g, no equal neighbours:PbQdR   3-20 slots (the family with the walk given
                            -> g                                             up to the last slot: its end letter)
+    constr7xqh  constr7xq  PQRST of bd, P=b, T=b, no equal neighbours:P    3-20 slots (constr7xph with keyed ends)
+                           -> bQdRbSdTb
 """
 from __future__ import annotations
 
@@ -140,22 +142,37 @@ class TwoLetterEnds(Helper):
         pair = sorted(rng.sample("abcdefgh", 2))
         first = rng.choice(pair)
         last = first if len(slots) % 2 else pair[1] if first == pair[0] else pair[0]
-        prompt = f"{slots} of {''.join(pair)}, {first} to {last}, no equal neighbours:{slots[0]}"
+        prompt = self.render(slots, "".join(pair), first, last)
         return prompt, self.answer(prompt)
+
+    def render(self, slots: str, pair: str, first: str, last: str) -> str:
+        return f"{slots} of {pair}, {first} to {last}, no equal neighbours:{slots[0]}"
 
     def answer(self, prompt: str) -> str:
         m = self.parse(prompt)
         slots, pair, first, last = m[1], (m[2], m[3]), m[4], m[5]
         other = pair[1] if first == pair[0] else pair[0]
         word = [(first, other)[i % 2] for i in range(len(slots))] if first in pair and pair[0] != pair[1] else []
-        if (m[6] != slots[0] or slots not in string.ascii_uppercase or pair[0] == pair[1] or not word
-                or word[-1] != last):
+        if (slots not in string.ascii_uppercase or pair[0] == pair[1] or not word or word[-1] != last
+                or prompt != self.render(slots, "".join(pair), first, last)):
             raise ValueError(f"not a {self.name} prompt (a run of A-Z slots, the first closing it; two letters, ends "
                              f"that an alternation reaches): {prompt!r}")
         return "".join(s + c for s, c in zip(slots, word))[1:]
 
     def size(self, prompt: str) -> int:
         return len(self.parse(prompt)[1])
+
+
+class TwoLetterKeyed(TwoLetterEnds):
+    """constr7xph for constr7xq: the two-letter walk with its ends keyed by slot marker, the family's own format (its
+    answers valid in the family too), 3-20 slots: the length a keyed constr7xq pilot without a helper stopped short of
+    (session 45: 100% in range, 22.5% beyond, every beyond failure past the last slot)."""
+    name, family = "constr7xqh", "constr7xq"
+    pattern = re.compile(r"([A-Z]+) of ([a-z])([a-z]), [A-Z]=([a-z]), [A-Z]=([a-z]), no equal neighbours:([A-Z])")
+    description = "PQRST of bd, P=b, T=b, no equal neighbours:P ; answer bQdRbSdTb (helper, training only)"
+
+    def render(self, slots: str, pair: str, first: str, last: str) -> str:
+        return f"{slots} of {pair}, {slots[0]}={first}, {slots[-1]}={last}, no equal neighbours:{slots[0]}"
 
 
 class EndLetter(Helper):
@@ -222,4 +239,5 @@ class CopyRecords(Helper):
         return self.parse(prompt)[1].count(",") + 1
 
 
-CHOICE_HELPERS = (DupMarked(2, 12), TwoLetterEnds(3, 20), CopyRecords(3, 12), SecondAddend(2, 12), MarkedCopy(2, 12), EndLetter(3, 20))
+CHOICE_HELPERS = (DupMarked(2, 12), TwoLetterEnds(3, 20), CopyRecords(3, 12), SecondAddend(2, 12), MarkedCopy(2, 12), EndLetter(3, 20),
+                  TwoLetterKeyed(3, 20))
