@@ -5,13 +5,14 @@
 # dup helper, whose N+N merged into answers), the stretch kept as in the AR stage; the AR evaluation on prompt seed 0; then stage 2 without the stretch (session 42's
 # best: docs/results-lengths/s40/stage2_40.sh's recipe, STRETCH=0) and the fused evaluation on the five families.
 # Every piece resumes: rerun the same command after a cut.
-#   bash docs/results-lengths/s44/five7w.sh SEED [THREADS]        (env: STEPS, TRAIN_TASKS, MIX)
+#   bash docs/results-lengths/s44/five7w.sh SEED [THREADS]        (env: STEPS, TRAIN_TASKS, MIX; NAME, the run's name
+#   without -sSEED, default five7w; FAMILIES, the evaluated families: session 45's constr7xq recipe names its own)
 set -euo pipefail
 source /work/main/.venv/bin/activate; cd /work/main
-R=~/.cache/orl/runs; s=${1:?seed}; t=${2:-2}; S=${STEPS:-3000}; n=five7w-s$s
+R=~/.cache/orl/runs; s=${1:?seed}; t=${2:-2}; S=${STEPS:-3000}; n=${NAME:-five7w}-s$s
 T=${TRAIN_TASKS:-long7xp,prog7xp,split7xp,constr7xp,keysort7x,long7xph,prog7xph,long7xpf,split7xps,split7xpc,constr7xph,keysort7xh}
 X=${MIX:-8,8,8,8,8,4,4,4,2,2,4,4}
-F=long7xp,prog7xp,split7xp,constr7xp,keysort7x
+F=${FAMILIES:-long7xp,prog7xp,split7xp,constr7xp,keysort7x}
 common="--recipe pretrain --preset tiny_base7h --set tasks=$T --set mix=$X --set threads=$t --set model.attn_logn=false
         --set keep_every=500 --set save_every=50 --set seed=$s --set eval_every=500 --set eval_max_new_tokens=100
         --set init=$R/hint4st-7k-s$s --set ar_steps=$S"
