@@ -9,6 +9,8 @@ from orl.tokenizer import CharTokenizer
 
 SPLIT, CONSTR, KEYS = "?+?=a3b4c7:a", "PQRST of bdg, b to g, no equal neighbours:P", "ksort:c3,a1,b3,d2="
 KEYED = "PQRST of bdg, P=b, T=g, no equal neighbours:P"  # constr7xq: CONSTR with the ends keyed by slot
+PINNED = {"constr7xp": "62233aa1551ca3a1", "constr7xph": "5d3881e3eee76d0c", "constr7xpe": "8eab3168c2a6d91d",
+          "constr7xq": "59a57001eb73d764", "constr7xqh": "2d0a72a15b4ef0c7"}
 
 
 @pytest.mark.parametrize("name,prompt,good,bad", [
@@ -65,6 +67,9 @@ def test_markers_right_is_the_shape_not_the_answer():
     ("constr7xq", "PQRST of bdg, Q=b, T=g, no equal neighbours:P", "not a constr_keyed prompt"),  # start keyed to Q
     ("constr7xq", "PQRST of bdg, P=b, S=g, no equal neighbours:P", "not a constr_keyed prompt"),  # end keyed to S
     ("constr7xq", "PQRST of bdg, P=b, T=h, no equal neighbours:P", "not a constr_keyed prompt"),  # h not a letter
+    ("constr7xq", "PQRST of bdg, P=b, T=g, no equal neighbours:Q", "keyed to the first and the last slot"),  # close
+    ("constr7xq", "PQRST of bbg, P=b, T=g, no equal neighbours:P", "not a constr_keyed prompt"),  # repeated letter
+    ("constr7xq", "PQST of bdg, P=b, T=g, no equal neighbours:P", "not a constr_keyed prompt"),  # not a run of A-Z
     ("constr7xp", KEYED, "not a constr_hints prompt"),
     ("keysort7x", "sort:c3,a1=", "not a keysort_keys prompt"), ("keysort7x", "ksort:c3,c1=", "not a keysort_keys prompt"),
 ])
@@ -147,6 +152,7 @@ def test_length_helpers_by_hand(name, prompt, answer, size):
     ("constr7xqh", "PQRST of bd, P=b, S=b, no equal neighbours:P"), ("constr7xqh", "PQRST of bd, Q=b, T=b, no equal neighbours:P"),
     ("constr7xqh", "PQRT of bd, P=b, T=d, no equal neighbours:P"), ("constr7xqh", "PQRS of bd, P=b, S=b, no equal neighbours:P"),
     ("constr7xqh", "PQRST of bd, b to b, no equal neighbours:P"),  # end keyed to S, start to Q, not a run, parity, unkeyed
+    ("constr7xqh", "PQRST of bd, P=b, T=b, no equal neighbours:Q"),  # the close marker
 ])
 def test_length_helpers_name_malformed_prompts(name, prompt):
     with pytest.raises(ValueError, match=f"not a {name} prompt"):
@@ -201,11 +207,12 @@ def test_check_strips_like_verify():
     assert get_task("split7xp").inner.check(SPLIT, "1b2c0+a2b2c7 ")
 
 
-@pytest.mark.parametrize("name", ["split7xp", "constr7xp"])
+@pytest.mark.parametrize("name", ["split7xp", "constr7xp", "constr7xq"])
 def test_held_out_problems_are_not_trained_under_other_markers(name):
     task = get_task(name)
+    constr = lambda p: (lambda c: (len(c.slots), c.letters, c.first, c.last))(task.inner.parse(p))  # noqa: E731
     strip = {"split7xp": lambda p: p.split(":")[0][4:][1::2],                  # N's digits
-             "constr7xp": lambda p: (len(p.split(" of ")[0]), p.split(" of ")[1][:-1])}[name]
+             "constr7xp": constr, "constr7xq": constr}[name]
     train = {strip(task.sample("train", i).prompt) for i in range(5000)}
     held = [strip(task.sample("heldout", i).prompt) for i in range(300)]
     assert not [h for h in held if h in train]
@@ -238,9 +245,26 @@ def test_length_helpers_refuse_sizes_their_format_cannot_mark():
 
 
 def test_constr7xq_is_constr7xp_with_its_ends_keyed():
-    """The same draws (problem, reference) as constr7xp under the keyed prompt (the splits are the family's own:
-    a split hashes the family's name with the problem)."""
+    """constr7xp's problems (draws, references, train/held-out split) under the keyed prompt, so a model trained on
+    one format is never tested on a problem it trained in the other, and the two are compared on the same problems."""
     plain, keyed = get_task("constr7xp"), get_task("constr7xq")
-    for i in range(100):
-        a, b = plain.inner.generate(random.Random(i)), keyed.inner.generate(random.Random(i))
-        assert a[1] == b[1] and b[0] == keyed.inner.render(plain.inner.parse(a[0]))
+    for split in ("train", "heldout", "beyond"):
+        for i in range(100):
+            a, b = plain.sample(split, i), keyed.sample(split, i)
+            assert (b.task, b.answer, b.prompt) == ("constr7xq", a.answer, keyed.inner.render(plain.inner.parse(a.prompt)))
+            assert split == "beyond" or plain.split_of(a.prompt) == keyed.split_of(b.prompt) == split
+
+
+def test_draws_of_the_constr_formats_are_pinned():
+    """Their prompts and answers are fixed for good (a name fixes a family's prompts): a refactor that changes a
+    draw fails here (hashes of the first 50 samples of each split, taken when constr7xq came in)."""
+    import hashlib
+
+    def digest(name: str) -> str:
+        t, h = get_task(name), hashlib.sha256()
+        for split in ("train", "heldout", "beyond") if hasattr(t, "beyond") else ("train", "heldout"):
+            for i in range(50):
+                s = t.sample(split, i)
+                h.update(f"{s.prompt}|{s.answer}|{t.verify(s.prompt, s.answer)}\n".encode())
+        return h.hexdigest()[:16]
+    assert {n: digest(n) for n in PINNED} == PINNED

@@ -34,7 +34,9 @@ the v7 ranges and beyond splits; `HINT_HELPERS` (tasks/hint_helpers.py: prog7xph
 long7xpo for the sums past 100 that long7xp's beyond split needs; long7xpf and prog7xpf for varied distances) are the
 `xp` families' helpers. `V7XC` (split7xp, constr7xp, keysort7x; tasks/hinted_choice.py) does the same for the
 three multi-answer families: marked digits, slot markers instead of a count, the records' keys in the answer;
-`CHOICE_HELPERS` (tasks/hint_choice_helpers.py: split7xph, constr7xph, keysort7xh) are their length helpers.
+constr7xq is constr7xp's problems with the end letters keyed by slot marker (session 45; `draws_as`: constr7xp's
+draws and split). `CHOICE_HELPERS` (tasks/hint_choice_helpers.py: split7xph, split7xps, split7xpc, constr7xph,
+constr7xpe, keysort7xh, constr7xqh) are their helpers.
 """
 from __future__ import annotations
 
@@ -79,7 +81,8 @@ V7X = (
 V7XC = (
     Sized("split7xp", SplitHints(2, 5), SplitHints(6, 7), (2, 5), (6, 7), "digits of N"),
     Sized("constr7xp", ConstrHints(3, 8), ConstrHints(9, 12), (3, 8), (9, 12), "letters"),
-    Sized("constr7xq", ConstrKeyed(3, 8), ConstrKeyed(9, 12), (3, 8), (9, 12), "letters"),
+    # constr7xp's problems under keyed ends: its draws and split, so both formats hold out the same problems
+    Sized("constr7xq", ConstrKeyed(3, 8), ConstrKeyed(9, 12), (3, 8), (9, 12), "letters", draws_as="constr7xp"),
     Sized("keysort7x", KeysortHints(3, 9, KEYSORT7_LETTERS), KeysortHints(10, 12, KEYSORT7_LETTERS), (3, 9), (10, 12),
           "records"),
 )

@@ -63,6 +63,9 @@ class Task:
     description: str
     why_parallel_is_hard: str
     stop: tuple[str, ...] = ()   # stop strings an eval decodes with unless it sets its own (orl.engine.stops)
+    # another family whose problems this one poses in another format: its draws and train/held-out split are that
+    # family's (same seeds, same canonical problem), so a problem held out in one is held out in both
+    draws_as: str | None = None
 
     def generate(self, rng: random.Random) -> tuple[str, str]:
         """Draw one (prompt, reference answer) pair, ignoring splits."""
@@ -76,7 +79,7 @@ class Task:
         return prompt
 
     def split_of(self, prompt: str) -> str:
-        return split_of(self.name, self.canonical(prompt))
+        return split_of(self.draws_as or self.name, self.canonical(prompt))
 
     def generate_beyond(self, rng: random.Random) -> tuple[str, str]:
         """Draw one pair at a size outside the training range (the `beyond` split)."""
@@ -85,10 +88,10 @@ class Task:
 
     def sample(self, split: str, index: int) -> Sample:
         """Deterministic in (name, split, index): the rng is seeded from those alone (str seeds are
-        hashed with sha512, stable across processes and platforms)."""
+        hashed with sha512, stable across processes and platforms); `draws_as`'s name when set."""
         if split not in SPLITS + (BEYOND,):
             raise ValueError(f"unknown split {split!r}; expected one of {SPLITS + (BEYOND,)}")
-        rng = random.Random(f"{self.name}|{split}|{index}")
+        rng = random.Random(f"{self.draws_as or self.name}|{split}|{index}")
         if split == BEYOND:
             return Sample(self.name, split, index, *self.generate_beyond(rng))
         for _ in range(MAX_DRAWS):

@@ -1,6 +1,7 @@
 """Length helpers of the hinted multi-answer families (tasks/hinted_choice.py), as tasks/hint_helpers.py has for
 long7xp and prog7xp: the family's format at sizes past its range, without its choices (one answer per prompt);
-split7xph and keysort7xh under their own openings, constr7xph as the family's own format with two letters. Training only, never a headline; rollouts and held-out
+split7xph and keysort7xh under their own openings, constr7xph (constr7xqh for constr7xq) as the family's own format
+with two letters. Training only, never a headline; rollouts and held-out
 means skip them (`HELPER_NAMES`). Why: prog7xp followed its markers by content yet stopped after the range's
 longest answer until a same-format helper at 2-14 statements trained where such an answer ends (session 19).
 

@@ -108,6 +108,7 @@ class ConstrHints(Task):
     why_parallel_is_hard = ("many answers are valid but positions are coupled by neighbour and end-letter "
                             "constraints; independently sampled positions mix incompatible answers")
     pattern = _CONSTR
+    rules = "a run of A-Z slots, the first closing it; distinct letters that include both ends"
 
     def __init__(self, lo: int, hi: int, alphabet: str = "abcdefgh", letters: int = 3):
         if not 2 <= lo <= hi <= 26:
@@ -133,8 +134,7 @@ class ConstrHints(Task):
         c = ConstrPrompt(*m.group("slots", "letters", "first", "last")) if m else None
         if (c is None or c.slots not in string.ascii_uppercase or len(set(c.letters)) != len(c.letters)
                 or not {c.first, c.last} <= set(c.letters) or prompt != self.render(c)):
-            raise ValueError(f"not a {self.name} prompt (a run of A-Z slots, the first closing it; distinct letters "
-                             f"that include both ends): {prompt!r}")
+            raise ValueError(f"not a {self.name} prompt ({self.rules}): {prompt!r}")
         return c
 
     def canonical(self, prompt: str) -> str:
@@ -162,17 +162,16 @@ class ConstrKeyed(ConstrHints):
     stage of session 44 ignored the end on constr7xp (its penultimate letter was the end letter on 119 of 179 wrong
     in-range answers; on the other 60 the end letter was free and not written), and without a helper constr7xp
     stopped early beyond its range. Keyed by content, the last slot is found by a look-up of the marker the walk
-    writes next, as the other hinted families find their elements; the choices and the verifier stay the family's."""
+    writes next, as the other hinted families find their elements; the choices and the verifier stay the family's.
+    Its canonical problem is constr7xp's (the registry draws it as constr7xp: `draws_as`)."""
     name = "constr_keyed"
     description = "PQRS of bdg, P=b, S=g, no equal neighbours:P ; one letter per slot marker, ends keyed by marker"
     pattern = _CONSTR_KEYED
+    rules = ("a run of A-Z slots, the first closing it; distinct letters that include both ends, keyed to the first "
+             "and the last slot")
 
     def render(self, c: ConstrPrompt) -> str:
         return f"{c.slots} of {c.letters}, {c.slots[0]}={c.first}, {c.slots[-1]}={c.last}, no equal neighbours:{c.slots[0]}"
-
-    def canonical(self, prompt: str) -> str:
-        c = self.parse(prompt)
-        return f"{len(c.slots)} of {c.letters}, ={c.first}, ={c.last}, no equal neighbours:"
 
 
 class KeysortHints(Task):

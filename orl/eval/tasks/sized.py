@@ -36,13 +36,13 @@ _SIZE = {
 
 class Sized(Task):
     def __init__(self, name: str, inner: Task, outer: Task, sizes: tuple[int, int], beyond: tuple[int, int],
-                 unit: str):
+                 unit: str, draws_as: str | None = None):
         if type(inner) is not type(outer):
             raise ValueError(f"{name}: inner and outer must be the same family, got {type(inner).__name__} "
                              f"and {type(outer).__name__}")
         if not (sizes[1] < beyond[0] or beyond[1] < sizes[0]):
             raise ValueError(f"{name}: beyond sizes {beyond} overlap the training sizes {sizes}")
-        self.name, self.inner, self.outer = name, inner, outer
+        self.name, self.inner, self.outer, self.draws_as = name, inner, outer, draws_as
         self.sizes, self.beyond, self.unit = sizes, beyond, unit  # for docs and tests: what "size" counts
         self.description = f"{inner.name} at {sizes[0]}-{sizes[1]} {unit} (beyond: {beyond[0]}-{beyond[1]})"
         self.why_parallel_is_hard = inner.why_parallel_is_hard
