@@ -407,12 +407,14 @@ def test_the_walkthrough_files_load_and_its_commands_parse(tmp_path, monkeypatch
     assert qa.verify("half of 7:", "3.50") and qa.verify("capital of France:", "paris")
     commands = [line for block in re.findall(r"```bash\n(.*?)```", doc, re.S) for line in block.splitlines()
                 if line.startswith("orl ")]
-    assert len(commands) == 9
+    assert len(commands) == 10
     parser = build_parser()
     for line in commands:
         argv = shlex.split(line)[1:]
         args = parser.parse_args(argv)
         assert args.func.__name__ == f"cmd_{args.cmd}"
+        if args.cmd == "demo":  # the base trained on the walkthrough's tasks, shown on them
+            assert args.task_module == ["my_tasks.py"] and args.orl == "none"
         if args.cmd == "tasks":  # instant: run it
             assert main(argv + ["--samples", "5"]) == 0
         elif args.cmd == "train":  # every --set is a real setting with a valid value
