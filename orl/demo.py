@@ -25,6 +25,11 @@ SIZED_MAX_NEW_TOKENS = 112
 SPEC_GROUPS = 3  # the fused decoder's draft groups a round, as the length-varied bases are measured (lengths_eval.sh)
 
 
+def spec_groups(spec_tokens: int) -> int:
+    """Draft groups a round: SPEC_GROUPS, at most the 2K the fused decoder takes (ARConfig.validate)."""
+    return min(SPEC_GROUPS, 2 * spec_tokens)
+
+
 def length_varied(name: str) -> bool:
     """Whether a family (or its k-shot form, "<family>:<k>shot") has sizes beyond its training range."""
     return isinstance(get_task(name.split(":")[0]), Sized)
@@ -68,7 +73,7 @@ def _fused(engine: Engine, path: Path, spec_tokens: int, max_new_tokens: int) ->
 
     model = attach_self_draft(engine.model, engine.manifest, path, engine.tokenizer, None, None, "fused")
     cfg = ARConfig(max_new_tokens=max_new_tokens, spec_tokens=spec_tokens, spec_draft="fused",
-                   spec_groups=min(SPEC_GROUPS, 2 * spec_tokens)).validate()
+                   spec_groups=spec_groups(spec_tokens)).validate()
     return ARDecoder(model, engine.tokenizer, manifest=engine.manifest), cfg
 
 
@@ -122,7 +127,7 @@ def _table(rows: dict, cfgs: dict, samples: list[Sample], families: list[str], p
                                        if sized else "")
     decoder = (f"threshold {threshold}, block {cfgs['base'].block_len}" if not spec_tokens else
                f"fused self-speculative decoder ({spec_tokens} drafted tokens, "
-               f"{min(SPEC_GROUPS, 2 * spec_tokens)} groups a round: each model's AR path decides its tokens)")
+               f"{spec_groups(spec_tokens)} groups a round: each model's AR path decides its tokens)")
     print(f"\n{len(samples)} held-out prompts of {', '.join(families)} ({what}), batch 1, at most {max_new_tokens} "
           f"new tokens, {decoder}\n", file=out)
     print(f"{'model':<6} {'residual':<9} {'acc %':>6} {'TPF':>6} {'TPF noEOS':>10} {'tok/s (batch 1)':>16}", file=out)

@@ -29,9 +29,9 @@ _SIZE = {
     "prog_fresh": lambda p: p.count("="),
     "split_hints": lambda p: len(_match(r"\?\+\?=((?:[a-zA-Z][0-9])+):[a-zA-Z]", p)[1]) // 2,  # N's marked digits
     "constr_hints": lambda p: len(_match(r"([A-Z]+) of .*", p)[1]),  # slot markers
-    "constr_keyed": lambda p: len(_match(r"([A-Z]+) of .*", p)[1]),
     "keysort_keys": lambda p: p.count(",") + 1,
 }
+_SIZE["constr_keyed"] = _SIZE["constr_hints"]  # the same slot run before " of "
 
 
 class Sized(Task):
