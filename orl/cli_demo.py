@@ -21,15 +21,16 @@ def add_command(sub) -> None:
     from orl.cli_tasks import add_task_flags
 
     s = sub.add_parser("demo", help="base vs ORL on held-out prompts, side by side, and one denoising step by step")
-    s.add_argument("--base", default=str(SHIPPED / "orl-tiny-base"), help="base checkpoint")
-    s.add_argument("--orl", default=str(SHIPPED / "orl-tiny-orl"), help="ORL checkpoint (skipped if absent)")
+    s.add_argument("--base", default=str(SHIPPED / "orl-tiny7-base"), help="base checkpoint")
+    s.add_argument("--orl", default=str(SHIPPED / "orl-tiny7-orl"), help="ORL checkpoint (skipped if absent)")
     s.add_argument("--per-task", type=int, default=6,
                    help="held-out prompts per family (and as many beyond the range of a length-varied one)")
     s.add_argument("--threshold", type=float, default=0.9, help="commit threshold for both models")
     s.add_argument("--max-new-tokens", type=int, default=None,
                    help="answer budget (default 64, or 112 when a family is length-varied, within the context)")
-    s.add_argument("--spec-tokens", type=int, default=0, metavar="K",
+    s.add_argument("--spec-tokens", type=int, default=None, metavar="K",
                    help="score with the fused self-speculative decoder, K drafted tokens in 3 groups a round (0: the threshold "
-                        "decoder)")
+                        "decoder; default 8 for a base pretrained with a next-token loss beside its diffusion loss, "
+                        "recipe ar_aux > 0, such as the shipped orl-tiny7-base, else 0)")
     add_task_flags(s)
     s.set_defaults(func=cmd_demo)

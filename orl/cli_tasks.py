@@ -88,9 +88,9 @@ def family_lines(task, n: int, manifests: dict, cache: dict) -> list[str]:
         prompts, answers, beyond = _lengths(task, n, cache)
     except (ValueError, RuntimeError) as e:
         return lines + [f"{pad}example: none ({e})"]
-    model, block = _model_for(task.name, manifests)
+    model, block, decoder = _model_for(task.name, manifests)
     budget = _budget(max(answers), block)
-    flags = "" if budget == GENERATE_MAX_NEW_TOKENS else f" --max-new-tokens {budget}"
+    flags = ("" if budget == GENERATE_MAX_NEW_TOKENS else f" --max-new-tokens {budget}") + decoder
     lines.append(f"{pad}try:     orl generate --model {model}{flags} {shlex.quote(example.prompt)}")
     lines.append(f"{pad}answer:  {example.answer}   (a reference; any output the verifier accepts is right)")
     lines.append(f"{pad}sizes:   {knobs(task)}")
@@ -163,16 +163,24 @@ def _manifest(path: Path) -> dict | None:
         raise ValueError(f"cannot read {path / 'orl.json'}: {e}") from None
 
 
-def _model_for(name: str, manifests: dict) -> tuple[str, int]:
-    """A model trained on the family (its block length), else a placeholder."""
+def _model_for(name: str, manifests: dict) -> tuple[str, int, str]:
+    """A model trained on the family (its block length, the decoder flags it is measured with), else a placeholder."""
     trained = [(path, m) for path, m in manifests.items()
                if m and name in (((m.get("recipe") or {}).get("config") or {}).get("tasks") or [])]
     # a diffusion model first: the engine the project is about (`orl generate` runs AR models too)
     trained.sort(key=lambda pm: pm[1].get("objective") == "autoregressive")
     if trained:
         path, m = trained[0]
-        return shlex.quote(_display(path)), int(m.get("block_len") or 16)
-    return "DIR", 16
+        return shlex.quote(_display(path)), int(m.get("block_len") or 16), _decoder_flags(m)
+    return "DIR", 16, ""
+
+
+def _decoder_flags(manifest: dict) -> str:
+    """The example runs with the decoder the model is measured with (`orl demo`'s default)."""
+    from orl.demo import default_spec_tokens, spec_groups
+
+    k = default_spec_tokens(manifest)
+    return f" --spec-tokens {k} --spec-draft fused --spec-groups {spec_groups(k)}" if k else ""
 
 
 def _display(path: Path) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from orl.cli_format import format_step
-from orl.engine import DecodeConfig, DoneEvent, Engine, StepEvent
+from orl.engine import BlockEvent, DecodeConfig, DoneEvent, Engine, StepEvent
 from orl.engine.ar import ARConfig, ARDecoder
 from orl.engine.stops import with_stop
 from orl.eval import metrics
@@ -23,6 +23,15 @@ from orl.eval.tasks.sized import Sized
 # the v7 families' longest beyond-range answers run to 7 blocks of 16 (long7xp at 28 digits)
 SIZED_MAX_NEW_TOKENS = 112
 SPEC_GROUPS = 3  # the fused decoder's draft groups a round, as the length-varied bases are measured (lengths_eval.sh)
+SPEC_TOKENS = 8  # and its drafted tokens a round
+
+
+def default_spec_tokens(manifest: dict) -> int:
+    """SPEC_TOKENS for a block-diffusion base pretrained with a next-token loss beside its diffusion loss (recipe
+    ar_aux > 0: its AR path verifies), the decoder such a base is measured with (its parallel path alone is far less
+    accurate: docs/RESULTS.md, session 46); else 0, the threshold decoder."""
+    ar_aux = ((manifest.get("recipe") or {}).get("config") or {}).get("ar_aux") or 0
+    return SPEC_TOKENS if manifest.get("objective") == "block_diffusion" and ar_aux > 0 else 0
 
 
 def spec_groups(spec_tokens: int) -> int:
@@ -52,7 +61,8 @@ def demo_budget(samples: list[Sample], context: int, block_len: int) -> int:
     return max(min(want, room), block_len)
 
 
-def _score(decoder: Engine | ARDecoder, cfg: DecodeConfig | ARConfig, samples: list[Sample]) -> dict:
+def score(decoder: Engine | ARDecoder, cfg: DecodeConfig | ARConfig, samples: list[Sample]) -> dict:
+    """Accuracy (and the verdict of each sample), pooled TPF with and without EOS, mean tokens/s at batch 1."""
     decoder.generate(samples[0].prompt, with_stop(cfg, get_task(samples[0].task).stop))  # warm-up, untimed
     ok, recs, tps = [], [], []
     for s in samples:
@@ -66,7 +76,7 @@ def _score(decoder: Engine | ARDecoder, cfg: DecodeConfig | ARConfig, samples: l
             "tok_s": metrics.mean(tps)}
 
 
-def _fused(engine: Engine, path: Path, spec_tokens: int, max_new_tokens: int) -> tuple[ARDecoder, ARConfig]:
+def fused_decoder(engine: Engine, path: Path, spec_tokens: int, max_new_tokens: int) -> tuple[ARDecoder, ARConfig]:
     """The checkpoint's AR path verifying its own diffusion path's drafts, built as `orl eval --spec-draft fused`
     builds it (a draft-only conversion is verified by the base its recipe records)."""
     from orl.verifier import attach_self_draft
@@ -78,11 +88,12 @@ def _fused(engine: Engine, path: Path, spec_tokens: int, max_new_tokens: int) ->
 
 
 def run_demo(base: str | Path, orl: str | Path, per_task: int = 6, threshold: float = 0.9,
-             example: str | None = None, max_new_tokens: int | None = None, spec_tokens: int = 0,
+             example: str | None = None, max_new_tokens: int | None = None, spec_tokens: int | None = None,
              out=sys.stdout) -> dict:
     """spec_tokens K > 0 scores both models with the fused self-speculative decoder instead (each model's
     diffusion path drafts K tokens, its AR path verifies: the outputs are the AR path's greedy ones), the
-    decoder the length-varied bases are measured with; the step-by-step example stays the threshold decoder's."""
+    decoder the length-varied bases are measured with (None: default_spec_tokens of the base); the step-by-step
+    example stays the threshold decoder's."""
     models = {"base": Path(base)}
     if Path(orl).exists():
         models["orl"] = Path(orl)
@@ -90,34 +101,53 @@ def run_demo(base: str | Path, orl: str | Path, per_task: int = 6, threshold: fl
         print(f"(no ORL checkpoint at {orl}: showing the base model only)", file=out)
     engines = {name: Engine.from_checkpoint(path) for name, path in models.items()}
     families = list(trained_tasks(engines["base"].manifest))
+    if spec_tokens is None:
+        spec_tokens = default_spec_tokens(engines["base"].manifest)
     samples = demo_samples(families, per_task)
     block_len = DecodeConfig.from_manifest(engines["base"].manifest).block_len
     if max_new_tokens is None:
         max_new_tokens = demo_budget(samples, min(e.max_len for e in engines.values()), block_len)
     # held out and multi-answer: the base hesitates between valid answers, which is where ORL gains
-    example = example or get_task(next((t for t in families if t.startswith("split")), families[0])
-                                  ).sample("heldout", 0).prompt
-    rows, cfgs = {}, {}
+    judge = None if example else get_task(next((t for t in families if t.startswith("split")), families[0]))
+    example = example or judge.sample("heldout", 0).prompt
+    rows, cfgs, scorers = {}, {}, {}
     for name, engine in engines.items():
         cfgs[name] = DecodeConfig.from_manifest(engine.manifest, max_new_tokens=max_new_tokens, threshold=threshold)
-        scorer = (engine, cfgs[name]) if not spec_tokens else _fused(engine, models[name], spec_tokens, max_new_tokens)
+        scorers[name] = ((engine, cfgs[name]) if not spec_tokens else
+                         fused_decoder(engine, models[name], spec_tokens, max_new_tokens))
         with torch.no_grad():
-            rows[name] = _score(*scorer, samples)
+            rows[name] = score(*scorers[name], samples)
     _table(rows, cfgs, samples, families, per_task, threshold, spec_tokens, max_new_tokens, out)
-    for name, engine in engines.items():
-        cfg = cfgs[name]
-        print(f"\n{name}: {example!r} step by step, threshold {threshold} ('_' masked, [x] committed at that step)",
+    for name, (decoder, cfg) in scorers.items():  # the example, decoded as the table's prompts were
+        gen = _example_steps(name, decoder, with_stop(cfg, judge.stop) if judge else cfg, example, out)
+        verdict = "" if judge is None else f", {'right' if judge.verify(example, gen.text) else 'wrong'}"
+        print(f"  -> {gen.text!r}  ({gen.n_tokens} tokens, {gen.forwards} forwards, TPF {gen.tpf:.2f}{verdict})",
               file=out)
-        gen = None
-        for event in engine.stream(example, cfg, steps=True):
+    return rows
+
+
+def _example_steps(name: str, decoder: Engine | ARDecoder, cfg: DecodeConfig | ARConfig, example: str, out):
+    """Print one prompt's decoding as it happens: each denoising step's commits (threshold decoder), or each round's
+    text so far and the tokens it added (fused decoder: the AR path's accepted drafts and its own next token)."""
+    if isinstance(decoder, ARDecoder):
+        print(f"\n{name}: {example!r} round by round, fused self-speculative decoder ({cfg.spec_tokens} drafted tokens "
+              "a round; +n: the tokens a round writes, its AR path's next token included)", file=out)
+        events = decoder.run([decoder.encode(example)], cfg)
+    else:
+        print(f"\n{name}: {example!r} step by step, threshold {cfg.threshold} ('_' masked, [x] committed at that "
+              "step)", file=out)
+        events = decoder.stream(example, cfg, steps=True)
+    with torch.no_grad():
+        for event in events:
             if isinstance(event, StepEvent):
                 r = event.record
                 print(f"  block {r.block} step {r.step + 1}: "
-                      f"{format_step(engine.tokenizer, r, event.n_valid, cfg.eos_fill)}", file=out)
+                      f"{format_step(decoder.tokenizer, r, event.n_valid, cfg.eos_fill)}", file=out)
+            elif isinstance(event, BlockEvent):
+                print(f"  round {event.block + 1}: {event.text[0]!r}  (+{event.n_valid})", file=out)
             elif isinstance(event, DoneEvent):
-                gen = event.generations[0]
-        print(f"  -> {gen.text!r}  ({gen.n_tokens} tokens, {gen.forwards} forwards, TPF {gen.tpf:.2f})", file=out)
-    return rows
+                return event.generations[0]
+    raise AssertionError("the decoder ended without a DoneEvent")
 
 
 def _table(rows: dict, cfgs: dict, samples: list[Sample], families: list[str], per_task: int, threshold: float,

@@ -13,7 +13,7 @@ as orl's engine does.
 from __future__ import annotations
 
 import torch
-from transformers import PretrainedConfig, PreTrainedModel
+from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutput
 
 from orl.model.args import ModelArgs
@@ -33,7 +33,7 @@ class OrlConfig(PretrainedConfig):
         super().__init__(**kwargs)
 
 
-class OrlForCausalLM(PreTrainedModel):
+class OrlForCausalLM(PreTrainedModel, GenerationMixin):  # transformers >= 4.50: generate only with the mixin
     config_class = OrlConfig
     base_model_prefix = "model"
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
@@ -56,6 +56,11 @@ class OrlForCausalLM(PreTrainedModel):
 
     def get_output_embeddings(self):
         return self.lm_head
+
+    def prepare_inputs_for_generation(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                                      **kwargs) -> dict:
+        # no KV cache here (orl's cache is its engine's): each generate step reruns the whole sequence
+        return {"input_ids": input_ids, "attention_mask": attention_mask}
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, orl_mask: torch.Tensor | None = None,

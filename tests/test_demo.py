@@ -3,6 +3,7 @@ the prompts (with and without EOS) and tokens/s at batch 1, and the ORL / base l
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,17 @@ def fused_reference(path, samples, spec_tokens: int, max_new_tokens: int) -> tup
     return ok, sum(g.n_tokens for g in gens) / sum(g.forwards for g in gens)
 
 
+def test_default_decoder_is_the_fused_one_only_for_a_base_trained_with_a_next_token_loss():
+    from orl.demo import default_spec_tokens
+
+    pretrain = lambda ar_aux, objective="block_diffusion": {  # noqa: E731
+        "objective": objective, "recipe": {"name": "pretrain", "config": {"ar_aux": ar_aux}}}
+    assert default_spec_tokens(pretrain(2.0)) == 8
+    assert default_spec_tokens(pretrain(0.0)) == default_spec_tokens(pretrain(None)) == 0
+    assert default_spec_tokens(pretrain(2.0, "autoregressive")) == 0  # nothing to draft with
+    assert default_spec_tokens({"objective": "block_diffusion"}) == 0  # no recipe recorded
+
+
 @pytest.mark.parametrize("spec_tokens", [0, 1, 4])
 def test_demo_of_a_length_varied_base_reports_in_range_and_beyond(length_varied_base, tmp_path, spec_tokens):
     from orl.demo import demo_budget, demo_samples
@@ -103,6 +115,9 @@ def test_demo_of_a_length_varied_base_reports_in_range_and_beyond(length_varied_
     assert line == f"base   long7xp: in range {100 * ok[1]:.1f}%, beyond the training range {100 * ok[2]:.1f}%"
     table = next(ln for ln in text.splitlines() if ln.startswith("base ") and ":" not in ln)
     assert table.split()[1] == ("off" if not spec_tokens else "unused")
+    # the example is decoded as the table's prompts were, and judged
+    assert ("round by round" in text) == bool(spec_tokens) and ("step by step" in text) == (not spec_tokens)
+    assert re.search(r"\n  -> '.*'  \(\d+ tokens, \d+ forwards, TPF [\d.]+, (right|wrong)\)\n", text)
     if spec_tokens:  # scored by the fused decoder, not the threshold one
         assert f"fused self-speculative decoder ({spec_tokens} drafted tokens" in text
         ref_ok, ref_tpf = fused_reference(length_varied_base, samples, spec_tokens, budget)

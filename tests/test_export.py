@@ -55,6 +55,23 @@ def test_a_dllm_exports_with_its_own_code_and_equal_logits(tmp_path):
     assert back.args == ours.args and manifest["block_len"] == 4 and manifest["residual_mode"] == "adapter"
 
 
+def test_a_remote_code_export_generates_what_causal_argmax_gives(tmp_path):
+    """transformers' generate on modeling_orl.py (it has no KV cache: each step reruns the sequence) == a greedy loop
+    over orl's causal logits."""
+    ours = dllm(adapter_dim=0)
+    theirs = hf_load(export_hf(ours, TOK, tmp_path / "hf"), trust_remote_code=True)
+    ids = torch.tensor([TOK.encode("cumsum:314=")])
+    want = ids
+    with torch.no_grad():
+        for _ in range(6):
+            T = want.shape[1]
+            nxt = ours(want, torch.arange(T)[None], masks.causal(T)[None])[:, -1].argmax(-1)
+            want = torch.cat([want, nxt[:, None]], 1)
+        got = theirs.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False,
+                              eos_token_id=None)
+    assert torch.equal(got, want)
+
+
 def test_plain_qwen3_export_loads_without_remote_code(tmp_path):
     ours = dllm(learned_pos=False, shift_logits=False, adapter_dim=0)
     out = export_hf(ours, TOK, tmp_path / "hf")

@@ -1,6 +1,7 @@
 """The shipped checkpoints load through the real loader and reach their documented held-out accuracy
 (docs/RESULTS.md). Greedy decoding of fixed held-out samples is deterministic, so the bounds are
 stable; they sit well under the measured values but far above what an untrained model scores (0)."""
+import re
 from pathlib import Path
 
 import pytest
@@ -49,14 +50,17 @@ def test_base_mean_accuracy_over_all_families():
 
 
 def test_demo_main_job_runs():
-    """The README's main job: `orl demo` on the shipped checkpoints."""
+    """The README's main job: `orl demo` on the shipped length-varied pair, scored by the fused decoder its base is
+    measured with (default_spec_tokens), in range and beyond, and the example round by round."""
     import subprocess
     import sys
 
     out = subprocess.run([sys.executable, "-m", "orl.cli", "demo", "--per-task", "1"], capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert "ORL / base: TPF x" in out.stdout and "step by step" in out.stdout
+    assert "ORL / base: TPF x" in out.stdout and "round by round" in out.stdout
+    assert "fused self-speculative decoder (8 drafted tokens, 3 groups" in out.stdout
+    assert re.search(r"base +long7xp, .*: in range [\d.]+%, beyond the training range [\d.]+%", out.stdout)
 
 
 def test_ar_peer_exports_and_matches_transformers_generate(tmp_path):
