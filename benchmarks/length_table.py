@@ -59,12 +59,16 @@ def head_of(r: dict) -> tuple:
             r["split"])
 
 
-def table(records: list[dict], by_size: bool) -> list[tuple[tuple, dict]]:
+def table(records: list[dict], by_size: bool, by_seed: bool = False) -> list[tuple[tuple, dict]]:
+    """Rows per (model, decoder, threshold, split) and family, an "all" row over the families; by_size: a row per
+    prompt size too; by_seed: the "all" row per prompt seed too (`orl eval --seed`: the seed spread)."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in latest(records):
         head = head_of(r)
         if r["task"] not in HELPER_NAMES:  # training-only helpers are reported per task, never in the mean
             groups[head + ("all",)].append(r)
+            if by_seed:
+                groups[head + (f"all@seed{r['decode'].get('seed', 0)}",)].append(r)
         groups[head + (r["task"],)].append(r)
         task = get_task(r["task"])
         if by_size and hasattr(task, "size"):
@@ -210,6 +214,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("records", nargs="+")
     ap.add_argument("--by-size", action="store_true", help="one row per prompt size as well")
+    ap.add_argument("--by-seed", action="store_true", help="the 'all' row per prompt seed as well (the seed spread)")
     ap.add_argument("--paired", nargs=2, metavar=("A", "B"), help="McNemar of model A against model B instead")
     ap.add_argument("--values-by", nargs=2, type=int, metavar=("VALUE", "INDEX"),
                     help="right values of the well-shaped answers by reference value >= VALUE and element index "
@@ -220,8 +225,8 @@ def main() -> None:
     ap.add_argument("--first-errors", type=int, metavar="K",
                     help="per element index up to K: right / reached among answers right until then, instead")
     args = ap.parse_args()
-    if sum(map(bool, (args.paired, args.by_size, args.steps, args.values_by, args.first_errors))) > 1:
-        ap.error("--paired, --by-size, --steps, --values-by and --first-errors: one table at a time")
+    if sum(map(bool, (args.paired, args.by_size or args.by_seed, args.steps, args.values_by, args.first_errors))) > 1:
+        ap.error("--paired, --by-size / --by-seed, --steps, --values-by and --first-errors: one table at a time")
     if args.first_errors:
         print_first_errors(read_records(args.records), args.first_errors)
         return
@@ -240,7 +245,7 @@ def main() -> None:
         return
     print(f"{'model':<22} {'decoder':<14} {'tau':>5} {'split':<8} {'family':<14} {'n':>5} {'acc':>6} "
           f"{'TPF':>6} {'noEOS':>6} {'mean*':>6} {'shape':>8} {'values':>9}")
-    for (model, dec, tau, split, fam), v in table(read_records(args.records), args.by_size):
+    for (model, dec, tau, split, fam), v in table(read_records(args.records), args.by_size, args.by_seed):
         print(f"{model[-22:]:<22} {dec:<14} {str(tau):>5} {split:<8} {fam:<14} {v['n']:>5} {v['acc']:>6.3f} "
               f"{v['tpf']:>6.2f} {v['tpf_no_eos']:>6.2f} {v['tpf_mean']:>6.2f} {v['shape']:>8} {v['values']:>9}")
     print("TPF = sum of tokens (incl. EOS) / sum of forwards; noEOS without the EOS token; mean* = per-sample mean;\n"

@@ -175,6 +175,21 @@ def test_eval_runs_the_beyond_split(tmp_path):
     assert rows[key]["tpf"] == pytest.approx(sum(r["n_tokens"] for r in recs) / fwd)
 
 
+def test_by_seed_rows_split_the_all_row_by_prompt_seed():
+    lt = length_table()
+
+    def rec(task, i, seed, ok, tokens, fwd):
+        return {"model": {"name": "A", "id": "A"}, "task": task, "split": "heldout", "prompt_id": f"{task}/heldout/{i}",
+                "sample": 0, "verdict": ok, "n_tokens": tokens, "finished": True, "forwards": {"step": fwd, "commit": 0},
+                "decode": {"rule": "ar", "residual": "off", "seed": seed}}
+    recs = [rec("long7", 0, 0, True, 6, 3), rec("long7", 1, 0, False, 4, 1), rec("long7", 0, 1, True, 9, 3),
+            rec("long7h", 0, 1, True, 50, 1)]  # a helper: in no "all" row
+    rows = {k[-1]: v for k, v in lt.table(recs, by_size=False, by_seed=True)}
+    assert (rows["all@seed0"]["n"], rows["all@seed0"]["acc"], rows["all@seed0"]["tpf"]) == (2, 0.5, 10 / 4)
+    assert (rows["all@seed1"]["n"], rows["all@seed1"]["tpf"]) == (1, 3.0)
+    assert rows["all"]["n"] == 3 and "all@seed0" not in dict((k[-1], v) for k, v in lt.table(recs, by_size=False))
+
+
 def test_paired_table_counts_and_leaves_helpers_out_of_all():
     """length_table --paired: per split and family, the prompts both models answered, right in each,
     right in only one, and the exact McNemar p (hand-computed); a helper task is its own row, not in "all"."""

@@ -37,7 +37,7 @@ def test_manifests_name_their_families_recipes_and_one_size_budget():
     assert (base["objective"], base["residual_mode"], base["block_len"]) == ("block_diffusion", "off", 16)
     assert base["recipe"]["name"] == "pretrain" and base["recipe"]["config"]["ar_aux"] > 0  # the AR path verifies
     assert (orl["recipe"]["name"], orl["residual_mode"]) == ("orl", "adapter")
-    assert orl["recipe"]["config"]["base"] == "checkpoints/orl-tiny7-base"
+    assert orl["recipe"]["base"] == orl["recipe"]["config"]["base"] == "checkpoints/orl-tiny7-base"
     assert ar["objective"] == "autoregressive" and ar["recipe"]["config"]["diffusion_steps"] == 0
     shared = ("dim", "n_layers", "n_heads", "ffn_dim", "vocab_size", "max_seq_len")
     assert {k: ar["model_args"][k] for k in shared} == {k: base["model_args"][k] for k in shared} \
