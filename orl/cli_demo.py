@@ -12,7 +12,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from orl.demo import run_demo
 
     load_task_flags(args)  # a base trained on tasks of the user's own needs them registered
-    run_demo(args.base, args.orl, per_task=args.per_task, threshold=args.threshold, max_new_tokens=args.max_new_tokens,
+    # the shipped ORL model goes with the shipped base only: a base of the user's own is shown alone or with --orl
+    orl = args.orl if args.orl is not None else (str(SHIPPED / "orl-tiny7-orl") if args.base is None else None)
+    run_demo(args.base or str(SHIPPED / "orl-tiny7-base"), orl, per_task=args.per_task, threshold=args.threshold, max_new_tokens=args.max_new_tokens,
              spec_tokens=args.spec_tokens)
     return 0
 
@@ -20,17 +22,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def add_command(sub) -> None:
     from orl.cli_tasks import add_task_flags
 
-    s = sub.add_parser("demo", help="base vs ORL on held-out prompts, side by side, and one denoising step by step")
-    s.add_argument("--base", default=str(SHIPPED / "orl-tiny7-base"), help="base checkpoint")
-    s.add_argument("--orl", default=str(SHIPPED / "orl-tiny7-orl"), help="ORL checkpoint (skipped if absent)")
+    s = sub.add_parser("demo", help="base vs ORL on held-out prompts, side by side, and one example as it decodes")
+    s.add_argument("--base", default=None, help="base checkpoint (default: the shipped orl-tiny7-base)")
+    s.add_argument("--orl", default=None,
+                   help="ORL checkpoint of that base (default: the shipped orl-tiny7-orl with the shipped base; none "
+                        "with a --base of your own; skipped if absent)")
     s.add_argument("--per-task", type=int, default=6,
                    help="held-out prompts per family (and as many beyond the range of a length-varied one)")
     s.add_argument("--threshold", type=float, default=0.9, help="commit threshold for both models")
     s.add_argument("--max-new-tokens", type=int, default=None,
                    help="answer budget (default 64, or 112 when a family is length-varied, within the context)")
     s.add_argument("--spec-tokens", type=int, default=None, metavar="K",
-                   help="score with the fused self-speculative decoder, K drafted tokens in 3 groups a round (0: the threshold "
-                        "decoder; default 8 for a base pretrained with a next-token loss beside its diffusion loss, "
-                        "recipe ar_aux > 0, such as the shipped orl-tiny7-base, else 0)")
+                   help="score with the fused self-speculative decoder, K drafted tokens in 3 draft groups a round (at "
+                        "most 2K) (0: the threshold decoder; default 8 for a base pretrained with a next-token loss "
+                        "beside its diffusion loss, recipe ar_aux > 0, such as the shipped orl-tiny7-base, or an ORL "
+                        "model of one; else 0)")
     add_task_flags(s)
     s.set_defaults(func=cmd_demo)

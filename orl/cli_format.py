@@ -4,14 +4,16 @@ from __future__ import annotations
 from orl.engine.trace import StepRecord
 
 
-def format_step(tokenizer, record: StepRecord, n_valid: int, eos_fill: bool = True, color: bool = False) -> str:
+def format_step(tokenizer, record: StepRecord, n_valid: int, eos_fill: bool = True, color: bool = False,
+                start: int = 0) -> str:
     """One denoising step as text: settled tokens, '_' where still masked, the tokens this step
-    committed in brackets (bold green on a terminal)."""
+    committed in brackets (bold green on a terminal); the block's n_valid answer positions from canvas index
+    start (StepEvent.start: an absolute-grid block 0 opens with the prompt's tail, which is not shown)."""
     eos = tokenizer.eos_id
     canvas, unresolved = record.canvas.tolist(), record.unresolved.tolist()
     tokens, committed = record.tokens.tolist(), record.committed.tolist()
     out, seen_eos = [], False
-    for i in range(n_valid):
+    for i in range(start, start + n_valid):
         new = committed[i]
         if new:
             t = tokens[i]

@@ -66,7 +66,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     for event in engine.stream(args.prompt, cfg, steps=args.show_steps):
         if isinstance(event, StepEvent):
             r = event.record
-            line = format_step(engine.tokenizer, r, event.n_valid, cfg.eos_fill, color)
+            line = format_step(engine.tokenizer, r, event.n_valid, cfg.eos_fill, color, event.start)
             print(f"block {r.block} step {r.step + 1}: {line}  (+{int(r.committed.sum())})", flush=True)
         elif isinstance(event, DoneEvent):
             gen = event.generations[0]

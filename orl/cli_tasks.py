@@ -3,7 +3,7 @@ prompt and answer, its size knobs and the prompt/answer lengths they give, then 
 trained on (its manifest's recipe.config.tasks). Also the `--task-module` / `--tasks-file` flags that
 `orl train`, `orl eval`, `orl tasks` and `orl demo` share (tasks of the user's own, docs/TASKS.md).
 
-Nothing here imports torch: manifests are read as JSON, so the listing is instant.
+No weights load: manifests are read as JSON, so the listing takes a second or two.
 """
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ the families ORL rolls out on), so a length-varied base is shown on held-out pro
 range and beyond it."""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -29,9 +30,26 @@ SPEC_TOKENS = 8  # and its drafted tokens a round
 def default_spec_tokens(manifest: dict) -> int:
     """SPEC_TOKENS for a block-diffusion base pretrained with a next-token loss beside its diffusion loss (recipe
     ar_aux > 0: its AR path verifies), the decoder such a base is measured with (its parallel path alone is far less
-    accurate: docs/RESULTS.md, session 46); else 0, the threshold decoder."""
-    ar_aux = ((manifest.get("recipe") or {}).get("config") or {}).get("ar_aux") or 0
-    return SPEC_TOKENS if manifest.get("objective") == "block_diffusion" and ar_aux > 0 else 0
+    accurate: docs/RESULTS.md, session 46); a post-trained model (ORL) inherits its recorded base's; else 0, the
+    threshold decoder."""
+    if manifest.get("objective") != "block_diffusion":
+        return 0
+    recipe = manifest.get("recipe") or {}
+    if ((recipe.get("config") or {}).get("ar_aux") or 0) > 0:
+        return SPEC_TOKENS
+    base = _recorded_base(recipe.get("base"))
+    return default_spec_tokens({**base, "recipe": {**(base.get("recipe") or {}), "base": None}}) if base else 0
+
+
+def _recorded_base(path) -> dict | None:
+    """The manifest of a recipe's recorded base (as given, or relative to the repository: checkpoints/...), if
+    it is there."""
+    if not isinstance(path, str) or not path:
+        return None
+    for d in (Path(path), Path(__file__).resolve().parents[1] / path):
+        if (d / "orl.json").is_file():
+            return json.loads((d / "orl.json").read_text())
+    return None
 
 
 def spec_groups(spec_tokens: int) -> int:
@@ -87,27 +105,33 @@ def fused_decoder(engine: Engine, path: Path, spec_tokens: int, max_new_tokens: 
     return ARDecoder(model, engine.tokenizer, manifest=engine.manifest), cfg
 
 
-def run_demo(base: str | Path, orl: str | Path, per_task: int = 6, threshold: float = 0.9,
+def run_demo(base: str | Path, orl: str | Path | None, per_task: int = 6, threshold: float = 0.9,
              example: str | None = None, max_new_tokens: int | None = None, spec_tokens: int | None = None,
-             out=sys.stdout) -> dict:
-    """spec_tokens K > 0 scores both models with the fused self-speculative decoder instead (each model's
-    diffusion path drafts K tokens, its AR path verifies: the outputs are the AR path's greedy ones), the
-    decoder the length-varied bases are measured with (None: default_spec_tokens of the base); the step-by-step
-    example stays the threshold decoder's."""
+             out=None) -> dict:
+    """Both models scored by the threshold decoder, or for spec_tokens K > 0 by the fused self-speculative one
+    (each model's diffusion path drafts K tokens, its AR path verifies: the outputs are the AR path's greedy
+    ones), the decoder the length-varied bases are measured with (None: default_spec_tokens of the base); the
+    example is decoded by the same decoder. orl None or absent: the base alone. out: a text stream (sys.stdout)."""
+    out = sys.stdout if out is None else out  # looked up per call: a redirected sys.stdout (pytest's capture) is the one written to
     models = {"base": Path(base)}
-    if Path(orl).exists():
+    if orl is not None and Path(orl).exists():
         models["orl"] = Path(orl)
     else:
-        print(f"(no ORL checkpoint at {orl}: showing the base model only)", file=out)
+        print(f"(no ORL checkpoint{f' at {orl}' if orl else ' given'}: showing the base model only)", file=out)
     engines = {name: Engine.from_checkpoint(path) for name, path in models.items()}
     families = list(trained_tasks(engines["base"].manifest))
+    if "orl" in engines and list(trained_tasks(engines["orl"].manifest)) != families:
+        raise ValueError(f"the ORL checkpoint {orl} was trained on {', '.join(trained_tasks(engines['orl'].manifest))} "
+                         f"and the base {base} on {', '.join(families)}: compare a base with an ORL model of it "
+                         "(--orl DIR)")
     if spec_tokens is None:
         spec_tokens = default_spec_tokens(engines["base"].manifest)
     samples = demo_samples(families, per_task)
     block_len = DecodeConfig.from_manifest(engines["base"].manifest).block_len
     if max_new_tokens is None:
         max_new_tokens = demo_budget(samples, min(e.max_len for e in engines.values()), block_len)
-    # held out and multi-answer: the base hesitates between valid answers, which is where ORL gains
+    # held out and multi-answer: under the threshold decoder the base hesitates between valid answers, where ORL
+    # gains (under the fused one both models' AR paths choose, and usually the same tokens)
     judge = None if example else get_task(next((t for t in families if t.startswith("split")), families[0]))
     example = example or judge.sample("heldout", 0).prompt
     rows, cfgs, scorers = {}, {}, {}
@@ -130,7 +154,7 @@ def _example_steps(name: str, decoder: Engine | ARDecoder, cfg: DecodeConfig | A
     """Print one prompt's decoding as it happens: each denoising step's commits (threshold decoder), or each round's
     text so far and the tokens it added (fused decoder: the AR path's accepted drafts and its own next token)."""
     if isinstance(decoder, ARDecoder):
-        print(f"\n{name}: {example!r} round by round, fused self-speculative decoder ({cfg.spec_tokens} drafted tokens "
+        print(f"\n{name}: {example!r} round by round, fused self-speculative decoder ({cfg.spec_tokens} drafted token{'s' * (cfg.spec_tokens > 1)} "
               "a round; +n: the tokens a round writes, its AR path's next token included)", file=out)
         events = decoder.run([decoder.encode(example)], cfg)
     else:
@@ -141,9 +165,9 @@ def _example_steps(name: str, decoder: Engine | ARDecoder, cfg: DecodeConfig | A
         for event in events:
             if isinstance(event, StepEvent):
                 r = event.record
-                print(f"  block {r.block} step {r.step + 1}: "
-                      f"{format_step(decoder.tokenizer, r, event.n_valid, cfg.eos_fill)}", file=out)
-            elif isinstance(event, BlockEvent):
+                line = format_step(decoder.tokenizer, r, event.n_valid, cfg.eos_fill, start=event.start)
+                print(f"  block {r.block} step {r.step + 1}: {line}", file=out)
+            elif isinstance(event, BlockEvent) and isinstance(decoder, ARDecoder):  # the engine's: its blocks
                 print(f"  round {event.block + 1}: {event.text[0]!r}  (+{event.n_valid})", file=out)
             elif isinstance(event, DoneEvent):
                 return event.generations[0]
@@ -156,7 +180,7 @@ def _table(rows: dict, cfgs: dict, samples: list[Sample], families: list[str], p
     what = f"{per_task} per family" + (f", and {per_task} beyond the training range of {', '.join(sized)}"
                                        if sized else "")
     decoder = (f"threshold {threshold}, block {cfgs['base'].block_len}" if not spec_tokens else
-               f"fused self-speculative decoder ({spec_tokens} drafted tokens, "
+               f"fused self-speculative decoder ({spec_tokens} drafted token{'s' * (spec_tokens > 1)}, "
                f"{spec_groups(spec_tokens)} groups a round: each model's AR path decides its tokens)")
     print(f"\n{len(samples)} held-out prompts of {', '.join(families)} ({what}), batch 1, at most {max_new_tokens} "
           f"new tokens, {decoder}\n", file=out)

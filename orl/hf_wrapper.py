@@ -59,8 +59,10 @@ class OrlForCausalLM(PreTrainedModel, GenerationMixin):  # transformers >= 4.50:
 
     def prepare_inputs_for_generation(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                                       **kwargs) -> dict:
-        # no KV cache here (orl's cache is its engine's): each generate step reruns the whole sequence
-        return {"input_ids": input_ids, "attention_mask": attention_mask}
+        # no KV cache here (orl's cache is its engine's): each generate step reruns the whole sequence; positions
+        # count real tokens only, so a left-padded row sees the positions it would see alone (learned tables care)
+        position_ids = None if attention_mask is None else (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, orl_mask: torch.Tensor | None = None,

@@ -23,6 +23,13 @@ def test_settled_masked_and_committed_positions():
     assert format_step(TOK, r, n_valid=4, color=True) == "a\x1b[1;32mb\x1b[0m__"
 
 
+def test_start_skips_the_prompt_tail_of_an_absolute_grid_block():
+    (p, a, b), m = TOK.encode("=ab"), TOK.mask_id
+    r = record([p, m, m, m], [False, True, True, True], [p, a, b, b], [False, True, False, False])
+    assert format_step(TOK, r, n_valid=3, start=1) == "[a]__"  # the prompt's '=' is not an answer position
+    assert format_step(TOK, r, n_valid=2, start=1) == "[a]_"
+
+
 def test_eos_fill_of_the_same_step_shows_as_eos():
     a, m, eos = TOK.encode("a")[0], TOK.mask_id, TOK.eos_id
     r = record([a, m, m, m], [False, True, True, True], [a, eos, a, a], [False, True, False, False])

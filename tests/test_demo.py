@@ -3,6 +3,7 @@ the prompts (with and without EOS) and tokens/s at batch 1, and the ORL / base l
 from __future__ import annotations
 
 import io
+import json
 import re
 from pathlib import Path
 
@@ -95,6 +96,19 @@ def test_default_decoder_is_the_fused_one_only_for_a_base_trained_with_a_next_to
     assert default_spec_tokens(pretrain(0.0)) == default_spec_tokens(pretrain(None)) == 0
     assert default_spec_tokens(pretrain(2.0, "autoregressive")) == 0  # nothing to draft with
     assert default_spec_tokens({"objective": "block_diffusion"}) == 0  # no recipe recorded
+    orl = json.loads((ROOT / "orl-tiny7-orl" / "orl.json").read_text())  # no ar_aux of its own: its base's
+    assert default_spec_tokens(orl) == 8
+    assert default_spec_tokens({**orl, "recipe": {**orl["recipe"], "base": "/nowhere"}}) == 0
+
+
+def test_cli_pairs_the_shipped_orl_model_only_with_the_shipped_base(capsys):
+    from orl.cli import main
+
+    assert main(["demo", "--base", str(ROOT / "orl-tiny-base"), "--per-task", "1", "--spec-tokens", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "(no ORL checkpoint given: showing the base model only)" in out and "ORL / base" not in out
+    with pytest.raises(ValueError, match="trained on long7xp, .* and the base .* on split, keysort"):
+        run_demo(ROOT / "orl-tiny-base", ROOT / "orl-tiny7-orl", per_task=1, out=io.StringIO())
 
 
 @pytest.mark.parametrize("spec_tokens", [0, 1, 4])
@@ -117,8 +131,9 @@ def test_demo_of_a_length_varied_base_reports_in_range_and_beyond(length_varied_
     assert table.split()[1] == ("off" if not spec_tokens else "unused")
     # the example is decoded as the table's prompts were, and judged
     assert ("round by round" in text) == bool(spec_tokens) and ("step by step" in text) == (not spec_tokens)
+    assert ("\n  round 1: " in text) == bool(spec_tokens)  # the block engine's BlockEvents are no rounds
     assert re.search(r"\n  -> '.*'  \(\d+ tokens, \d+ forwards, TPF [\d.]+, (right|wrong)\)\n", text)
     if spec_tokens:  # scored by the fused decoder, not the threshold one
-        assert f"fused self-speculative decoder ({spec_tokens} drafted tokens" in text
+        assert f"fused self-speculative decoder ({spec_tokens} drafted token{'s' * (spec_tokens > 1)}," in text
         ref_ok, ref_tpf = fused_reference(length_varied_base, samples, spec_tokens, budget)
         assert ok == ref_ok and rows["base"]["tpf"] == pytest.approx(ref_tpf)

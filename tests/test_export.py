@@ -72,6 +72,22 @@ def test_a_remote_code_export_generates_what_causal_argmax_gives(tmp_path):
     assert torch.equal(got, want)
 
 
+def test_a_left_padded_batch_generates_what_each_prompt_does_alone(tmp_path):
+    """Batched generate on a learned-position export: a left-padded row gets its own positions, not the padded ones."""
+    theirs = hf_load(export_hf(dllm(adapter_dim=0), TOK, tmp_path / "hf"), trust_remote_code=True)
+    prompts = [TOK.encode("cumsum:314="), TOK.encode("?+?=42")]
+    width = max(map(len, prompts))
+    ids = torch.tensor([[TOK.pad_id] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    with torch.no_grad():
+        batch = theirs.generate(ids, attention_mask=mask, max_new_tokens=5, do_sample=False, eos_token_id=None,
+                                pad_token_id=TOK.pad_id)
+        for row, p in zip(batch, prompts):
+            alone = theirs.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                                    max_new_tokens=5, do_sample=False, eos_token_id=None)
+            assert row[width:].tolist() == alone[0, len(p):].tolist()
+
+
 def test_plain_qwen3_export_loads_without_remote_code(tmp_path):
     ours = dllm(learned_pos=False, shift_logits=False, adapter_dim=0)
     out = export_hf(ours, TOK, tmp_path / "hf")

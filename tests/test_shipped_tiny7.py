@@ -44,6 +44,16 @@ def test_manifests_name_their_families_recipes_and_one_size_budget():
         == {k: orl["model_args"][k] for k in shared}
 
 
+@pytest.mark.parametrize("name", ["base", "orl", "ar"])
+def test_manifests_name_no_local_path_and_list_only_shipped_files(name):
+    import json
+
+    d = ROOT / f"orl-tiny7-{name}"
+    text = (d / "orl.json").read_text()
+    assert "/root" not in text and "/home" not in text and "/tmp" not in text
+    assert sorted(json.loads(text)["files"]) == sorted(p.name for p in d.iterdir() if p.name != "orl.json")
+
+
 @pytest.mark.parametrize("name", ["base", "orl"])
 def test_fused_decoder_in_range_and_beyond(name, samples):
     """Measured on these 100 prompts (fused k8, 3 groups): base 88% in range / 76% beyond, TPF 2.15; ORL 88% / 82%,
@@ -82,6 +92,23 @@ def test_ar_peer_matches_transformers_generate(tmp_path):
         want = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=96, do_sample=False)
         want = want[0, ids.shape[1]:].tolist()
         assert g.token_ids == want, p
+
+
+def test_step_events_show_the_answer_positions_of_an_absolute_grid_block():
+    """The base's block 0 opens with the prompt's tail (absolute grid): a step stream shows and counts only the
+    answer positions, so block 0's last step reads as the answer's first characters."""
+    from orl.cli_format import format_step
+    from orl.engine import DecodeConfig, DoneEvent, StepEvent
+
+    engine = Engine.from_checkpoint(ROOT / "orl-tiny7-base")
+    prompt = get_task("long7xp").sample("heldout", 0).prompt
+    events = list(engine.stream(prompt, DecodeConfig.from_manifest(engine.manifest, max_new_tokens=96), steps=True))
+    text = next(e for e in events if isinstance(e, DoneEvent)).generations[0].text
+    block0 = [e for e in events if isinstance(e, StepEvent) and e.block == 0]
+    assert block0[0].start == len(prompt) % 16 > 0
+    last = block0[-1]
+    shown = format_step(engine.tokenizer, last.record, last.n_valid, start=last.start).replace("[", "").replace("]", "")
+    assert shown == text[:last.n_valid] and last.resolved == last.n_valid == 16 - last.start
 
 
 def test_orl_tasks_example_runs_as_printed(capsys):

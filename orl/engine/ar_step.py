@@ -44,8 +44,10 @@ class ARConfig:
                                             + stop_problems(self.stop))
         if not problems and self.spec_ngram != 2 and not self.spec_tokens:
             problems.append(f"spec_ngram ({self.spec_ngram}) is prompt-lookup speculative decoding's: set spec_tokens > 0")
-        if not problems and (self.spec_tokens < 0 or self.spec_ngram < 1):
-            problems.append(f"spec_tokens must be >= 0 and spec_ngram >= 1, got {self.spec_tokens}, {self.spec_ngram}")
+        if not problems and self.spec_tokens < 0:
+            problems.append(f"spec_tokens must be >= 0, got {self.spec_tokens}")
+        if not problems and self.spec_ngram < 1:
+            problems.append(f"spec_ngram must be >= 1, got {self.spec_ngram}")
         self_draft = self.spec_draft in SELF_DRAFTS
         if not problems and self.spec_draft not in SPEC_DRAFTS:
             problems.append(f"spec_draft must be 'lookup', 'diffusion' or 'fused', got {self.spec_draft!r}")

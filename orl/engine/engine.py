@@ -192,6 +192,7 @@ class Engine(LoadedModel):
             # the commit forward of block j - 1 rides on block j's first step (fused), or ran alone below
             fused = fuse and j > 0
             n_valid = self.begin_block(st, cfg, P, j, live, fused)
+            start = st.plan.block_span(j, cfg.block_len, cfg.max_new_tokens)[0][0] if step_events else 0
             # Fast-dLLM v2's AR first token can resolve a block (one answer position left, or an EOS under
             # eos_fill): no step for it (one host check per block, not per step)
             done = cfg.rule == "fast_dllm_v2" and bool(block_closed(st).all())
@@ -203,7 +204,7 @@ class Engine(LoadedModel):
                     done = bool(block_closed(st).all())
                     if step_events:
                         rec = recorder.rows[0][-1]
-                        yield StepEvent(j, rec, n_valid, rows[0].forwards + rec.step + 1)
+                        yield StepEvent(j, rec, n_valid, rows[0].forwards + rec.step + 1, start=start)
                 else:
                     done = bool(self.runner(st, cfg, fused))  # the one host sync per chunk
                 fused = False

@@ -19,12 +19,14 @@ class StepEvent:
     n_valid: int                  # positions of the block within max_new_tokens; the rest are padding
     forwards: int = 0             # the row's forwards so far, this step's included (prefill excluded)
     at: float = field(default_factory=time.perf_counter)  # when the engine produced it
+    start: int = 0                # canvas index of the block's first answer position (absolute grid, block 0: the
+                                  # prompt's tail comes first)
 
     @property
     def resolved(self) -> int:
         """Valid positions of the block resolved once this step has committed (EOS fill aside)."""
         r = self.record
-        return int((r.committed | ~r.unresolved)[: self.n_valid].sum())
+        return int((r.committed | ~r.unresolved)[self.start: self.start + self.n_valid].sum())
 
 
 @dataclass(frozen=True)
