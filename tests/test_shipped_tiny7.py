@@ -1,6 +1,6 @@
 """The shipped length-varied checkpoints (issue 21 item 4): checkpoints/orl-tiny7-base (five v7 families, AR stage then
-block diffusion with a next-token loss beside it), orl-tiny7-orl (KL-anchored ORL on it) and orl-tiny7-ar (the base's
-AR stage: the AR peer). They load through the real loader and reach their documented accuracy in range and beyond the
+block diffusion with a next-token loss beside it), orl-tiny7-orl (KL-anchored ORL on it) and orl-tiny7-ar (the AR peer:
+the base's AR stage, continued with AR steps for the steps the base spent on block diffusion). They load through the real loader and reach their documented accuracy in range and beyond the
 training range (docs/RESULTS.md, session 46). Greedy decoding of fixed held-out samples is deterministic, so the bounds
 are stable; they sit under the values measured on these prompts and far above what an untrained model scores (0)."""
 import re
@@ -68,11 +68,11 @@ def test_fused_decoder_in_range_and_beyond(name, samples):
 
 
 def test_ar_peer_in_range_and_beyond(samples):
-    """Measured on these 100 prompts (greedy): 90% in range, 86% beyond."""
+    """Measured on these 100 prompts (greedy): 92% in range, 92% beyond (on 1,500 a split: 89.1% / 78.2%)."""
     decoder = ARDecoder.from_checkpoint(ROOT / "orl-tiny7-ar")
     with torch.no_grad():
         acc = by_split(score(decoder, ARConfig(max_new_tokens=112), samples), samples)
-    assert acc["heldout"] >= 0.8 and acc[BEYOND] >= 0.7, acc
+    assert acc["heldout"] >= 0.8 and acc[BEYOND] >= 0.75, acc
 
 
 def test_ar_peer_matches_transformers_generate(tmp_path):
