@@ -10,6 +10,8 @@
 #      generate, the prefix-cache loop, the roofline fraction); jobs in priority order, none started
 #      after its budget, rows printed and written to $OUT/scale.json as they come  [the rest]
 #   4. if time is left: benchmarks/latency.py on the shipped trained checkpoint (CUDA graphs)
+#   5. if time is left: `orl bench --device cuda` on the tiny7 trio, batch 1 (the fused self-speculative decoder's
+#      tokens/s against the same-budget AR peer's; alone: the command in its section below, ~20 prompts)
 #   (before 3: benchmarks/forward_length.py, a forward of 145 positions against one of 9 at Qwen3 shapes:
 #   whether the fused self-draft pays on this GPU; <= 60 s)
 # Usage (repo root or anywhere):  bash benchmarks/gpu_check.sh      OUT=dir keeps the logs and JSON there.
@@ -127,6 +129,20 @@ if [ $(( LIMIT - $(elapsed) )) -gt 70 ] && [ "$HAVE_CUDA" = "1" ]; then
     echo "latency.py (checkpoint) exit code ${PIPESTATUS[0]}"
 else
     echo; echo "(checkpoint latency benchmark skipped: $(elapsed)s used)"
+fi
+
+# issue 21's open question: does the fused decoder's TPF (2.06 on the tiny7 base, one forward of 33 positions a
+# round) turn into tokens/s where a batch-1 forward is latency bound? Base / ORL / same-budget AR peer, batch 1
+if [ $(( LIMIT - $(elapsed) )) -gt 90 ] && [ "$HAVE_CUDA" = "1" ]; then
+    section "orl bench (cuda, batch 1): checkpoints/orl-tiny7-base / -orl / -ar, in range"
+    MD=(); [ -n "$OUT_DIR" ] && MD=(--out "$OUT_DIR/bench_cuda_tiny7.md")
+    timeout $(( LIMIT - $(elapsed) - 5 )) "$PY" -m orl.cli bench --device cuda --base checkpoints/orl-tiny7-base \
+        --orl checkpoints/orl-tiny7-orl --ar checkpoints/orl-tiny7-ar --tasks long7xp,prog7xp,split7xp,constr7xp,keysort7x \
+        --split heldout --limit 4 --threshold 0.9 --max-new-tokens 112 --self-spec-tokens 8 "${MD[@]}" 2>&1 \
+        | log_to bench_cuda_tiny7.txt
+    echo "orl bench (tiny7) exit code ${PIPESTATUS[0]}"
+else
+    echo; echo "(tiny7 orl bench skipped: $(elapsed)s used)"
 fi
 
 section "done, status $STATUS"
