@@ -14,8 +14,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     load_task_flags(args)  # a base trained on tasks of the user's own needs them registered
     # the shipped ORL model goes with the shipped base only: a base of the user's own is shown alone or with --orl
     orl = args.orl if args.orl is not None else (str(SHIPPED / "orl-tiny7-orl") if args.base is None else None)
-    run_demo(args.base or str(SHIPPED / "orl-tiny7-base"), orl, per_task=args.per_task, threshold=args.threshold, max_new_tokens=args.max_new_tokens,
-             spec_tokens=args.spec_tokens)
+    run_demo(args.base or str(SHIPPED / "orl-tiny7-base"), orl, per_task=args.per_task, threshold=args.threshold,
+             max_new_tokens=args.max_new_tokens, spec_tokens=args.spec_tokens)
     return 0
 
 

@@ -34,11 +34,12 @@ def default_spec_tokens(manifest: dict) -> int:
     threshold decoder."""
     if manifest.get("objective") != "block_diffusion":
         return 0
-    recipe = manifest.get("recipe") or {}
-    if ((recipe.get("config") or {}).get("ar_aux") or 0) > 0:
-        return SPEC_TOKENS
-    base = _recorded_base(recipe.get("base"))
-    return default_spec_tokens({**base, "recipe": {**(base.get("recipe") or {}), "base": None}}) if base else 0
+    base = _recorded_base((manifest.get("recipe") or {}).get("base"))
+    return SPEC_TOKENS if _trained_ar_path(manifest) or (base is not None and _trained_ar_path(base)) else 0
+
+
+def _trained_ar_path(manifest: dict) -> bool:
+    return (((manifest.get("recipe") or {}).get("config") or {}).get("ar_aux") or 0) > 0
 
 
 def _recorded_base(path) -> dict | None:
@@ -55,6 +56,10 @@ def _recorded_base(path) -> dict | None:
 def spec_groups(spec_tokens: int) -> int:
     """Draft groups a round: SPEC_GROUPS, at most the 2K the fused decoder takes (ARConfig.validate)."""
     return min(SPEC_GROUPS, 2 * spec_tokens)
+
+
+def drafted(spec_tokens: int) -> str:
+    return f"{spec_tokens} drafted token{'s' * (spec_tokens != 1)}"
 
 
 def length_varied(name: str) -> bool:
@@ -112,7 +117,7 @@ def run_demo(base: str | Path, orl: str | Path | None, per_task: int = 6, thresh
     (each model's diffusion path drafts K tokens, its AR path verifies: the outputs are the AR path's greedy
     ones), the decoder the length-varied bases are measured with (None: default_spec_tokens of the base); the
     example is decoded by the same decoder. orl None or absent: the base alone. out: a text stream (sys.stdout)."""
-    out = sys.stdout if out is None else out  # looked up per call: a redirected sys.stdout (pytest's capture) is the one written to
+    out = sys.stdout if out is None else out  # looked up per call: a redirected sys.stdout (pytest's) is written to
     models = {"base": Path(base)}
     if orl is not None and Path(orl).exists():
         models["orl"] = Path(orl)
@@ -154,8 +159,8 @@ def _example_steps(name: str, decoder: Engine | ARDecoder, cfg: DecodeConfig | A
     """Print one prompt's decoding as it happens: each denoising step's commits (threshold decoder), or each round's
     text so far and the tokens it added (fused decoder: the AR path's accepted drafts and its own next token)."""
     if isinstance(decoder, ARDecoder):
-        print(f"\n{name}: {example!r} round by round, fused self-speculative decoder ({cfg.spec_tokens} drafted token{'s' * (cfg.spec_tokens > 1)} "
-              "a round; +n: the tokens a round writes, its AR path's next token included)", file=out)
+        print(f"\n{name}: {example!r} round by round, fused self-speculative decoder ({drafted(cfg.spec_tokens)} a "
+              "round; +n: the tokens a round writes, its AR path's next token included)", file=out)
         events = decoder.run([decoder.encode(example)], cfg)
     else:
         print(f"\n{name}: {example!r} step by step, threshold {cfg.threshold} ('_' masked, [x] committed at that "
@@ -180,7 +185,7 @@ def _table(rows: dict, cfgs: dict, samples: list[Sample], families: list[str], p
     what = f"{per_task} per family" + (f", and {per_task} beyond the training range of {', '.join(sized)}"
                                        if sized else "")
     decoder = (f"threshold {threshold}, block {cfgs['base'].block_len}" if not spec_tokens else
-               f"fused self-speculative decoder ({spec_tokens} drafted token{'s' * (spec_tokens > 1)}, "
+               f"fused self-speculative decoder ({drafted(spec_tokens)}, "
                f"{spec_groups(spec_tokens)} groups a round: each model's AR path decides its tokens)")
     print(f"\n{len(samples)} held-out prompts of {', '.join(families)} ({what}), batch 1, at most {max_new_tokens} "
           f"new tokens, {decoder}\n", file=out)

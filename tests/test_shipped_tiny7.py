@@ -1,8 +1,9 @@
 """The shipped length-varied checkpoints (issue 21 item 4): checkpoints/orl-tiny7-base (five v7 families, AR stage then
 block diffusion with a next-token loss beside it), orl-tiny7-orl (KL-anchored ORL on it) and orl-tiny7-ar (the AR peer:
-the base's AR stage, continued with AR steps for the steps the base spent on block diffusion). They load through the real loader and reach their documented accuracy in range and beyond the
-training range (docs/RESULTS.md, session 46). Greedy decoding of fixed held-out samples is deterministic, so the bounds
-are stable; they sit under the values measured on these prompts and far above what an untrained model scores (0)."""
+the base's AR stage, continued with AR steps for the steps the base spent on block diffusion). They load through the
+real loader and reach their documented accuracy in range and beyond the training range (docs/RESULTS.md, session 46).
+Greedy decoding of fixed held-out samples is deterministic, so the bounds are stable; they sit under the values
+measured on these prompts and far above what an untrained model scores (0)."""
 import re
 import shlex
 from pathlib import Path
