@@ -140,6 +140,22 @@ def recorded_verifier(manifest: dict | None) -> dict:
     return ((manifest or {}).get("recipe") or {}).get("verifier") or {}
 
 
+REPO = Path(__file__).resolve().parents[1]  # where the shipped checkpoints/ live
+
+
+def portable_path(path: str | os.PathLike) -> str:
+    """How a run records a checkpoint it depends on (a base, a verifier): relative to the repository when it lies
+    inside it (a shipped checkpoint, so the record holds on any clone), else absolute."""
+    p = Path(path).resolve()
+    return str(p.relative_to(REPO)) if p.is_relative_to(REPO) else str(p)
+
+
+def recorded_path(path: str) -> Path:
+    """A path a manifest records (portable_path): as given when it is there, else relative to the repository."""
+    p = Path(path)
+    return p if p.exists() or p.is_absolute() else REPO / p
+
+
 def load_checkpoint(directory: str | os.PathLike, device: str | torch.device = "cpu",
                     dtype: torch.dtype | None = None) -> tuple[Transformer, Tokenizer, dict]:
     """-> (model in eval mode, tokenizer, manifest). Every mismatch is reported before any weight is used."""

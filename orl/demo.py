@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from orl.checkpoint import recorded_path
 from orl.cli_format import format_step
 from orl.engine import BlockEvent, DecodeConfig, DoneEvent, Engine, StepEvent
 from orl.engine.ar import ARConfig, ARDecoder
@@ -47,10 +48,8 @@ def _recorded_base(path) -> dict | None:
     it is there."""
     if not isinstance(path, str) or not path:
         return None
-    for d in (Path(path), Path(__file__).resolve().parents[1] / path):
-        if (d / "orl.json").is_file():
-            return json.loads((d / "orl.json").read_text())
-    return None
+    d = recorded_path(path)
+    return json.loads((d / "orl.json").read_text()) if (d / "orl.json").is_file() else None
 
 
 def spec_groups(spec_tokens: int) -> int:

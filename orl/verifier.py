@@ -10,13 +10,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orl.checkpoint import CheckpointError, load_checkpoint, recorded_verifier
+from orl.checkpoint import CheckpointError, load_checkpoint, recorded_path, recorded_verifier
 from orl.model.row_split import verify_with
 
 
 def verifier_dir(manifest: dict, path: str | None) -> str | None:
-    """The verifier a decode uses: `path` (--spec-verifier), else the one a draft-only conversion records."""
-    return path or recorded_verifier(manifest).get("base")
+    """The verifier a decode uses: `path` (--spec-verifier), else the one a draft-only run records (relative to
+    the repository for a shipped one)."""
+    if path:
+        return path
+    recorded = recorded_verifier(manifest).get("base")
+    return str(recorded_path(recorded)) if recorded else None
 
 
 def attach_verifier(model, manifest: dict, where, path: str | None, spec_draft: str | None, device=None,

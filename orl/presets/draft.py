@@ -22,6 +22,15 @@ def tiny_draft7() -> DraftConfig:
                        save_every=20)
 
 
+def tiny_draft7_only() -> DraftConfig:
+    """tiny_draft7's drafts with the outputs held exactly (draft_only): the base, frozen, verifies and a copy of it
+    drafts, on the tasks the base trained on (--base DIR: a length-varied base, e.g. checkpoints/orl-tiny7-base).
+    With shared weights the same training cost the AR path 4-6 points beyond the training lengths (docs/BENCHMARKS.md,
+    session 46); here the AR path is the base's by construction, and only the TPF can change."""
+    return DraftConfig(updates=240, prompts_per_update=16, spec_tokens=8, max_new_tokens=104, ar_weight=0.0,
+                       kl_weight=0.0, draft_only=True, lr=5e-5, eval_every=40, eval_samples=30, save_every=20)
+
+
 def smoke() -> DraftConfig:
     """Seconds-long run for tests, on the shipped tiny base."""
     return DraftConfig(updates=2, prompts_per_update=2, spec_tokens=3, max_new_tokens=16, eval_every=2,

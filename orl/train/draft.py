@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -28,6 +29,7 @@ from orl.engine.ar_step import ARConfig
 from orl.engine.stops import with_stop
 from orl.eval.tasks import get_task
 from orl.eval.tasks.custom import reward_of
+from orl.model.row_split import draft_rows_from, drafter_of
 from orl.model.vocab import special_ids
 from orl.train.dist import SINGLE, Dist, shard_rows
 from orl.train.draft_rows import anchors, answer_weights, draft_rows, loss_sums
@@ -57,6 +59,10 @@ class DraftConfig:
     lr: float = 5e-5
     grad_clip: float = 1.0
     keep_reward: float = 1.0            # a rollout supervises when its task reward reaches this
+    # the base, frozen, verifies (its weights on every clean row) and a copy of it drafts and trains
+    # (orl.train.draft_only): the outputs stay the base's token for token; the run saves the drafter, which records
+    # its verifier. Nothing then trains the AR path, so ar_weight and kl_weight must be 0
+    draft_only: bool = False
     ce_chunk: int = 256
     row_tokens: int = 8192              # tokens (rows x row length) per forward; an update runs as many as it needs
     engine_max_len: int = 1024
@@ -67,6 +73,11 @@ class DraftConfig:
     seed: int = 0
     threads: int = 0
     RESUME_FREE: ClassVar[frozenset[str]] = frozenset({"updates"})
+    # what orl.train.draft_only.draft_only_model reads besides draft_only: this recipe's drafter is a full copy of
+    # the base (no low-rank form, no other start) whose tied embeddings and head stay the base's
+    init_from: ClassVar[str] = ""
+    draft_rank: ClassVar[int] = 0
+    freeze_embeddings: ClassVar[bool] = True
 
     def __post_init__(self):
         problems = check_fields(self, positive=("updates", "prompts_per_update", "spec_tokens", "max_new_tokens",
@@ -82,6 +93,10 @@ class DraftConfig:
                             f"max_new_tokens x spec_tokens / stride = {longest}")
         if not 0.0 < self.keep_reward <= 1.0:
             problems.append(f"keep_reward must be in (0, 1], got {self.keep_reward}")
+        if self.draft_only and (self.ar_weight or self.kl_weight):
+            problems.append(f"draft_only trains the drafter alone (the frozen base runs the clean rows): ar_weight "
+                            f"{self.ar_weight} and kl_weight {self.kl_weight} would weigh terms nothing can learn "
+                            "from; set both to 0")
         if problems:
             raise ValueError("invalid DraftConfig: " + "; ".join(problems))
 
@@ -124,16 +139,19 @@ IDLE_LIMIT = 10  # updates in a row without a kept answer before the run stops: 
 
 
 def micro_batches(kept: list, cfg: DraftConfig) -> list[list]:
-    """The kept (prompt, answer) pairs in groups whose padded rows hold at most cfg.row_tokens tokens."""
-    out, cur, width = [], [], 0
+    """The kept (prompt, answer) pairs in groups whose padded rows hold at most cfg.row_tokens tokens (draft-only:
+    rows whose groups all start after the group's longest sequence, draft_rows' clean_width)."""
+    out, cur, width, longest, groups = [], [], 0, 0, 0
     for p, a in sorted(kept, key=lambda pa: -len(pa[0]) - len(pa[1])):
         L = len(p) + len(a)
-        n = L + len(anchors(len(p), L, cfg.stride)) * cfg.spec_tokens  # its row's length (draft_rows)
-        if cur and (len(cur) + 1) * max(width, n) > cfg.row_tokens:
+        g = len(anchors(len(p), L, cfg.stride)) * cfg.spec_tokens
+        # its row's length (draft_rows), or the group's with it
+        n = max(longest, L) + max(groups, g) if cfg.draft_only else max(width, L + g)
+        if cur and (len(cur) + 1) * n > cfg.row_tokens:
             out.append(cur)
-            cur, width = [], 0
+            cur, width, longest, groups = [], 0, 0, 0
         cur.append((p, a))
-        width = max(width, n)
+        width, longest, groups = max(width, L + g), max(longest, L), max(groups, g)
     return out + [cur] if cur else out
 
 
@@ -144,15 +162,18 @@ def update_on(model, opt, kept: list, cfg: DraftConfig, ids, dist: Dist = SINGLE
     parts = []
     for group in micro_batches(kept, cfg):
         seqs, starts = [p + a for p, a in group], [len(p) for p, _ in group]
-        rows = draft_rows(seqs, starts, cfg.spec_tokens, ids.mask, ids.pad, cfg.stride)
-        parts.append((rows, answer_weights(rows, seqs, starts)))
-    n_draft = sum(float(r.weight.sum()) for r, _ in parts)
-    n_ar = sum(float(w.sum()) for _, w in parts)
+        width = max(map(len, seqs)) if cfg.draft_only else None  # one cut: clean columns, then draft ones
+        rows = draft_rows(seqs, starts, cfg.spec_tokens, ids.mask, ids.pad, cfg.stride, width)
+        ar_w = answer_weights(rows, seqs, starts)
+        parts.append((rows, ar_w * 0 if cfg.draft_only else ar_w, width))
+    n_draft = sum(float(r.weight.sum()) for r, _, _ in parts)
+    n_ar = sum(float(w.sum()) for _, w, _ in parts)
     opt.zero_grad(set_to_none=True)
     draft = ar = kl = 0.0
-    for rows, ar_w in parts:
-        d, a, k = loss_sums(model, shard_rows(rows, dist), ar_w.to(dist.device), cfg.ce_chunk, ref, cfg.kl_cap)
-        (d / max(n_draft, 1e-6) + (cfg.ar_weight * a + cfg.kl_weight * k) / max(n_ar, 1e-6)).backward()
+    for rows, ar_w, width in parts:
+        with draft_rows_from(model, width) if width is not None else nullcontext():
+            d, a, k = loss_sums(model, shard_rows(rows, dist), ar_w.to(dist.device), cfg.ce_chunk, ref, cfg.kl_cap)
+            (d / max(n_draft, 1e-6) + (cfg.ar_weight * a + cfg.kl_weight * k) / max(n_ar, 1e-6)).backward()
         draft, ar, kl = draft + float(d.detach()), ar + float(a.detach()), kl + float(k.detach())
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     opt.step()
@@ -163,6 +184,23 @@ def update_on(model, opt, kept: list, cfg: DraftConfig, ids, dist: Dist = SINGLE
     if ref is not None:
         rec["kl"] = round(k_mean, 6)
     return rec
+
+
+def split_model(cfg: DraftConfig, model, resumed_manifest: dict | None, base_manifest: dict, device):
+    """(the base, frozen, on the clean rows beside a drafter, the manifest's recipe.verifier record) for a
+    draft-only run: the drafter is `model` when the run resumes (its saved drafter, whose recorded verifier must
+    still be cfg.base's files), else a copy of the base, which `model` then is."""
+    from orl.checkpoint import CheckpointError, load_checkpoint, portable_path, recorded_verifier
+    from orl.train.convert_base import base_digest
+    from orl.train.draft_only import draft_only_model
+
+    digest = base_digest(cfg.base, base_manifest)
+    if resumed_manifest is not None and recorded_verifier(resumed_manifest).get("base_files_sha256") != digest:
+        raise CheckpointError(f"{cfg.base}'s files changed since this run began (its drafter records another "
+                              "verifier digest): the drafts trained so far were for other clean rows")
+    teacher = load_checkpoint(cfg.base, device=device)[0] if resumed_manifest is not None else model
+    split = draft_only_model(cfg, teacher, model if resumed_manifest is not None else None, device)
+    return split, {"verifier": {"base": portable_path(cfg.base), "base_files_sha256": digest}}
 
 
 def train_draft(cfg: DraftConfig, out: str | Path, resume: bool = True, allow_config_change: bool = False,
@@ -182,6 +220,9 @@ def train_draft(cfg: DraftConfig, out: str | Path, resume: bool = True, allow_co
         raise ValueError(f"the draft recipe cannot train {cfg.base}: {e}") from None
     base_manifest = read_manifest(cfg.base)
     layout = base_layout(base_manifest, DecodeConfig())  # what the checkpoint records, so the result decodes alike
+    extra = {}
+    if cfg.draft_only:
+        model, extra = split_model(cfg, model, manifest if state else None, base_manifest, dist.device)
     opt = make_optimizer(model, cfg.lr)
     if state:
         opt.load_state_dict(state["optimizer"])
@@ -218,7 +259,8 @@ def train_draft(cfg: DraftConfig, out: str | Path, resume: bool = True, allow_co
         rec["wall_s"] = round(time.perf_counter() - t0, 1)
         loop.bar.set_postfix(reward=f"{st['reward']:.2f}", tpf=f"{st['tpf']:.2f}", loss=f"{rec.get('loss', float('nan')):.3f}")
         loop.write(rec)
-        save_due(loop, model, tok, opt, "draft", layout, done, gen_tokens, cfg.base, base_manifest, cfg.save_every)
+        save_due(loop, drafter_of(model), tok, opt, "draft", layout, done, gen_tokens, cfg.base, base_manifest,
+                 cfg.save_every, extra)
     loop.finish()
     model.eval()
     return model

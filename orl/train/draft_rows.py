@@ -32,17 +32,23 @@ def anchors(start: int, length: int, stride: int = 1) -> list[int]:
 
 
 def draft_rows(seqs: list[list[int]], starts: list[int], m: int, mask_id: int, pad_id: int,
-               stride: int = 1) -> Batch:
+               stride: int = 1, clean_width: int | None = None) -> Batch:
     """Rows (module docstring) for sequences seqs (prompt + answer, as the AR path produced them) whose answers
     start at starts; m masks a group (the decoder's spec_tokens); a group every `stride` cuts. Targets are
     aligned to the position that reads them (no read_from); `weight` is the draft term's (1 at every group
-    position with a token to predict), `answer_weights` the next-token term's."""
+    position with a token to predict), `answer_weights` the next-token term's. clean_width: every row's groups
+    start at this column (padding after a shorter sequence), so that one cut separates the clean columns from
+    the draft ones in every row (a separate verifier on the clean rows: orl.model.row_split); None: each row's
+    groups follow its own sequence."""
     if m < 1:
         raise ValueError(f"a draft group holds at least one mask, got m = {m}")
     if len(seqs) != len(starts) or not seqs:
         raise ValueError(f"{len(seqs)} sequences and {len(starts)} answer starts: one start per sequence, at least one")
     cuts = [anchors(s, len(x), stride) for x, s in zip(seqs, starts)]
-    n = max(len(x) + len(c) * m for x, c in zip(seqs, cuts))
+    if clean_width is not None and clean_width < max(map(len, seqs)):
+        raise ValueError(f"clean_width {clean_width} is shorter than the longest sequence ({max(map(len, seqs))})")
+    n = (clean_width + max(len(c) for c in cuts) * m if clean_width is not None
+         else max(len(x) + len(c) * m for x, c in zip(seqs, cuts)))
     B = len(seqs)
     tokens = torch.full((B, n), pad_id, dtype=torch.long)
     pos = torch.zeros((B, n), dtype=torch.long)
@@ -56,7 +62,7 @@ def draft_rows(seqs: list[list[int]], starts: list[int], m: int, mask_id: int, p
         mask[b, :L, :L] = torch.ones(L, L, dtype=torch.bool).tril()                        # clean: causal
         targets[b, :L - 1] = torch.tensor(x[1:])
         for g, c in enumerate(cs):
-            q = L + g * m                                                                   # the group's first row
+            q = (L if clean_width is None else clean_width) + g * m                        # the group's first row
             tokens[b, q:q + m] = mask_id
             pos[b, q:q + m] = torch.arange(c, c + m)
             mask[b, q:q + m, :c] = True                                                      # x[0:c]

@@ -270,26 +270,28 @@ CARRIED = ("eos_ids", "eos_tokens", "mask_token", "sub_block_len")
 
 def save_update(loop: TrainLoop, model: Transformer, tok, opt: torch.optim.Optimizer, recipe: str,
                 rollout_cfg: DecodeConfig, update: int, gen_tokens: int, base: str, base_manifest: dict,
-                target: Path | None = None) -> None:
+                target: Path | None = None, recipe_extra: dict | None = None) -> None:
     """Atomic checkpoint + trainer state (optimizer, update, token budget) for exact resume. The decode
     fields of the base (block length, layout, CARRIED) stay, so the result decodes as its base does.
-    target: a keep_every copy instead of `out` (written first, so a crash in between writes it again)."""
+    target: a keep_every copy instead of `out` (written first, so a crash in between writes it again).
+    recipe_extra: more orl.json recipe fields (a draft-only run's verifier)."""
     model.eval()
     loop.save(model, tok, {**{k: base_manifest[k] for k in CARRIED if k in base_manifest},
                            "objective": "block_diffusion", "block_len": rollout_cfg.block_len,
                            "layout": rollout_cfg.layout, "residual_mode": rollout_cfg.residual,
                            "recipe": {"name": recipe, "config": loop.config, "update": update, "base": base,
-                                      "generated_tokens": gen_tokens}},
+                                      "generated_tokens": gen_tokens, **(recipe_extra or {})}},
               opt, update, target, generated_tokens=gen_tokens)
 
 
 def save_due(loop: TrainLoop, model: Transformer, tok, opt: torch.optim.Optimizer, recipe: str,
              rollout_cfg: DecodeConfig, done: int, gen_tokens: int, base: str, base_manifest: dict,
-             save_every: int) -> None:
+             save_every: int, recipe_extra: dict | None = None) -> None:
     """After update `done`: its keep_every snapshot (before `out`: a crash in between writes it again on
     resume), then `out` when save_every says so (save_update)."""
     if done in loop.snapshots:
         save_update(loop, model, tok, opt, recipe, rollout_cfg, done, gen_tokens, base, base_manifest,
-                    loop.snapshots[done])
+                    loop.snapshots[done], recipe_extra)
     if loop.due(done, save_every):
-        save_update(loop, model, tok, opt, recipe, rollout_cfg, done, gen_tokens, base, base_manifest)
+        save_update(loop, model, tok, opt, recipe, rollout_cfg, done, gen_tokens, base, base_manifest,
+                    recipe_extra=recipe_extra)

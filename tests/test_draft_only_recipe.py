@@ -1,0 +1,182 @@
+"""The draft recipe's draft-only form (DraftConfig.draft_only): the base, frozen, runs every clean row and a copy of
+it drafts and trains, so the fused decoder's outputs stay the base's token for token while the drafts change; the
+run saves the drafter, which records its verifier (relative to the repository for a shipped base) and decodes
+only beside it; it resumes exactly."""
+import json
+import shutil
+
+import pytest
+import torch
+
+from orl.checkpoint import CheckpointError, load_checkpoint
+from orl.cli import main
+from orl.engine.ar import ARDecoder
+from orl.engine.ar_step import ARConfig
+from orl.model.row_split import draft_rows_from, verify_with
+from orl.model.vocab import special_ids
+from orl.presets import get_preset
+from orl.train.draft import DraftConfig, micro_batches, roll_out, train_draft, update_on
+from orl.train.draft_rows import draft_rows
+from orl.train.loop import make_optimizer
+from orl.train.orl import SHIPPED_BASE
+from orl.train.rollout import sample_prompts
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+quiet = lambda *_: None  # noqa: E731
+
+
+def only(**over) -> DraftConfig:
+    return DraftConfig(**{**get_preset("draft", "smoke").to_dict(), "draft_only": True, "ar_weight": 0.0, **over})
+
+
+def test_a_common_clean_width_changes_no_group_logit():
+    """draft_rows(clean_width=W): each row's groups start at column W (padding after a shorter sequence) and
+    read the same logits as in the row without it; W shorter than a sequence is refused."""
+    model, tok, _ = load_checkpoint(SHIPPED_BASE)
+    ids = special_ids(tok, model.args.vocab_size)
+    seqs = [tok.encode("12+34=46"), tok.encode("5+6=11")]
+    starts = [6, 4]
+    plain = draft_rows(seqs, starts, 3, ids.mask, ids.pad)
+    wide = draft_rows(seqs, starts, 3, ids.mask, ids.pad, clean_width=10)
+    assert wide.tokens.shape[1] == 10 + max(len(x) - 1 - s for x, s in zip(seqs, starts)) * 3
+    with torch.no_grad():
+        a = model(plain.tokens, plain.pos, plain.mask)
+        b = model(wide.tokens, wide.pos, wide.mask)
+    for r, x in enumerate(seqs):
+        n = int(plain.weight[r].sum())
+        pa, pb = plain.weight[r].nonzero().flatten(), wide.weight[r].nonzero().flatten()
+        assert len(pa) == len(pb) == n and n > 0 and int(pb.min()) >= 10
+        torch.testing.assert_close(a[r, pa], b[r, pb], atol=1e-5, rtol=1e-5)
+        assert torch.equal(plain.targets[r, pa], wide.targets[r, pb])
+    with pytest.raises(ValueError, match="clean_width 5 is shorter than the longest sequence"):
+        draft_rows(seqs, starts, 3, ids.mask, ids.pad, clean_width=5)
+
+
+def test_draft_only_needs_both_ar_weights_at_zero():
+    with pytest.raises(ValueError, match="draft_only trains the drafter alone"):
+        DraftConfig(draft_only=True)  # ar_weight 0.5 by default
+    with pytest.raises(ValueError, match="kl_weight 1.0"):
+        DraftConfig(draft_only=True, ar_weight=0.0, kl_weight=1.0)
+    assert get_preset("draft", "tiny_draft7_only").draft_only
+
+
+class GradsOnly:
+    """An optimizer that keeps the gradients and moves nothing (Adam's first step, g / (|g| + eps), would turn
+    rounding-level gradient differences into full steps)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def zero_grad(self, set_to_none=True):
+        self.model.zero_grad(set_to_none=set_to_none)
+
+    def step(self):
+        pass
+
+
+def test_a_draft_only_update_moves_the_drafter_only_and_split_micro_batches_agree():
+    """One update: the verifier's weights (the clean rows') and the drafter's embeddings do not move, its other
+    weights do; the same update split into micro-batches has the same gradients."""
+    import copy
+
+    from orl.train.draft import split_model
+
+    base, tok, manifest = load_checkpoint(SHIPPED_BASE)
+    dec = ARDecoder(base, tok, manifest=manifest)
+    big = only(max_new_tokens=24, engine_max_len=64)
+    rolls = roll_out(dec, sample_prompts(("split", "prog", "long"), 4, "mb"), big, seed=0)
+    kept = [(dec.encode(r.sample.prompt), r.gen.token_ids) for r in rolls if r.gen.n_tokens >= 2]
+    small = DraftConfig(**{**big.to_dict(), "row_tokens": 64 + 24 * 3})
+    assert len(micro_batches(kept, small)) > 1 and len(micro_batches(kept, big)) == 1
+    ids = special_ids(tok, base.args.vocab_size)
+    grads = []
+    for cfg in (big, small):
+        m, extra = split_model(cfg, copy.deepcopy(base), None, manifest, "cpu")
+        assert extra["verifier"]["base"] == "checkpoints/orl-tiny-base"  # portable: a shipped base
+        rec = update_on(m.train(), GradsOnly(m), kept, cfg, ids)
+        assert rec["draft_ce"] > 0 and rec["ar_ce"] == 0
+        grads.append({n: p.grad for n, p in m.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and grads[0]
+    for n, g in grads[0].items():
+        assert ".draft." in n and "embed_tokens" not in n and "lm_head" not in n, n  # the drafter's, not its head
+        torch.testing.assert_close(g, grads[1][n], atol=1e-6, rtol=1e-5, msg=n)
+    m, _ = split_model(big, copy.deepcopy(base), None, manifest, "cpu")
+    update_on(m.train(), make_optimizer(m, big.lr), kept, big, ids)
+    ref = base.state_dict()
+    moved = []
+    for n, a in m.state_dict().items():
+        plain = n.replace(".clean.", ".").replace(".draft.", ".")
+        if ".clean." in n or "embed_tokens" in n or "lm_head" in n:
+            assert torch.equal(a, ref[plain]), n
+        elif not torch.equal(a, ref[plain]):
+            moved.append(n)
+    assert moved and all(".draft." in n for n in moved)
+
+
+def test_a_run_keeps_the_bases_outputs_trains_the_drafts_and_resumes_exactly(tmp_path, capsys, monkeypatch):
+    cfg = only()
+    whole = train_draft(cfg, tmp_path / "whole", log=quiet)
+    drafter, tok, manifest = load_checkpoint(tmp_path / "whole")
+    assert manifest["recipe"]["verifier"]["base"] == "checkpoints/orl-tiny-base"
+    base = load_checkpoint(SHIPPED_BASE)[0]
+    assert any(not torch.equal(a, b) for a, b in zip(drafter.state_dict().values(), base.state_dict().values()))
+    with pytest.raises(ValueError, match="draft-only"):  # alone it never decodes (its clean rows never trained)
+        ARDecoder(drafter, tok, manifest=manifest)
+    # beside its verifier: the base's greedy tokens exactly, from any working directory (the repo-relative record)
+    split = verify_with(drafter, base)
+    fused = ARConfig(max_new_tokens=24, spec_tokens=3, spec_draft="fused")
+    plain = ARDecoder(load_checkpoint(SHIPPED_BASE)[0], tok)
+    for p in ("12+34=", "sort: b a c ->"):
+        got = ARDecoder(split, tok, manifest=manifest).generate([p], fused)[0]
+        assert got.token_ids == plain.generate([p], ARConfig(max_new_tokens=24))[0].token_ids
+    monkeypatch.chdir(tmp_path)
+    want = plain.generate(["12+34="], ARConfig(max_new_tokens=12))[0].text
+    assert main(["generate", "12+34=", "--model", str(tmp_path / "whole"), "--spec-draft", "fused", "--spec-tokens",
+                 "3", "--max-new-tokens", "12"]) == 0
+    assert capsys.readouterr().out.startswith("12+34=" + want + "\n")
+    monkeypatch.undo()
+    # one update, then the CLI resumes the second: the same drafter as the run in one go
+    train_draft(DraftConfig(**{**cfg.to_dict(), "updates": 1}), tmp_path / "cut", log=quiet)
+    assert main(["train", "--recipe", "draft", "--preset", "smoke", "--set", "draft_only=true", "--set",
+                 "ar_weight=0", "--out", str(tmp_path / "cut")]) == 0
+    resumed = load_checkpoint(tmp_path / "cut")[0]
+    from orl.model.row_split import drafter_of
+
+    for (n, a), b in zip(drafter_of(whole).state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a, b), n
+
+
+def test_a_resume_against_a_changed_base_is_refused(tmp_path):
+    base = tmp_path / "base"
+    shutil.copytree(SHIPPED_BASE, base)
+    cfg = only(base=str(base), updates=1)
+    train_draft(cfg, tmp_path / "d", log=quiet)
+    rec = json.loads((tmp_path / "d" / "orl.json").read_text())["recipe"]["verifier"]
+    assert rec["base"] == str(base.resolve())  # outside the repository: absolute
+    man = json.loads((base / "orl.json").read_text())
+    man["files"]["model.safetensors"] = "0" * 64  # what base_digest reads: another set of files
+    (base / "orl.json").write_text(json.dumps(man))
+    with pytest.raises(CheckpointError, match="files changed since this run began"):
+        train_draft(DraftConfig(**{**cfg.to_dict(), "updates": 2}), tmp_path / "d", log=quiet)
+
+
+def test_draft_rows_from_splits_one_forward_at_the_clean_width():
+    """The update's forward with the cut at the clean width: clean columns are the verifier's (equal to the
+    base's causal logits there), group columns the drafter's."""
+    import copy
+
+    base, tok, _ = load_checkpoint(SHIPPED_BASE)
+    drafter = copy.deepcopy(base)
+    with torch.no_grad():
+        drafter.model.layers[0].mlp.down_proj.weight.mul_(0.5)  # a drafter that differs
+    split = verify_with(drafter, copy.deepcopy(base), share_equal=False)
+    ids = special_ids(tok, base.args.vocab_size)
+    seqs = [tok.encode("12+34=46"), tok.encode("5+6=11")]
+    rows = draft_rows(seqs, [6, 4], 2, ids.mask, ids.pad, clean_width=8)
+    with torch.no_grad(), draft_rows_from(split, 8):
+        got = split(rows.tokens, rows.pos, rows.mask)
+        want_clean = base(rows.tokens[:, :8], rows.pos[:, :8], rows.mask[:, :8, :8])
+        other = base(rows.tokens, rows.pos, rows.mask)
+    torch.testing.assert_close(got[:, :8], want_clean, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(got[:, 8:], other[:, 8:], atol=1e-4)
