@@ -136,7 +136,8 @@ def require_objective(manifest: dict, expected: str, directory) -> None:
 
 
 def recorded_verifier(manifest: dict | None) -> dict:
-    """orl.json recipe.verifier of a draft-only conversion (orl.train.draft_only); {} for any other checkpoint."""
+    """orl.json recipe.verifier of a draft-only checkpoint (a conversion or a draft run with draft_only:
+    orl.train.draft_only); {} for any other checkpoint."""
     return ((manifest or {}).get("recipe") or {}).get("verifier") or {}
 
 
@@ -151,9 +152,10 @@ def portable_path(path: str | os.PathLike) -> str:
 
 
 def recorded_path(path: str) -> Path:
-    """A path a manifest records (portable_path): as given when it is there, else relative to the repository."""
+    """A path a manifest records (portable_path): a relative one is the repository's (never whatever the working
+    directory holds under that name), unless only the working directory has it."""
     p = Path(path)
-    return p if p.exists() or p.is_absolute() else REPO / p
+    return p if p.is_absolute() or (not (REPO / p).exists() and p.exists()) else REPO / p
 
 
 def load_checkpoint(directory: str | os.PathLike, device: str | torch.device = "cpu",
@@ -185,7 +187,7 @@ def load_checkpoint(directory: str | os.PathLike, device: str | torch.device = "
     if args.tie_embeddings:  # assign=True replaced embed_tokens.weight; re-point the head at it
         model.lm_head.weight = model.model.embed_tokens.weight
     model = model.to(device=device, dtype=None if read_cast else dtype).eval()
-    # a draft-only conversion's clean rows never trained (orl.train.draft_only): the mark travels with the model,
+    # a draft-only checkpoint's clean rows never trained (orl.train.draft_only): the mark travels with the model,
     # so a decoder built without the manifest still refuses it alone (orl.engine.loaded)
     model.verifier_record = recorded_verifier(manifest) or None
     return model, tokenizer, manifest

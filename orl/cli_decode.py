@@ -90,7 +90,7 @@ def add_self_draft_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spec-verifier", default=None, metavar="DIR",
                         help="with --spec-draft diffusion | fused: the checkpoint whose weights verify the drafts (the "
                              "AR original a conversion came from): its greedy tokens exactly (orl.model.row_split). "
-                             "Default: the verifier a draft-only conversion records")
+                             "Default: the verifier a draft-only checkpoint records")
     parser.add_argument("--draft-vocab", default=None, metavar="FILE",
                         help="with --spec-draft diffusion | fused: the draft rows score only these tokens (a file "
                              "`orl draft-vocab` writes; orl.model.draft_vocab): cheaper drafts, the same tokens")

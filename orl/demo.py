@@ -48,8 +48,10 @@ def _recorded_base(path) -> dict | None:
     it is there."""
     if not isinstance(path, str) or not path:
         return None
-    d = recorded_path(path)
-    return json.loads((d / "orl.json").read_text()) if (d / "orl.json").is_file() else None
+    for d in (recorded_path(path), Path(path)):  # the repository's first (orl.checkpoint.recorded_path)
+        if (d / "orl.json").is_file():
+            return json.loads((d / "orl.json").read_text())
+    return None
 
 
 def spec_groups(spec_tokens: int) -> int:
@@ -100,7 +102,7 @@ def score(decoder: Engine | ARDecoder, cfg: DecodeConfig | ARConfig, samples: li
 
 def fused_decoder(engine: Engine, path: Path, spec_tokens: int, max_new_tokens: int) -> tuple[ARDecoder, ARConfig]:
     """The checkpoint's AR path verifying its own diffusion path's drafts, built as `orl eval --spec-draft fused`
-    builds it (a draft-only conversion is verified by the base its recipe records)."""
+    builds it (a draft-only checkpoint is verified by the base its recipe records)."""
     from orl.verifier import attach_self_draft
 
     model = attach_self_draft(engine.model, engine.manifest, path, engine.tokenizer, None, None, "fused")

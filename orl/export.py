@@ -48,7 +48,7 @@ def export_hf(model: Transformer, tokenizer, directory: str | os.PathLike, manif
         (str(t.dtype) for t in model.state_dict().values() if t.dtype in (torch.int8, torch.uint8)
          or t.dtype.is_floating_point and t.element_size() == 1), None)
     if getattr(model, "verifier_record", None) or recorded_verifier(manifest):
-        raise ExportError("cannot export a draft-only conversion (orl.train.draft_only): its clean rows never trained, "
+        raise ExportError("cannot export a draft-only checkpoint (orl.train.draft_only): its clean rows never trained, "
                           "so as a causal LM it would be its untrained AR path; it decodes only beside its verifier")
     if quant:
         raise ExportError(f"cannot export a quantized model ({quant}): transformers would read its packed weights "

@@ -1,6 +1,6 @@
 """The load-time transforms of a self-drafting decode: a separate verifier (`--spec-verifier DIR`, and the
-verifier a draft-only conversion records: orl.train.draft_only, orl.json recipe.verifier) and a draft
-vocabulary (`--draft-vocab FILE`, orl.model.draft_vocab), for `orl generate`, `orl eval` and `orl serve`.
+verifier a draft-only checkpoint records - a conversion or a draft run with draft_only: orl.train.draft_only,
+orl.json recipe.verifier) and a draft vocabulary (`--draft-vocab FILE`, orl.model.draft_vocab), for `orl generate`, `orl eval` and `orl serve`.
 
 A draft-only checkpoint's own clean rows were never trained (the frozen base ran them), so it decodes only as
 a drafter beside its verifier: with the recorded base when it is here and unchanged (its files' digest), else
@@ -35,7 +35,7 @@ def attach_verifier(model, manifest: dict, where, path: str | None, spec_draft: 
     if not path and not recorded:
         return model
     if spec_draft not in SELF_DRAFTS:
-        what = f"--spec-verifier {path}" if path else f"{where} (a draft-only conversion: its clean rows never trained)"
+        what = f"--spec-verifier {path}" if path else f"{where} (a draft-only checkpoint: its clean rows never trained)"
         raise ValueError(f"{what} decodes only self-speculatively: add --spec-draft fused --spec-tokens K (its "
                          f"drafts verified by {path or recorded.get('base')})")
     if path and not Path(path).is_dir():

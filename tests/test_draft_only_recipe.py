@@ -4,6 +4,7 @@ run saves the drafter, which records its verifier (relative to the repository fo
 only beside it; it resumes exactly."""
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -162,21 +163,52 @@ def test_a_resume_against_a_changed_base_is_refused(tmp_path):
 
 
 def test_draft_rows_from_splits_one_forward_at_the_clean_width():
-    """The update's forward with the cut at the clean width: clean columns are the verifier's (equal to the
-    base's causal logits there), group columns the drafter's."""
+    """The update's forward with the cut at the clean width: clean columns are the verifier's, group columns the
+    drafter's. The drafter differs from the base in its last layer's MLP only, which no K/V depends on, so the
+    reference for the group columns is the drafter's own forward, for the clean ones the base's; a drafter that
+    differs in its first layer moves both group references apart (the test would see a wrong cut)."""
     import copy
 
     base, tok, _ = load_checkpoint(SHIPPED_BASE)
-    drafter = copy.deepcopy(base)
-    with torch.no_grad():
-        drafter.model.layers[0].mlp.down_proj.weight.mul_(0.5)  # a drafter that differs
-    split = verify_with(drafter, copy.deepcopy(base), share_equal=False)
     ids = special_ids(tok, base.args.vocab_size)
     seqs = [tok.encode("12+34=46"), tok.encode("5+6=11")]
     rows = draft_rows(seqs, [6, 4], 2, ids.mask, ids.pad, clean_width=8)
+    drafter = copy.deepcopy(base)
+    with torch.no_grad():
+        drafter.model.layers[-1].mlp.down_proj.weight.mul_(0.5)
+    split = verify_with(copy.deepcopy(drafter), copy.deepcopy(base), share_equal=False)
     with torch.no_grad(), draft_rows_from(split, 8):
         got = split(rows.tokens, rows.pos, rows.mask)
-        want_clean = base(rows.tokens[:, :8], rows.pos[:, :8], rows.mask[:, :8, :8])
-        other = base(rows.tokens, rows.pos, rows.mask)
+        want_clean = base(rows.tokens, rows.pos, rows.mask)[:, :8]
+        want_draft = drafter(rows.tokens, rows.pos, rows.mask)[:, 8:]
     torch.testing.assert_close(got[:, :8], want_clean, atol=1e-5, rtol=1e-5)
-    assert not torch.allclose(got[:, 8:], other[:, 8:], atol=1e-4)
+    torch.testing.assert_close(got[:, 8:], want_draft, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(want_draft, base(rows.tokens, rows.pos, rows.mask)[:, 8:], atol=1e-4)
+    with torch.no_grad(), draft_rows_from(split, 7):  # one clean column on the drafter's weights: a wrong cut
+        off = split(rows.tokens, rows.pos, rows.mask)
+    assert not torch.allclose(off[:, 7], want_clean[:, 7], atol=1e-4)
+
+
+def test_a_repo_relative_record_is_the_repositorys_not_the_working_directorys(tmp_path, monkeypatch):
+    """A relative verifier record (orl.checkpoint.portable_path wrote it) names the repository's checkpoint even
+    when the working directory holds another under that name."""
+    from orl.checkpoint import REPO, portable_path, recorded_path
+    from orl.verifier import verifier_dir
+
+    (tmp_path / "checkpoints" / "orl-tiny-base").mkdir(parents=True)  # a decoy
+    monkeypatch.chdir(tmp_path)
+    assert portable_path(SHIPPED_BASE) == "checkpoints/orl-tiny-base"
+    assert recorded_path("checkpoints/orl-tiny-base") == REPO / "checkpoints" / "orl-tiny-base"
+    assert verifier_dir({"recipe": {"verifier": {"base": "checkpoints/orl-tiny-base"}}}, None) == \
+        str(REPO / "checkpoints" / "orl-tiny-base")
+    assert recorded_path("only-here") == REPO / "only-here"  # nowhere: the repository's name in the error
+    (tmp_path / "only-here").mkdir()
+    assert recorded_path("only-here") == Path("only-here")
+    assert portable_path(tmp_path) == str(tmp_path.resolve())
+
+
+def test_draft_only_cannot_change_on_resume(tmp_path):
+    train_draft(only(updates=1), tmp_path / "d", log=quiet)
+    with pytest.raises(ValueError, match="draft_only cannot change on resume"):
+        train_draft(DraftConfig(**{**get_preset("draft", "smoke").to_dict(), "updates": 2}), tmp_path / "d",
+                    allow_config_change=True, log=quiet)

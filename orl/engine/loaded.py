@@ -28,8 +28,8 @@ class LoadedModel:
                              f"ARDecoder with spec_draft 'diffusion' | 'fused'), not under the {kind}")
         recorded = recorded_verifier(self.manifest) or getattr(model, "verifier_record", None)
         if recorded and not has_verifier(model):
-            raise ValueError(f"this checkpoint is a draft-only conversion (orl.json recipe.verifier: "
-                             f"{recorded.get('base')}): its clean rows never trained, so it "
+            raise ValueError(f"this checkpoint is a draft-only drafter (a draft-only conversion or draft run; orl.json "
+                             f"recipe.verifier: {recorded.get('base')}): its clean rows never trained, so it "
                              f"decodes only as a drafter beside that verifier (orl.verifier.attach_verifier; `orl "
                              f"generate --spec-draft fused --spec-tokens K`), not alone under the {kind}")
 

@@ -23,8 +23,9 @@ def tiny_draft7() -> DraftConfig:
 
 
 def tiny_draft7_only() -> DraftConfig:
-    """tiny_draft7's drafts with the outputs held exactly (draft_only): the base, frozen, verifies and a copy of it
-    drafts, on the tasks the base trained on (--base DIR: a length-varied base, e.g. checkpoints/orl-tiny7-base).
+    """The draft recipe with the outputs held exactly (draft_only): the base, frozen, verifies and a copy of it
+    drafts, on every task the base trained on (tiny_draft7 trains long7xp and prog7xp; session 46's run of it set
+    the five families, as here) (--base DIR: a length-varied base, e.g. checkpoints/orl-tiny7-base).
     With shared weights the same training cost the AR path 4-6 points beyond the training lengths (docs/BENCHMARKS.md,
     session 46); here the AR path is the base's by construction, and only the TPF can change."""
     return DraftConfig(updates=240, prompts_per_update=16, spec_tokens=8, max_new_tokens=104, ar_weight=0.0,

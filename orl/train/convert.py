@@ -174,7 +174,7 @@ def evaluate(model: Transformer, streams: dict, cfg: ConvertConfig, ids, bos: in
 
 def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_config_change: bool = False,
             log=tqdm.write, device: str | None = None) -> Transformer:
-    from orl.checkpoint import load_checkpoint
+    from orl.checkpoint import load_checkpoint, portable_path
     from orl.fetch import cache_dir
 
     dist = setup(device)
@@ -213,7 +213,7 @@ def convert(cfg: ConvertConfig, out: str | Path, resume: bool = True, allow_conf
     ids, bos = special_ids(tok, model.args.vocab_size), getattr(tok, "bos_id", None)
     extra = {"base": cfg.base, "base_files_sha256": base_files, "mask_token": mask, "corpus": corpus_summary(data_dir)}
     if cfg.draft_only:  # the saved drafter decodes with this verifier (orl.train.draft_only)
-        extra["verifier"] = {"base": str(Path(cfg.base).resolve()), "base_files_sha256": base_files,
+        extra["verifier"] = {"base": portable_path(cfg.base), "base_files_sha256": base_files,
                              "init_from": cfg.init_from or None}
     model.train()
     ddp = dist.wrap(model, parallel=cfg.parallel, bf16=cfg.bf16)

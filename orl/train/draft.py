@@ -1,7 +1,7 @@
 """The draft recipe: on-policy training of the fused self-draft (docs/TRAINING.md, "Session 32").
 
-A block-diffusion checkpoint with the shifted read-out (best one trained with `ar_aux`) decodes self-speculatively (`spec_draft = "fused"`): its output is exactly its
-AR path's, and its speed is how much of its diffusion path's drafts that path accepts. This recipe trains the
+A block-diffusion checkpoint with the shifted read-out (best one trained with `ar_aux`) decodes
+self-speculatively (`spec_draft = "fused"`): its output is exactly its AR path's, and its speed is how much of its diffusion path's drafts that path accepts. This recipe trains the
 acceptance where it is read: roll out with the current weights through that decoder (the same ARDecoder that
 serves), keep the verified answers, train the diffusion path on them in the decoder's own draft geometry
 (orl.train.draft_rows: every answer cut, m masks after it) beside a next-token loss on the answer at `ar_weight`
@@ -10,6 +10,11 @@ reverse KL of the AR path to the frozen base at the same positions (the anchor t
 with the new weights. No residual and no replay of denoising states: a fused round has none, its states are the
 cuts. The KL's reference is the base, not the rollout policy as in ORL's L_KL (DESIGN.md): rollouts here are
 always fresh, so ORL's anchor would be 0; what must not move is the base's AR path, the decoder's output.
+
+`draft_only` holds it exactly instead (docs/TRAINING.md, "Session 47"): the base, frozen, runs every clean row (its
+AR path verifies) and a copy of it runs the draft rows and trains (orl.train.draft_only, orl.model.row_split), so
+the outputs are the base's token for token and only the TPF moves; the run saves the drafter, which records its
+verifier and decodes only beside it.
 """
 from __future__ import annotations
 
@@ -205,7 +210,7 @@ def split_model(cfg: DraftConfig, model, resumed_manifest: dict | None, base_man
 
 def train_draft(cfg: DraftConfig, out: str | Path, resume: bool = True, allow_config_change: bool = False,
                 log=tqdm.write, device: str | None = None):
-    from orl.checkpoint import load_checkpoint, read_manifest, require_objective
+    from orl.checkpoint import load_checkpoint, read_manifest, recorded_verifier, require_objective
     from orl.engine.self_draft import check_self_draft
 
     cfg, dist, loop = start_run(cfg, out, resume, allow_config_change, log, "rolls out", device)
@@ -221,6 +226,9 @@ def train_draft(cfg: DraftConfig, out: str | Path, resume: bool = True, allow_co
     base_manifest = read_manifest(cfg.base)
     layout = base_layout(base_manifest, DecodeConfig())  # what the checkpoint records, so the result decodes alike
     extra = {}
+    if state and bool(recorded_verifier(manifest)) != cfg.draft_only:
+        raise ValueError(f"{loop.out} was trained with draft_only {not cfg.draft_only}: draft_only cannot change on "
+                         "resume (the saved weights and optimizer state are of the other form); start a new run")
     if cfg.draft_only:
         model, extra = split_model(cfg, model, manifest if state else None, base_manifest, dist.device)
     opt = make_optimizer(model, cfg.lr)
