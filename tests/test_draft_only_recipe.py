@@ -212,3 +212,77 @@ def test_draft_only_cannot_change_on_resume(tmp_path):
     with pytest.raises(ValueError, match="draft_only cannot change on resume"):
         train_draft(DraftConfig(**{**get_preset("draft", "smoke").to_dict(), "updates": 2}), tmp_path / "d",
                     allow_config_change=True, log=quiet)
+
+
+def ar_peer(tmp_path, scale: float = 0.9):
+    """An AR checkpoint of the shipped base's architecture and tokenizer whose weights differ from the base's
+    (embeddings included): a separate verifier."""
+    model, tok, manifest = load_checkpoint(SHIPPED_BASE)
+    with torch.no_grad():
+        model.model.embed_tokens.weight.mul_(scale)
+        model.model.layers[0].mlp.down_proj.weight.mul_(scale)
+    from orl.checkpoint import save_checkpoint
+
+    save_checkpoint(model, tok, tmp_path / "ar", {"objective": "autoregressive", "block_len": manifest["block_len"]})
+    return tmp_path / "ar"
+
+
+def test_a_separate_verifier_decides_the_tokens_and_the_drafters_own_head_trains(tmp_path, capsys):
+    """verifier=DIR: the AR model's weights run the clean rows (the decode emits its greedy tokens exactly), the
+    base drafts with its own embeddings and head, which train (they differ from the verifier's, so the loss must
+    read each row's own head); the record names that verifier."""
+    ar = ar_peer(tmp_path)
+    cfg = only(verifier=str(ar))
+    train_draft(cfg, tmp_path / "d", log=quiet)
+    drafter, tok, manifest = load_checkpoint(tmp_path / "d")
+    assert manifest["recipe"]["verifier"]["base"] == str(ar.resolve())
+    base = load_checkpoint(SHIPPED_BASE)[0]
+    assert not torch.equal(drafter.model.embed_tokens.weight, base.model.embed_tokens.weight)  # trained, its own
+    verifier = load_checkpoint(ar)[0]
+    prompt = "sort: b a c ->"  # a prompt on which the verifier's greedy tokens and the base's differ
+    plain = ARDecoder(verifier, tok).generate([prompt], ARConfig(max_new_tokens=12))[0]
+    assert plain.token_ids != ARDecoder(base, tok).generate([prompt], ARConfig(max_new_tokens=12))[0].token_ids
+    assert main(["generate", prompt, "--model", str(tmp_path / "d"), "--spec-draft", "fused", "--spec-tokens", "3",
+                 "--max-new-tokens", "12"]) == 0
+    assert capsys.readouterr().out.startswith(prompt + plain.text + "\n")
+
+
+def test_the_loss_reads_the_drafters_head_on_draft_rows():
+    """With a verifier whose head differs, the draft term equals the CE under the drafter's head and not under
+    the verifier's."""
+    import copy
+
+    from orl.train.chunked_ce import chunked_ce_sum
+    from orl.train.draft_rows import loss_sums
+
+    base, tok, _ = load_checkpoint(SHIPPED_BASE)
+    verifier = copy.deepcopy(base)
+    with torch.no_grad():
+        verifier.model.embed_tokens.weight.mul_(0.5)
+    split = verify_with(copy.deepcopy(base), verifier, share_equal=False)
+    ids = special_ids(tok, base.args.vocab_size)
+    seqs = [tok.encode("12+34=46")]
+    rows = draft_rows(seqs, [6], 2, ids.mask, ids.pad, clean_width=8)
+    with torch.no_grad(), draft_rows_from(split, 8):
+        d, _, _ = loss_sums(split, rows, torch.zeros_like(rows.weight), 64)
+        h = split(rows.tokens, rows.pos, rows.mask, return_hidden=True)
+    b, t = (rows.weight > 0).nonzero(as_tuple=True)
+    mine = chunked_ce_sum(h[b, t], base.lm_head.weight, rows.targets[b, t], rows.weight[b, t], 64, None)
+    theirs = chunked_ce_sum(h[b, t], verifier.lm_head.weight, rows.targets[b, t], rows.weight[b, t], 64, None)
+    torch.testing.assert_close(d, mine)
+    assert not torch.allclose(d, theirs)
+
+
+def test_a_verifier_must_share_the_tokenizer_and_needs_draft_only(tmp_path):
+    ar = ar_peer(tmp_path)
+    with pytest.raises(ValueError, match="is for draft_only runs"):
+        DraftConfig(verifier=str(ar))
+    t = json.loads((ar / "orl_tokenizer.json").read_text())
+    (ar / "orl_tokenizer.json").write_text(json.dumps({**t, "note": "another"}))
+    man = json.loads((ar / "orl.json").read_text())
+    from orl.atomic_dir import file_digest
+
+    man["files"]["orl_tokenizer.json"] = file_digest(ar / "orl_tokenizer.json")
+    (ar / "orl.json").write_text(json.dumps(man))
+    with pytest.raises(CheckpointError, match="different tokenizer files"):
+        train_draft(only(verifier=str(ar)), tmp_path / "d", log=quiet)

@@ -202,6 +202,13 @@ def drafter_of(model: Transformer) -> Transformer:
     return out.train(model.training)
 
 
+def head_weight(model: nn.Module, draft: bool) -> Tensor:
+    """The read-out matrix the draft rows (draft=True) or the clean rows run: each side's own head under
+    verify_with, the one head otherwise."""
+    head = getattr(model, "module", model).lm_head
+    return (head.draft if draft else head.clean).weight if isinstance(head, RowSplit) else head.weight
+
+
 def params_outside_units(model: nn.Module) -> list[nn.Parameter]:
     """The parameters a split model runs on every row (outside_units): a draft-only run freezes them, since
     training them would move the verify rows."""

@@ -68,6 +68,9 @@ class DraftConfig:
     # (orl.train.draft_only): the outputs stay the base's token for token; the run saves the drafter, which records
     # its verifier. Nothing then trains the AR path, so ar_weight and kl_weight must be 0
     draft_only: bool = False
+    # draft_only: the checkpoint whose weights verify (empty: the base). Another model of the base's architecture
+    # and tokenizer - an AR model, whose greedy tokens the decode then emits exactly - with the base drafting
+    verifier: str = ""
     ce_chunk: int = 256
     row_tokens: int = 8192              # tokens (rows x row length) per forward; an update runs as many as it needs
     engine_max_len: int = 1024
@@ -78,11 +81,16 @@ class DraftConfig:
     seed: int = 0
     threads: int = 0
     RESUME_FREE: ClassVar[frozenset[str]] = frozenset({"updates"})
-    # what orl.train.draft_only.draft_only_model reads besides draft_only: this recipe's drafter is a full copy of
-    # the base (no low-rank form, no other start) whose tied embeddings and head stay the base's
+    # what orl.train.draft_only.draft_only_model reads besides draft_only: this recipe's drafter is the base, in
+    # full (no low-rank form, no other start)
     init_from: ClassVar[str] = ""
     draft_rank: ClassVar[int] = 0
-    freeze_embeddings: ClassVar[bool] = True
+
+    @property
+    def freeze_embeddings(self) -> bool:
+        # verified by the base, the drafter keeps the base's (tied) embeddings and head; beside another verifier
+        # they are its own, differ from the verifier's, and train with it (the loss reads each row's own head)
+        return not self.verifier
 
     def __post_init__(self):
         problems = check_fields(self, positive=("updates", "prompts_per_update", "spec_tokens", "max_new_tokens",
@@ -102,6 +110,8 @@ class DraftConfig:
             problems.append(f"draft_only trains the drafter alone (the frozen base runs the clean rows): ar_weight "
                             f"{self.ar_weight} and kl_weight {self.kl_weight} would weigh terms nothing can learn "
                             "from; set both to 0")
+        if self.verifier and not self.draft_only:
+            problems.append(f"verifier {self.verifier} is for draft_only runs (a separate model on the clean rows)")
         if problems:
             raise ValueError("invalid DraftConfig: " + "; ".join(problems))
 
@@ -192,20 +202,33 @@ def update_on(model, opt, kept: list, cfg: DraftConfig, ids, dist: Dist = SINGLE
 
 
 def split_model(cfg: DraftConfig, model, resumed_manifest: dict | None, base_manifest: dict, device):
-    """(the base, frozen, on the clean rows beside a drafter, the manifest's recipe.verifier record) for a
-    draft-only run: the drafter is `model` when the run resumes (its saved drafter, whose recorded verifier must
-    still be cfg.base's files), else a copy of the base, which `model` then is."""
-    from orl.checkpoint import CheckpointError, load_checkpoint, portable_path, recorded_verifier
+    """(the verifier, frozen, on the clean rows beside a drafter; the manifest's recipe.verifier record) for a
+    draft-only run. The verifier is cfg.verifier, else the base; the drafter is `model`: the run's saved drafter
+    when it resumes (its recorded verifier must still be these files), else the base (copied when it also
+    verifies)."""
+    from orl.checkpoint import CheckpointError, load_checkpoint, portable_path, read_manifest, recorded_verifier
     from orl.train.convert_base import base_digest
     from orl.train.draft_only import draft_only_model
 
-    digest = base_digest(cfg.base, base_manifest)
+    where = cfg.verifier or cfg.base
+    v_manifest = read_manifest(where) if cfg.verifier else base_manifest
+    digest = base_digest(where, v_manifest)
     if resumed_manifest is not None and recorded_verifier(resumed_manifest).get("base_files_sha256") != digest:
-        raise CheckpointError(f"{cfg.base}'s files changed since this run began (its drafter records another "
+        raise CheckpointError(f"{where}'s files changed since this run began (its drafter records another "
                               "verifier digest): the drafts trained so far were for other clean rows")
-    teacher = load_checkpoint(cfg.base, device=device)[0] if resumed_manifest is not None else model
-    split = draft_only_model(cfg, teacher, model if resumed_manifest is not None else None, device)
-    return split, {"verifier": {"base": portable_path(cfg.base), "base_files_sha256": digest}}
+    if cfg.verifier:
+        if v_manifest.get("objective") not in ("autoregressive", "block_diffusion"):
+            raise CheckpointError(f"verifier {where} holds a {v_manifest.get('objective')} model: it must read out "
+                                  "next tokens (an autoregressive or block-diffusion checkpoint)")
+        if base_digest(where, v_manifest, "tokenizer") != base_digest(cfg.base, base_manifest, "tokenizer"):
+            raise CheckpointError(f"verifier {where} and base {cfg.base} have different tokenizer files: drafts "
+                                  "and verified tokens must be the same ids")
+        teacher, drafter = load_checkpoint(where, device=device)[0], model
+    else:
+        fresh = resumed_manifest is None
+        teacher, drafter = (model, None) if fresh else (load_checkpoint(where, device=device)[0], model)
+    split = draft_only_model(cfg, teacher, drafter, device)
+    return split, {"verifier": {"base": portable_path(where), "base_files_sha256": digest}}
 
 
 def train_draft(cfg: DraftConfig, out: str | Path, resume: bool = True, allow_config_change: bool = False,

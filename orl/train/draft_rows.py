@@ -138,12 +138,14 @@ def loss_sums(model, rows: Batch, ar_w: torch.Tensor, chunk: int, ref=None,
     from orl.train.chunked_ce import chunked_ce_sum
     from orl.train.chunked_head import capped_kl_sum
 
+    from orl.model.row_split import head_weight
+
     core = getattr(model, "module", model)
     h = model(rows.tokens, rows.pos, rows.mask, return_hidden=True)                        # [B, N, D]
     sums = []
-    for w in (rows.weight, ar_w):
+    for w, draft in ((rows.weight, True), (ar_w, False)):  # each row read by the head it runs at decode time
         b, t = (w > 0).nonzero(as_tuple=True)
-        sums.append(chunked_ce_sum(h[b, t], core.lm_head.weight, rows.targets[b, t], w[b, t], chunk,
+        sums.append(chunked_ce_sum(h[b, t], head_weight(core, draft), rows.targets[b, t], w[b, t], chunk,
                                    core.args.final_logit_softcap) if len(b) else h.sum() * 0.0)
     b, t = (ar_w > 0).nonzero(as_tuple=True)
     if ref is None or not len(b):
