@@ -29,6 +29,8 @@ def add_command(sub) -> None:
     s.add_argument("--self-spec-groups", type=int, default=3,
                    help="(k): (j) with only this many draft groups a round, the likeliest by the draft's own "
                         "confidences (default 3; 0: no (k))")
+    s.add_argument("--drafter", help="(l): a draft-only checkpoint (orl train --recipe draft --set draft_only=true) "
+                                     "drafting for the verifier its recipe records, fused with --self-spec-groups")
     s.add_argument("--compile", action="store_true", help="torch.compile the steps of dlmrt and (e)")
     s.add_argument("--device", default="cpu")
     s.add_argument("--seed", type=int, default=0, help="sample selection")
@@ -43,7 +45,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                      limit=args.limit, threshold=args.threshold, max_new_tokens=args.max_new_tokens,
                      ref_steps=args.ref_steps, chunk_steps=args.chunk_steps, ar_chunk_steps=args.ar_chunk_steps,
                      ar_spec_tokens=args.ar_spec_tokens, ar_spec_ngram=args.ar_spec_ngram,
-                     self_spec_tokens=args.self_spec_tokens, self_spec_groups=args.self_spec_groups,
+                     self_spec_tokens=args.self_spec_tokens, self_spec_groups=args.self_spec_groups, drafter=args.drafter,
                      compile=args.compile, device=args.device, seed=args.seed, out=args.out)
     print(run_bench(spec)[1])
     return 0

@@ -70,6 +70,7 @@ def test_bench_table_has_every_system_and_consistent_ratios(ckpts, tmp_path, cap
     assert list(full) == list(LABELS.values())
     a = full[LABELS["a"]]
     col = {name: i - 1 for i, name in enumerate(COLUMNS)}
+    assert full.pop(LABELS["l"])[0] == "n/a: no --drafter given"  # (l): tests/test_bench.py::test_drafter_system...
     for label, cells in full.items():
         assert cells[col["n"]] == "4"  # 2 prompts x 2 tasks, the same for every system
         assert re.fullmatch(r"\d+\.\d", cells[col["acc %"]])  # one unit: percent, one decimal
@@ -126,3 +127,34 @@ def test_self_spec_systems(ckpts):
     unshifted = _self_spec(Engine.from_checkpoint(str(ckpts["base"])), BenchSpec(base="", self_spec_tokens=4))
     assert unshifted["i"] == unshifted["j"] and "cannot draft for itself" in unshifted["i"]
     assert "shifted read-out" in unshifted["i"]
+
+
+def test_drafter_system_emits_its_verifiers_tokens(tmp_path):
+    """(l): a draft-only drafter of the shipped base (one draft-recipe update) beside its recorded verifier emits
+    the verifier's greedy tokens; without --drafter, or with --self-spec-tokens 0, a row that says why; a checkpoint
+    that records no verifier is refused by name."""
+    from orl.checkpoint import CheckpointError, load_checkpoint
+    from orl.engine.ar import ARConfig, ARDecoder
+    from orl.eval.bench import _drafter
+    from orl.presets import get_preset
+    from orl.train.draft import DraftConfig, train_draft
+    from orl.train.orl import SHIPPED_BASE
+
+    cfg = DraftConfig(**{**get_preset("draft", "smoke").to_dict(), "draft_only": True, "ar_weight": 0.0,
+                         "updates": 1})
+    train_draft(cfg, tmp_path / "d", log=lambda *_: None)
+    l_sys = _drafter(BenchSpec(base="", drafter=str(tmp_path / "d"), self_spec_tokens=3, max_new_tokens=16))
+    base, tok, manifest = load_checkpoint(SHIPPED_BASE)
+    plain = ARDecoder(base, tok, manifest=manifest)
+    from orl.eval.tasks import get_task
+
+    outs = []
+    for name in ("split", "prog", "long"):
+        prompt = get_task(name).sample("heldout", 0).prompt
+        outs.append(l_sys(prompt))
+        assert outs[-1].token_ids == plain.generate(prompt, ARConfig(max_new_tokens=16))[0].token_ids
+    assert sum(o.forwards for o in outs) < sum(len(o.token_ids) for o in outs)  # drafts were accepted
+    assert _drafter(BenchSpec(base="")) == "n/a: no --drafter given"
+    assert _drafter(BenchSpec(base="", drafter=str(tmp_path / "d"))) == "n/a: --self-spec-tokens 0"
+    with pytest.raises(CheckpointError, match="records no verifier"):
+        _drafter(BenchSpec(base="", drafter=SHIPPED_BASE, self_spec_tokens=3))

@@ -12,6 +12,8 @@ prompts at batch 1 and greedy, with the same max_new_tokens:
       (orl.engine.self_draft, two forwards a round)                                 --self-spec-tokens K
   (j) (i) fused: each verify forward also drafts the next round (one forward a round)
   (k) (j) with only the G likeliest draft groups a round (a shorter forward)             --self-spec-groups G
+  (l) a draft-only checkpoint drafting for the verifier its recipe records, as (k) decodes   --drafter DIR
+      (e.g. the AR model: its greedy tokens, at the drafter's acceptance)
 
 Per system: tokens/s mean and median over prompts (batch 1), TPF as a ratio of sums (all tokens incl.
 EOS / all forwards) and without the EOS tokens, latency p50 / p90, accuracy in % (the task verifiers),
@@ -25,58 +27,20 @@ file; checked before the run).
 from __future__ import annotations
 
 import codecs
-import platform
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
-
-import torch
 
 from orl.engine import DecodeConfig, Engine
 from orl.engine.ar import ARConfig, ARDecoder
 from orl.engine.config import UnsupportedSetting
 from orl.engine.self_draft import check_self_draft
 from orl.eval import metrics
+from orl.eval.bench_table import COLUMNS, LABELS, format_table  # noqa: F401 (COLUMNS, LABELS: the table's, re-exported)
 from orl.eval.peers import hf_generate, llada_reference, prefix_cache
 from orl.eval.runner import MAX_DRAWS, EvalSpec, _samples, _tasks, prompt_id
 from orl.export import export_hf, not_exportable
-
-LABELS = {"a": "(a) dLLM base, dlmrt", "b": "(b) dLLM + ORL, dlmrt", "c": "(c) LLaDA-reference loop (base)",
-          "d": "(d) prefix-cache loop (base)", "e": "(e) AR, orl.engine.ar", "f": "(f) AR, transformers generate",
-          "g": "(g) AR + prompt-lookup speculative, orl.engine.ar",
-          "h": "(h) AR + prompt-lookup speculative, transformers generate",
-          "i": "(i) dLLM base, self-speculative (AR path verifies)", "j": "(j) dLLM base, fused self-speculative",
-          "k": "(k) dLLM base, fused self-speculative, likeliest groups"}
-COLUMNS = ("system", "n", "tok/s mean (batch 1)", "tok/s median (batch 1)", "TPF", "TPF noEOS", "latency p50 s",
-           "latency p90 s", "acc %", "tok/s vs (a)", "TPF vs (a)", "p50 vs (a)")
-NOTES = (
-    "Peers: (a), (c) and (d) decode the same base model on the same prompts and answer budget and differ only "
-    "in the decoding loop ((a) and (d) with the same threshold rule, (c) with LLaDA's fixed schedule): their "
-    "tok/s compare loops. (b) is (a)'s engine and settings on the ORL model: (b) vs (a) is what "
-    "ORL buys. (e) and (f) are one AR model in two decoders (the same tokens); an AR row and a dLLM row compare "
-    "only at matched accuracy.",
-    "(g) and (h): (e) and (f) with prompt-lookup speculative decoding (Saxena 2023; no draft model): up to K "
-    "tokens copied from the prompt and answer so far after the first earlier occurrence of their last n-gram, "
-    "verified in one forward with the next token; greedy, so the same tokens as (e) (tested). TPF = tokens / "
-    "target forwards (every verify forward counts; (h): transformers' model calls, its prefill included).",
-    "Why a loop can match or beat dlmrt on a CPU: at batch 1 a forward of a small model costs mostly per-op "
-    "dispatch, not arithmetic. dlmrt's step is built to be compiled and captured as a CUDA graph (static buffers, "
-    "no host syncs, finished rows kept as no-ops, attention over the whole static cache), which costs extra ops "
-    "when run eagerly; the prefix-cache loop (d) runs fewer ops per step and attends only to the live prefix. "
-    "With --compile, or on a GPU, dlmrt's formulation pays (docs/BENCHMARKS.md).",
-    "(i) and (j): the base checkpoint's AR path decodes (its next-token read-out, trained by ar_aux), drafts "
-    "come from its diffusion path, so (i) and (j) emit the same tokens as each other, not as (a); every forward "
-    "counts, drafts included. (j)'s forwards are (K + 1) + (2K + 1) K tokens long: cheap where a forward is "
-    "latency bound (a GPU at batch 1), not on a CPU core. (k) is (j) with only the G groups its draft's own "
-    "confidences make likeliest: (K + 1) + G K tokens a forward, the same tokens.",
-    "TPF = all generated tokens up to and including EOS / all forwards (denoising + commit), a ratio of sums over "
-    "the prompts; noEOS without the EOS tokens; acc % = percent of prompts the task's verifier accepts.",
-)
-TPF_BELOW_1 = ("TPF < 1 ({rows}): forwards that yield no counted token count too: the forwards between blocks "
-               "(dlmrt's commit, (d)'s cache refresh), and the loops' steps on the positions after EOS in its "
-               "block (dlmrt fills them with EOS at once).")
 
 
 @dataclass
@@ -99,6 +63,7 @@ class BenchSpec:
     ar_spec_ngram: int = 2           # (g), (h): longest n-gram looked up (transformers' default)
     self_spec_tokens: int = 0        # (i), (j): drafted tokens per round of the base's self-speculation (0: off)
     self_spec_groups: int = 3        # (k): (j) with this many draft groups a round (0: no (k))
+    drafter: str | None = None       # (l): a draft-only checkpoint (orl.train.draft_only), beside its recorded verifier
     device: str = "cpu"
     seed: int = 0
     out: str | None = None
@@ -251,6 +216,33 @@ def _self_spec(engine: Engine, spec: BenchSpec) -> dict[str, System | str]:
     return {"i": run(cfg("diffusion")), "j": run(cfg("fused")), "k": k}
 
 
+def _drafter(spec: BenchSpec) -> System | str:
+    """(l): a draft-only checkpoint's drafts verified by the model its recipe records (orl.verifier): that
+    model's greedy tokens at the drafter's acceptance, fused with (k)'s groups (all of them for G = 0)."""
+    from orl.checkpoint import CheckpointError, load_checkpoint, recorded_verifier
+    from orl.verifier import attach_self_draft
+
+    if not spec.drafter:
+        return "n/a: no --drafter given"
+    if not spec.self_spec_tokens:
+        return "n/a: --self-spec-tokens 0"
+    model, tok, manifest = load_checkpoint(spec.drafter, device=spec.device)
+    if not recorded_verifier(manifest):
+        raise CheckpointError(f"--drafter {spec.drafter} records no verifier (orl.json recipe.verifier): give a "
+                              "draft-only checkpoint (orl train --recipe draft --set draft_only=true, or a draft-only "
+                              "conversion); a block-diffusion base drafts for itself in (i)-(k)")
+    model = attach_self_draft(model, manifest, spec.drafter, tok, None, None, "fused", device=spec.device)
+    dec = ARDecoder(model, tok, manifest=manifest)
+    groups = spec.self_spec_groups if spec.self_spec_groups <= 2 * spec.self_spec_tokens else 0
+    cfg = ARConfig(max_new_tokens=spec.max_new_tokens, spec_tokens=spec.self_spec_tokens, spec_draft="fused",
+                   spec_groups=groups).validate()
+
+    def go(prompt: str) -> Output:
+        g = dec.generate(prompt, cfg)[0]
+        return Output(g.token_ids, g.text, g.forwards, g.total_s, g.finished)
+    return go
+
+
 def build_systems(spec: BenchSpec) -> tuple[dict[str, System | str], Engine, DecodeConfig]:
     """key -> system, or the reason it is not in this run; plus (a)'s engine and config."""
     a, engine, cfg = _dlmrt(spec.base, spec, residual="off")
@@ -259,6 +251,7 @@ def build_systems(spec: BenchSpec) -> tuple[dict[str, System | str], Engine, Dec
     systems["c"], systems["d"] = _loops(engine, cfg, spec)
     systems.update(_ar(spec) if spec.ar else dict.fromkeys("efgh", "n/a: no --ar given"))
     systems.update(_self_spec(engine, spec))
+    systems["l"] = _drafter(spec)
     return systems, engine, cfg
 
 
@@ -292,37 +285,3 @@ def run_bench(spec: BenchSpec) -> tuple[dict[str, dict], str]:
         with open(spec.out, "a") as f:
             f.write(table + "\n")
     return rows, table
-
-
-def _num(x: float) -> str:
-    return f"{x:.0f}" if abs(x) >= 1e4 else f"{x:.4g}"
-
-
-def format_table(spec: BenchSpec, cfg: DecodeConfig, rows: dict[str, dict], systems: dict[str, System | str],
-                 n_prompts: int) -> str:
-    cpu = platform.processor() or platform.machine()
-    device = torch.cuda.get_device_name() if spec.device.startswith("cuda") else cpu
-    head = [f"## orl bench {time.strftime('%Y-%m-%d %H:%M:%S')}", "",
-            f"base `{spec.base}`, orl `{spec.orl or '-'}`, ar `{spec.ar or '-'}`; {n_prompts} prompts "
-            f"(tasks {','.join(spec.tasks)}, {spec.split}, limit {spec.limit}/task, seed {spec.seed}); "
-            f"batch 1, greedy, max_new_tokens {spec.max_new_tokens}; tau {spec.threshold}, "
-            f"block_len {cfg.block_len} (base), "
-            f"chunk_steps {spec.chunk_steps} (dlmrt) / {spec.ar_chunk_steps} (AR), compile {spec.compile}; "
-            f"AR speculative: prompt lookup K {spec.ar_spec_tokens}, n-gram {spec.ar_spec_ngram}; "
-            f"self-speculative K {spec.self_spec_tokens}, (k) {spec.self_spec_groups} groups; "
-            f"{spec.device} ({device}, {torch.get_num_threads()} threads); warm-up excluded.", "",
-            "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines = []
-    for key, label in LABELS.items():
-        if key not in rows:
-            lines.append(f"| {label} | {systems[key]} |" + " |" * (len(COLUMNS) - 2))
-            continue
-        r, v = rows[key], rows[key]["vs_a"]
-        cells = [label, str(r["n"]), _num(r["tokens_per_s"]), _num(r["tokens_per_s_median"]), f"{r['tpf']:.2f}",
-                 f"{r['tpf_no_eos']:.2f}", _num(r["latency_p50_s"]), _num(r["latency_p90_s"]),
-                 f"{100 * r['accuracy']:.1f}", f"{v['tokens_per_s']:.3f}", f"{v['tpf']:.3f}", f"{v['latency_p50_s']:.3f}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    notes = list(NOTES)
-    if low := [k for k in LABELS if k in rows and rows[k]["tpf"] < 1]:
-        notes.append(TPF_BELOW_1.format(rows=", ".join(f"({k})" for k in low)))
-    return "\n".join(head + lines + [""] + [f"- {n}" for n in notes]) + "\n"
