@@ -125,6 +125,8 @@ def model_lines(path: Path, manifest: dict | None, n: int, cache: dict) -> list[
             f"context {args.get('max_seq_len', '?')} tokens", f"block {manifest.get('block_len', '?')}"]
     if recipe.get("base"):
         what.append(f"from {recipe['base']}")
+    if verifier := (recipe.get("verifier") or {}).get("base"):
+        what.append(f"a draft-only drafter: decodes beside its verifier {verifier} (--spec-draft fused)")
     if rollout := cfg.get("rollout"):
         what.append(f"rollouts of up to {rollout.get('max_new_tokens')} new tokens")
     if cfg.get("eval_max_new_tokens"):
@@ -167,8 +169,10 @@ def _model_for(name: str, manifests: dict) -> tuple[str, int, str]:
     """A model trained on the family (its block length, the decoder flags it is measured with), else a placeholder."""
     trained = [(path, m) for path, m in manifests.items()
                if m and name in (((m.get("recipe") or {}).get("config") or {}).get("tasks") or [])]
-    # a diffusion model first: the engine the project is about (`orl generate` runs AR models too)
-    trained.sort(key=lambda pm: pm[1].get("objective") == "autoregressive")
+    # a diffusion model first: the engine the project is about (`orl generate` runs AR models too); a draft-only
+    # drafter last (it decodes only beside its verifier)
+    trained.sort(key=lambda pm: (pm[1].get("objective") == "autoregressive",
+                                 bool((pm[1].get("recipe") or {}).get("verifier"))))
     if trained:
         path, m = trained[0]
         return shlex.quote(_display(path)), int(m.get("block_len") or 16), _decoder_flags(m)
