@@ -126,7 +126,7 @@ def model_lines(path: Path, manifest: dict | None, n: int, cache: dict) -> list[
     if recipe.get("base"):
         what.append(f"from {recipe['base']}")
     if verifier := (recipe.get("verifier") or {}).get("base"):
-        what.append(f"a draft-only drafter: decodes beside its verifier {verifier} (--spec-draft fused)")
+        what.append(f"a draft-only drafter: decodes beside its verifier {verifier} (--spec-draft fused --spec-tokens 8)")
     if rollout := cfg.get("rollout"):
         what.append(f"rollouts of up to {rollout.get('max_new_tokens')} new tokens")
     if cfg.get("eval_max_new_tokens"):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from orl.checkpoint import recorded_path
+from orl.checkpoint import read_manifest, recorded_path, recorded_verifier
 from orl.cli_format import format_step
 from orl.engine import BlockEvent, DecodeConfig, DoneEvent, Engine, StepEvent
 from orl.engine.ar import ARConfig, ARDecoder
@@ -119,6 +119,12 @@ def run_demo(base: str | Path, orl: str | Path | None, per_task: int = 6, thresh
     ones), the decoder the length-varied bases are measured with (None: default_spec_tokens of the base); the
     example is decoded by the same decoder. orl None or absent: the base alone. out: a text stream (sys.stdout)."""
     out = sys.stdout if out is None else out  # looked up per call: a redirected sys.stdout (pytest's) is written to
+    for given in (base, orl):
+        if given is not None and Path(given).is_dir() and recorded_verifier(read_manifest(given)):
+            raise ValueError(f"{given} is a draft-only drafter (it decodes only beside the verifier it records): orl "
+                             f"demo compares a base with an ORL model of it; decode the drafter with `orl generate "
+                             f"--model {given} --spec-draft fused --spec-tokens 8`, or time it with `orl bench "
+                             f"--drafter {given} --self-spec-tokens 8`")
     models = {"base": Path(base)}
     if orl is not None and Path(orl).exists():
         models["orl"] = Path(orl)

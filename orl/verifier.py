@@ -36,8 +36,8 @@ def attach_verifier(model, manifest: dict, where, path: str | None, spec_draft: 
         return model
     if spec_draft not in SELF_DRAFTS:
         what = f"--spec-verifier {path}" if path else f"{where} (a draft-only checkpoint: its clean rows never trained)"
-        raise ValueError(f"{what} decodes only self-speculatively: add --spec-draft fused --spec-tokens K (its "
-                         f"drafts verified by {path or recorded.get('base')})")
+        raise ValueError(f"{what} decodes only self-speculatively: add --spec-draft fused --spec-tokens K (at batch 1: "
+                         f"`orl eval --batch-size 1`; its drafts verified by {path or recorded.get('base')})")
     if path and not Path(path).is_dir():
         raise CheckpointError(f"--spec-verifier {path}: no such checkpoint directory")
     path = verifier_dir(manifest, path)

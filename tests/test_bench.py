@@ -133,7 +133,7 @@ def test_drafter_system_emits_its_verifiers_tokens(tmp_path):
     """(l): a draft-only drafter of the shipped base (one draft-recipe update) beside its recorded verifier emits
     the verifier's greedy tokens; without --drafter, or with --self-spec-tokens 0, a row that says why; a checkpoint
     that records no verifier is refused by name."""
-    from orl.checkpoint import CheckpointError, load_checkpoint
+    from orl.checkpoint import load_checkpoint
     from orl.engine.ar import ARConfig, ARDecoder
     from orl.eval.bench import _drafter
     from orl.presets import get_preset
@@ -155,6 +155,14 @@ def test_drafter_system_emits_its_verifiers_tokens(tmp_path):
         assert outs[-1].token_ids == plain.generate(prompt, ARConfig(max_new_tokens=16))[0].token_ids
     assert sum(o.forwards for o in outs) < sum(len(o.token_ids) for o in outs)  # drafts were accepted
     assert _drafter(BenchSpec(base="")) == "n/a: no --drafter given"
-    assert _drafter(BenchSpec(base="", drafter=str(tmp_path / "d"))) == "n/a: --self-spec-tokens 0"
-    with pytest.raises(CheckpointError, match="records no verifier"):
+    # refused before any system is built (BenchSpec.validate), by name
+    with pytest.raises(ValueError, match="needs --self-spec-tokens K"):
+        BenchSpec(base="", drafter=str(tmp_path / "d")).validate()
+    with pytest.raises(ValueError, match="records no verifier"):
+        BenchSpec(base="", drafter=SHIPPED_BASE, self_spec_tokens=3).validate()
+    with pytest.raises(ValueError, match="records no verifier"):
         _drafter(BenchSpec(base="", drafter=SHIPPED_BASE, self_spec_tokens=3))
+    from orl.eval.bench_table import _drafter_head
+
+    assert _drafter_head(BenchSpec(base="", drafter=str(tmp_path / "d"), self_spec_tokens=3)) == \
+        f"(l) drafter `{tmp_path / 'd'}` verified by `checkpoints/orl-tiny-base`, 3 groups"

@@ -137,3 +137,14 @@ def test_demo_of_a_length_varied_base_reports_in_range_and_beyond(length_varied_
         assert f"fused self-speculative decoder ({spec_tokens} drafted token{'s' * (spec_tokens > 1)}," in text
         ref_ok, ref_tpf = fused_reference(length_varied_base, samples, spec_tokens, budget)
         assert ok == ref_ok and rows["base"]["tpf"] == pytest.approx(ref_tpf)
+
+
+def test_a_drafter_is_refused_up_front_with_what_to_run_instead():
+    """A draft-only drafter as --base or --orl: a clear error naming the commands that decode it, before any
+    model is built."""
+    from pathlib import Path
+
+    drafter = str(Path(__file__).resolve().parent.parent / "checkpoints" / "orl-tiny7-draft")
+    for base, orl in ((drafter, None), (str(Path(drafter).parent / "orl-tiny7-base"), drafter)):
+        with pytest.raises(ValueError, match="draft-only drafter .* --spec-draft fused --spec-tokens 8"):
+            run_demo(base, orl)

@@ -85,11 +85,30 @@ class BenchSpec:
         if self.ar_spec_tokens < 0 or self.ar_spec_ngram < 1:
             problems.append(f"ar_spec_tokens must be >= 0 and ar_spec_ngram >= 1, got {self.ar_spec_tokens}, "
                             f"{self.ar_spec_ngram}")
+        if self.drafter and (bad := _drafter_problem(self)):
+            problems.append(bad)
         if self.out and (bad := _out_problem(Path(self.out))):
             problems.append(bad)
         if problems:
             raise ValueError("invalid bench settings: " + "; ".join(problems))
         return self
+
+
+def _drafter_problem(spec: "BenchSpec") -> str | None:
+    """--drafter is checked before any system is built: it needs drafts a round, and a recorded verifier."""
+    from orl.checkpoint import read_manifest, recorded_verifier
+
+    if not spec.self_spec_tokens:
+        return f"--drafter {spec.drafter} needs --self-spec-tokens K (the tokens it drafts a round, e.g. 8)"
+    try:
+        manifest = read_manifest(spec.drafter)
+    except (OSError, ValueError) as e:
+        return f"--drafter {spec.drafter}: {e}"
+    if not recorded_verifier(manifest):
+        return (f"--drafter {spec.drafter} records no verifier (orl.json recipe.verifier): give a draft-only "
+                "checkpoint (orl train --recipe draft --set draft_only=true, or a draft-only conversion); a "
+                "block-diffusion base drafts for itself in (i)-(k)")
+    return None
 
 
 def _out_problem(out: Path) -> str | None:
@@ -219,18 +238,14 @@ def _self_spec(engine: Engine, spec: BenchSpec) -> dict[str, System | str]:
 def _drafter(spec: BenchSpec) -> System | str:
     """(l): a draft-only checkpoint's drafts verified by the model its recipe records (orl.verifier): that
     model's greedy tokens at the drafter's acceptance, fused with (k)'s groups (all of them for G = 0)."""
-    from orl.checkpoint import CheckpointError, load_checkpoint, recorded_verifier
+    from orl.checkpoint import load_checkpoint
     from orl.verifier import attach_self_draft
 
     if not spec.drafter:
         return "n/a: no --drafter given"
-    if not spec.self_spec_tokens:
-        return "n/a: --self-spec-tokens 0"
+    if bad := _drafter_problem(spec):
+        raise ValueError(bad)
     model, tok, manifest = load_checkpoint(spec.drafter, device=spec.device)
-    if not recorded_verifier(manifest):
-        raise CheckpointError(f"--drafter {spec.drafter} records no verifier (orl.json recipe.verifier): give a "
-                              "draft-only checkpoint (orl train --recipe draft --set draft_only=true, or a draft-only "
-                              "conversion); a block-diffusion base drafts for itself in (i)-(k)")
     model = attach_self_draft(model, manifest, spec.drafter, tok, None, None, "fused", device=spec.device)
     dec = ARDecoder(model, tok, manifest=manifest)
     groups = spec.self_spec_groups if spec.self_spec_groups <= 2 * spec.self_spec_tokens else 0

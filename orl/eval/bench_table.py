@@ -56,6 +56,16 @@ def _num(x: float) -> str:
     return f"{x:.0f}" if abs(x) >= 1e4 else f"{x:.4g}"
 
 
+def _drafter_head(spec: BenchSpec) -> str:
+    if not spec.drafter:
+        return "drafter -"
+    from orl.checkpoint import read_manifest, recorded_verifier
+
+    verifier = recorded_verifier(read_manifest(spec.drafter)).get("base")
+    k, g = spec.self_spec_tokens, spec.self_spec_groups
+    return f"(l) drafter `{spec.drafter}` verified by `{verifier}`, {g if 0 < g <= 2 * k else 'all'} groups"
+
+
 def format_table(spec: BenchSpec, cfg: DecodeConfig, rows: dict[str, dict], systems: dict[str, System | str],
                  n_prompts: int) -> str:
     cpu = platform.processor() or platform.machine()
@@ -68,7 +78,7 @@ def format_table(spec: BenchSpec, cfg: DecodeConfig, rows: dict[str, dict], syst
             f"chunk_steps {spec.chunk_steps} (dlmrt) / {spec.ar_chunk_steps} (AR), compile {spec.compile}; "
             f"AR speculative: prompt lookup K {spec.ar_spec_tokens}, n-gram {spec.ar_spec_ngram}; "
             f"self-speculative K {spec.self_spec_tokens}, (k) {spec.self_spec_groups} groups; "
-            f"drafter `{spec.drafter or '-'}`; "
+            f"{_drafter_head(spec)}; "
             f"{spec.device} ({device}, {torch.get_num_threads()} threads); warm-up excluded.", "",
             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines = []
