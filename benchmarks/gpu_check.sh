@@ -11,7 +11,8 @@
 #      after its budget, rows printed and written to $OUT/scale.json as they come  [the rest]
 #   4. if time is left: benchmarks/latency.py on the shipped trained checkpoint (CUDA graphs)
 #   5. if time is left: `orl bench --device cuda` on the tiny7 trio, batch 1 (the fused self-speculative decoder's
-#      tokens/s against the same-budget AR peer's; alone: the command in its section below, ~20 prompts)
+#      tokens/s against the same-budget AR peer's, and the peer with orl-tiny7-ardraft drafting; alone: the command
+#      in its section below, ~20 prompts)
 #   (before 3: benchmarks/forward_length.py, a forward of 145 positions against one of 9 at Qwen3 shapes:
 #   whether the fused self-draft pays on this GPU; <= 60 s)
 # Usage (repo root or anywhere):  bash benchmarks/gpu_check.sh      OUT=dir keeps the logs and JSON there.
@@ -132,13 +133,16 @@ else
 fi
 
 # issue 21's open question: does the fused decoder's TPF (2.06 on the tiny7 base, one forward of 33 positions a
-# round) turn into tokens/s where a batch-1 forward is latency bound? Base / ORL / same-budget AR peer, batch 1
+# round) turn into tokens/s where a batch-1 forward is latency bound? Base / ORL / same-budget AR peer, batch 1, and
+# (l) the AR peer verifying the drafts of orl-tiny7-ardraft (TPF 2.1 at the peer's outputs; on a CPU core its split
+# forward's doubled ops cancel that)
 if [ $(( LIMIT - $(elapsed) )) -gt 90 ] && [ "$HAVE_CUDA" = "1" ]; then
     section "orl bench (cuda, batch 1): checkpoints/orl-tiny7-base / -orl / -ar, in range"
     MD=(); [ -n "$OUT_DIR" ] && MD=(--out "$OUT_DIR/bench_cuda_tiny7.md")
     timeout $(( LIMIT - $(elapsed) - 5 )) "$PY" -m orl.cli bench --device cuda --base checkpoints/orl-tiny7-base \
         --orl checkpoints/orl-tiny7-orl --ar checkpoints/orl-tiny7-ar --tasks long7xp,prog7xp,split7xp,constr7xp,keysort7x \
-        --split heldout --limit 4 --threshold 0.9 --max-new-tokens 112 --self-spec-tokens 8 "${MD[@]}" 2>&1 \
+        --split heldout --limit 4 --threshold 0.9 --max-new-tokens 112 --self-spec-tokens 8 \
+        --drafter checkpoints/orl-tiny7-ardraft "${MD[@]}" 2>&1 \
         | log_to bench_cuda_tiny7.txt
     echo "orl bench (tiny7) exit code ${PIPESTATUS[0]}"
 else
