@@ -14,8 +14,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     load_task_flags(args)  # a base trained on tasks of the user's own needs them registered
     # the shipped ORL model goes with the shipped base only: a base of the user's own is shown alone or with --orl
     orl = args.orl if args.orl is not None else (str(SHIPPED / "orl-tiny7-orl") if args.base is None else None)
+    # the shipped drafter likewise (it drafts for the shipped base); "none": no drafter row
+    drafter = args.drafter if args.drafter is not None else (str(SHIPPED / "orl-tiny7-draft") if args.base is None
+                                                             else None)
     run_demo(args.base or str(SHIPPED / "orl-tiny7-base"), orl, per_task=args.per_task, threshold=args.threshold,
-             max_new_tokens=args.max_new_tokens, spec_tokens=args.spec_tokens)
+             max_new_tokens=args.max_new_tokens, spec_tokens=args.spec_tokens,
+             drafter=None if drafter == "none" or not Path(drafter or "none").exists() else drafter)
     return 0
 
 
@@ -27,6 +31,10 @@ def add_command(sub) -> None:
     s.add_argument("--orl", default=None,
                    help="ORL checkpoint of that base (default: the shipped orl-tiny7-orl with the shipped base; none "
                         "with a --base of your own; skipped if absent)")
+    s.add_argument("--drafter", default=None,
+                   help="a draft-only drafter of the base, shown beside it under the fused decoder: the base's outputs "
+                        "in fewer forwards (default: the shipped orl-tiny7-draft with the shipped base; 'none': no "
+                        "drafter row)")
     s.add_argument("--per-task", type=int, default=6,
                    help="held-out prompts per family (and as many beyond the range of a length-varied one)")
     s.add_argument("--threshold", type=float, default=0.9, help="commit threshold for both models")

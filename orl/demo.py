@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from orl.checkpoint import read_manifest, recorded_path, recorded_verifier
+from orl.checkpoint import load_checkpoint, read_manifest, recorded_path, recorded_verifier
 from orl.cli_format import format_step
 from orl.engine import BlockEvent, DecodeConfig, DoneEvent, Engine, StepEvent
 from orl.engine.ar import ARConfig, ARDecoder
@@ -92,12 +92,12 @@ def score(decoder: Engine | ARDecoder, cfg: DecodeConfig | ARConfig, samples: li
     for s in samples:
         g = decoder.generate(s.prompt, with_stop(cfg, get_task(s.task).stop))[0]  # k-shot tasks stop at the newline
         ok.append(get_task(s.task).verify(s.prompt, g.text))
-        recs.append({"n_tokens": g.n_tokens, "finished": g.finished, "stop": g.stop,
+        recs.append({"n_tokens": g.n_tokens, "finished": g.finished, "stop": g.stop, "token_ids": g.token_ids,
                      "forwards": {"step": g.step_forwards, "commit": g.commit_forwards}})
         tps.append(g.tokens_per_s)
     tpf = metrics.pooled_tpf(recs)  # a ratio of sums over the prompts, DESIGN section 5
     return {"acc": sum(ok) / len(ok), "ok": ok, "tpf": tpf["tpf"], "tpf_no_eos": tpf["tpf_no_eos"],
-            "tok_s": metrics.mean(tps)}
+            "tok_s": metrics.mean(tps), "token_ids": [r["token_ids"] for r in recs]}
 
 
 def fused_decoder(engine: Engine, path: Path, spec_tokens: int, max_new_tokens: int) -> tuple[ARDecoder, ARConfig]:
@@ -111,13 +111,28 @@ def fused_decoder(engine: Engine, path: Path, spec_tokens: int, max_new_tokens: 
     return ARDecoder(model, engine.tokenizer, manifest=engine.manifest), cfg
 
 
+def drafter_for(path: str | Path, base: str | Path) -> Path:
+    """A draft-only drafter whose recorded verifier is `base` (the same directory): its fused decoding emits the
+    base's tokens, so the demo can show it beside the base; anything else is refused by name."""
+    verifier = recorded_verifier(read_manifest(path)).get("base")
+    if not verifier:
+        raise ValueError(f"--drafter {path} records no verifier (orl.json recipe.verifier): give a draft-only drafter "
+                         "(orl train --recipe draft --set draft_only=true)")
+    if recorded_path(verifier).resolve() != Path(base).resolve():
+        raise ValueError(f"--drafter {path} drafts for {verifier}, not for the base {base}: the demo shows a drafter "
+                         "beside the base it verifies with")
+    return Path(path)
+
+
 def run_demo(base: str | Path, orl: str | Path | None, per_task: int = 6, threshold: float = 0.9,
              example: str | None = None, max_new_tokens: int | None = None, spec_tokens: int | None = None,
-             out=None) -> dict:
+             out=None, drafter: str | Path | None = None) -> dict:
     """Both models scored by the threshold decoder, or for spec_tokens K > 0 by the fused self-speculative one
     (each model's diffusion path drafts K tokens, its AR path verifies: the outputs are the AR path's greedy
     ones), the decoder the length-varied bases are measured with (None: default_spec_tokens of the base); the
-    example is decoded by the same decoder. orl None or absent: the base alone. out: a text stream (sys.stdout)."""
+    example is decoded by the same decoder. orl None or absent: the base alone. out: a text stream (sys.stdout).
+    drafter: a draft-only drafter of the base (drafter_for), scored beside it by the fused decoder (the base's
+    outputs, its own TPF); not shown under the threshold decoder."""
     out = sys.stdout if out is None else out  # looked up per call: a redirected sys.stdout (pytest's) is written to
     for given in (base, orl):
         if given is not None and Path(given).is_dir() and recorded_verifier(read_manifest(given)):
@@ -138,6 +153,7 @@ def run_demo(base: str | Path, orl: str | Path | None, per_task: int = 6, thresh
                          "(--orl DIR)")
     if spec_tokens is None:
         spec_tokens = default_spec_tokens(engines["base"].manifest)
+    draft = drafter_for(drafter, base) if drafter is not None and spec_tokens else None
     samples = demo_samples(families, per_task)
     block_len = DecodeConfig.from_manifest(engines["base"].manifest).block_len
     if max_new_tokens is None:
@@ -153,6 +169,14 @@ def run_demo(base: str | Path, orl: str | Path | None, per_task: int = 6, thresh
                          fused_decoder(engine, models[name], spec_tokens, max_new_tokens))
         with torch.no_grad():
             rows[name] = score(*scorers[name], samples)
+    if draft is not None:
+        from orl.verifier import attach_self_draft
+
+        model, tok, manifest = load_checkpoint(draft)
+        dec = ARDecoder(attach_self_draft(model, manifest, draft, tok, None, None, "fused"), tok, manifest=manifest)
+        cfgs["draft"] = cfgs["base"]
+        with torch.no_grad():
+            rows["draft"] = score(dec, scorers["base"][1], samples)
     _table(rows, cfgs, samples, families, per_task, threshold, spec_tokens, max_new_tokens, out)
     for name, (decoder, cfg) in scorers.items():  # the example, decoded as the table's prompts were
         gen = _example_steps(name, decoder, with_stop(cfg, judge.stop) if judge else cfg, example, out)
@@ -214,6 +238,12 @@ def _table(rows: dict, cfgs: dict, samples: list[Sample], families: list[str], p
               f"accuracy {100 * (o['acc'] - b['acc']):+.1f} points (paired McNemar p = "
               f"{metrics.mcnemar_exact(only_base, only_orl):.3g}: {only_orl} prompts only ORL gets right, "
               f"{only_base} only the base)", file=out)
+    if "draft" in rows:
+        b, d = rows["base"], rows["draft"]
+        same = sum(x == y for x, y in zip(b["token_ids"], d["token_ids"]))
+        print(f"draft = the base verifying a trained drafter's drafts (draft-only: its outputs are the base's): "
+              f"identical outputs on {same} of {len(samples)} prompts, TPF x{d['tpf'] / b['tpf']:.2f}, tokens/s "
+              f"x{d['tok_s'] / b['tok_s']:.2f} (a forward runs both weight sets)", file=out)
     pooled = " (acc % pools every prompt above)" if sized else ""
     if not spec_tokens:
         print("TPF = all tokens incl. EOS / all forwards (denoising + commit) over these prompts; noEOS without the "
