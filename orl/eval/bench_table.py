@@ -10,7 +10,7 @@ import torch
 
 if TYPE_CHECKING:
     from orl.engine import DecodeConfig
-    from orl.eval.bench import BenchSpec, System
+    from orl.eval.bench_spec import BenchSpec, System
 
 LABELS = {"a": "(a) dLLM base, dlmrt", "b": "(b) dLLM + ORL, dlmrt", "c": "(c) LLaDA-reference loop (base)",
           "d": "(d) prefix-cache loop (base)", "e": "(e) AR, orl.engine.ar", "f": "(f) AR, transformers generate",
