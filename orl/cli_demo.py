@@ -14,12 +14,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     load_task_flags(args)  # a base trained on tasks of the user's own needs them registered
     # the shipped ORL model goes with the shipped base only: a base of the user's own is shown alone or with --orl
     orl = args.orl if args.orl is not None else (str(SHIPPED / "orl-tiny7-orl") if args.base is None else None)
-    # the shipped drafter likewise (it drafts for the shipped base); "none": no drafter row
-    drafter = args.drafter if args.drafter is not None else (str(SHIPPED / "orl-tiny7-draft") if args.base is None
-                                                             else None)
+    # the shipped drafter likewise (it drafts for the shipped base; skipped if absent); "none": no drafter row
+    shipped = SHIPPED / "orl-tiny7-draft"
+    drafter = (None if args.drafter == "none" else args.drafter if args.drafter is not None
+               else str(shipped) if args.base is None and shipped.is_dir() else None)
     run_demo(args.base or str(SHIPPED / "orl-tiny7-base"), orl, per_task=args.per_task, threshold=args.threshold,
-             max_new_tokens=args.max_new_tokens, spec_tokens=args.spec_tokens,
-             drafter=None if drafter == "none" or not Path(drafter or "none").exists() else drafter)
+             max_new_tokens=args.max_new_tokens, spec_tokens=args.spec_tokens, drafter=drafter)
     return 0
 
 

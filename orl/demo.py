@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from orl.checkpoint import load_checkpoint, read_manifest, recorded_path, recorded_verifier
+from orl.checkpoint import read_manifest, recorded_path, recorded_verifier
 from orl.cli_format import format_step
 from orl.engine import BlockEvent, DecodeConfig, DoneEvent, Engine, StepEvent
 from orl.engine.ar import ARConfig, ARDecoder
@@ -170,13 +170,11 @@ def run_demo(base: str | Path, orl: str | Path | None, per_task: int = 6, thresh
         with torch.no_grad():
             rows[name] = score(*scorers[name], samples)
     if draft is not None:
-        from orl.verifier import attach_self_draft
+        from orl.verifier import drafter_decoder
 
-        model, tok, manifest = load_checkpoint(draft)
-        dec = ARDecoder(attach_self_draft(model, manifest, draft, tok, None, None, "fused"), tok, manifest=manifest)
         cfgs["draft"] = cfgs["base"]
         with torch.no_grad():
-            rows["draft"] = score(dec, scorers["base"][1], samples)
+            rows["draft"] = score(drafter_decoder(draft), scorers["base"][1], samples)
     _table(rows, cfgs, samples, families, per_task, threshold, spec_tokens, max_new_tokens, out)
     for name, (decoder, cfg) in scorers.items():  # the example, decoded as the table's prompts were
         gen = _example_steps(name, decoder, with_stop(cfg, judge.stop) if judge else cfg, example, out)

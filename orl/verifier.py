@@ -1,6 +1,8 @@
 """The load-time transforms of a self-drafting decode: a separate verifier (`--spec-verifier DIR`, and the
 verifier a draft-only checkpoint records - a conversion or a draft run with draft_only: orl.train.draft_only,
-orl.json recipe.verifier) and a draft vocabulary (`--draft-vocab FILE`, orl.model.draft_vocab), for `orl generate`, `orl eval` and `orl serve`.
+orl.json recipe.verifier) and a draft vocabulary (`--draft-vocab FILE`, orl.model.draft_vocab), for `orl generate`,
+`orl eval` and `orl serve`; drafter_decoder builds the whole fused decoder of a draft-only checkpoint (`orl demo`,
+`orl bench --drafter`).
 
 A draft-only checkpoint's own clean rows were never trained (the frozen base ran them), so it decodes only as
 a drafter beside its verifier: with the recorded base when it is here and unchanged (its files' digest), else
@@ -90,3 +92,13 @@ def attach_self_draft(model, manifest: dict, model_dir, tokenizer, spec_verifier
     vocabulary (attach_draft_vocab, on the drafter's head)."""
     model = attach_verifier(model, manifest, model_dir, spec_verifier, spec_draft, device, dtype)
     return attach_draft_vocab(model, draft_vocab_path, spec_draft, model_dir, tokenizer)
+
+
+def drafter_decoder(path, device=None):
+    """The ARDecoder of a draft-only checkpoint at `path` beside the verifier it records: decoded with spec_draft
+    "fused", it emits the verifier's greedy tokens at the drafter's acceptance."""
+    from orl.engine.ar import ARDecoder
+
+    model, tok, manifest = load_checkpoint(path, device=device or "cpu")
+    model = attach_self_draft(model, manifest, path, tok, None, None, "fused", device=device)
+    return ARDecoder(model, tok, manifest=manifest)

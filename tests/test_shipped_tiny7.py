@@ -72,11 +72,9 @@ def test_fused_decoder_in_range_and_beyond(name, samples):
 
 def drafter(name: str) -> ARDecoder:
     """A shipped draft-only drafter beside the verifier its manifest records (repository-relative)."""
-    from orl.verifier import attach_self_draft
+    from orl.verifier import drafter_decoder
 
-    path = ROOT / f"orl-tiny7-{name}"
-    model, tok, manifest = load_checkpoint(path)
-    return ARDecoder(attach_self_draft(model, manifest, path, tok, None, None, "fused"), tok, manifest=manifest)
+    return drafter_decoder(ROOT / f"orl-tiny7-{name}")
 
 
 @pytest.mark.parametrize("name, verifier, min_ratio", [("draft", "base", 1.1), ("ardraft", "ar", 1.8)])

@@ -137,16 +137,13 @@ def _self_spec(engine: Engine, spec: BenchSpec) -> dict[str, System | str]:
 def _drafter(spec: BenchSpec) -> System | str:
     """(l): a draft-only checkpoint's drafts verified by the model its recipe records (orl.verifier): that
     model's greedy tokens at the drafter's acceptance, fused with (k)'s groups (all of them for G = 0)."""
-    from orl.checkpoint import load_checkpoint
-    from orl.verifier import attach_self_draft
+    from orl.verifier import drafter_decoder
 
     if not spec.drafter:
         return "n/a: no --drafter given"
     if bad := drafter_problem(spec):
         raise ValueError(bad)
-    model, tok, manifest = load_checkpoint(spec.drafter, device=spec.device)
-    model = attach_self_draft(model, manifest, spec.drafter, tok, None, None, "fused", device=spec.device)
-    dec = ARDecoder(model, tok, manifest=manifest)
+    dec = drafter_decoder(spec.drafter, device=spec.device)
     groups = spec.self_spec_groups if spec.self_spec_groups <= 2 * spec.self_spec_tokens else 0
     cfg = ARConfig(max_new_tokens=spec.max_new_tokens, spec_tokens=spec.self_spec_tokens, spec_draft="fused",
                    spec_groups=groups).validate()

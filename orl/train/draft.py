@@ -1,7 +1,8 @@
 """The draft recipe: on-policy training of the fused self-draft (docs/TRAINING.md, "Session 32").
 
 A block-diffusion checkpoint with the shifted read-out (best one trained with `ar_aux`) decodes
-self-speculatively (`spec_draft = "fused"`): its output is exactly its AR path's, and its speed is how much of its diffusion path's drafts that path accepts. This recipe trains the
+self-speculatively (`spec_draft = "fused"`): its output is exactly its AR path's, and its speed is how much of its
+diffusion path's drafts that path accepts. This recipe trains the
 acceptance where it is read: roll out with the current weights through that decoder (the same ARDecoder that
 serves), keep the verified answers, train the diffusion path on them in the decoder's own draft geometry
 (orl.train.draft_rows: every answer cut, m masks after it) beside a next-token loss on the answer at `ar_weight`
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -179,14 +179,15 @@ def update_on(model, opt, kept: list, cfg: DraftConfig, ids, dist: Dist = SINGLE
         seqs, starts = [p + a for p, a in group], [len(p) for p, _ in group]
         width = max(map(len, seqs)) if cfg.draft_only else None  # one cut: clean columns, then draft ones
         rows = draft_rows(seqs, starts, cfg.spec_tokens, ids.mask, ids.pad, cfg.stride, width)
-        ar_w = answer_weights(rows, seqs, starts)
-        parts.append((rows, ar_w * 0 if cfg.draft_only else ar_w, width))
+        # draft-only: no next-token term (the frozen verifier runs the clean rows)
+        ar_w = torch.zeros_like(rows.weight) if cfg.draft_only else answer_weights(rows, seqs, starts)
+        parts.append((rows, ar_w, width))
     n_draft = sum(float(r.weight.sum()) for r, _, _ in parts)
     n_ar = sum(float(w.sum()) for _, w, _ in parts)
     opt.zero_grad(set_to_none=True)
     draft = ar = kl = 0.0
     for rows, ar_w, width in parts:
-        with draft_rows_from(model, width) if width is not None else nullcontext():
+        with draft_rows_from(model, width):  # width None: every row clean (and a no-op for an unsplit model)
             d, a, k = loss_sums(model, shard_rows(rows, dist), ar_w.to(dist.device), cfg.ce_chunk, ref, cfg.kl_cap)
             (d / max(n_draft, 1e-6) + (cfg.ar_weight * a + cfg.kl_weight * k) / max(n_ar, 1e-6)).backward()
         draft, ar, kl = draft + float(d.detach()), ar + float(a.detach()), kl + float(k.detach())
@@ -223,10 +224,10 @@ def split_model(cfg: DraftConfig, model, resumed_manifest: dict | None, base_man
         if base_digest(where, v_manifest, "tokenizer") != base_digest(cfg.base, base_manifest, "tokenizer"):
             raise CheckpointError(f"verifier {where} and base {cfg.base} have different tokenizer files: drafts "
                                   "and verified tokens must be the same ids")
+    if cfg.verifier or resumed_manifest is not None:
         teacher, drafter = load_checkpoint(where, device=device)[0], model
-    else:
-        fresh = resumed_manifest is None
-        teacher, drafter = (model, None) if fresh else (load_checkpoint(where, device=device)[0], model)
+    else:  # a fresh run verified by the base: `model` is the base, and draft_only_model copies it as the drafter
+        teacher, drafter = model, None
     split = draft_only_model(cfg, teacher, drafter, device)
     return split, {"verifier": {"base": portable_path(where), "base_files_sha256": digest}}
 
