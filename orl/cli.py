@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -94,7 +95,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from orl.eval.runner import EvalSpec, run_eval
 
     custom = load_task_flags(args)
-    tasks = args.tasks.split(",") if args.tasks else custom or ["all"]
+    tasks = args.tasks.split(",") if args.tasks else custom or ["trained"]
 
     decode = decode_overrides(args)
     threshold = decode.pop("threshold", None)  # a point of the sweep, not a decode setting of the spec
@@ -195,8 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_serve)
     s = sub.add_parser("eval", help="evaluate a checkpoint on tasks; one JSONL record per sample (resumable)")
     s.add_argument("--model", required=True, help="checkpoint directory")
-    s.add_argument("--tasks", help="'all' (synthetic families) or comma-separated names, e.g. add,sort,humaneval "
-                                  "(default: the --task-module / --tasks-file tasks, else all; `orl tasks` lists them)")
+    s.add_argument("--tasks", help="'trained' (the families the checkpoint records training on), 'all' (the v6 "
+                                  "suite) or comma-separated names, e.g. long7xp,humaneval (default: the --task-module "
+                                  "/ --tasks-file tasks, else trained; `orl tasks` lists them)")
     s.add_argument("--split", default="heldout", help="train | heldout | beyond (tasks v7: sizes past the training range)")
     s.add_argument("--limit", type=int, default=100, help="samples per task")
     add_decode_flags(s)  # --threshold: one point
@@ -285,6 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"orl {args.cmd}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `orl tasks | head`: the reader left; nothing to report (Python's documented recipe)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush must not raise again
+        return 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader closed the pipe
     except Exception as e:  # one line naming the problem; --debug shows the traceback
         print(f"orl {args.cmd}: error: {error_message(e)}", file=sys.stderr)
         return 2

@@ -10,7 +10,8 @@ def add_command(sub) -> None:
     s.add_argument("--base", required=True, help="base dLLM checkpoint: systems (a), (c), (d) and the ratios' reference")
     s.add_argument("--orl", help="dLLM after ORL (b); its manifest gives residual mode and block length")
     s.add_argument("--ar", help="autoregressive checkpoint: (e) orl's AR decoder, (f) transformers generate")
-    s.add_argument("--tasks", default="all", help="'all' or comma-separated task names")
+    s.add_argument("--tasks", default="trained", help="'trained' (default: the families the base records training "
+                                                         "on), 'all' (the v6 suite) or comma-separated task names")
     s.add_argument("--split", default="heldout", help="train | heldout | beyond (tasks v7: sizes past the training range)")
     s.add_argument("--limit", type=int, default=20, help="samples per task")
     s.add_argument("--threshold", type=float, default=0.9, help="commit threshold tau of (a), (b), (d)")

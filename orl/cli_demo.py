@@ -37,7 +37,8 @@ def add_command(sub) -> None:
                         "drafter row)")
     s.add_argument("--per-task", type=int, default=6,
                    help="held-out prompts per family (and as many beyond the range of a length-varied one)")
-    s.add_argument("--threshold", type=float, default=0.9, help="commit threshold for both models")
+    s.add_argument("--threshold", type=float, default=None,
+                   help="commit threshold for both models under the threshold decoder (--spec-tokens 0; default 0.9)")
     s.add_argument("--max-new-tokens", type=int, default=None,
                    help="answer budget (default 64, or 112 when a family is length-varied, within the context)")
     s.add_argument("--spec-tokens", type=int, default=None, metavar="K",

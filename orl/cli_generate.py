@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from orl.cli_decode import add_decode_flags, add_self_draft_flags, decode_overrides, refuse_ar_flags
+from orl.cli_models import COMPILE_NOTE
 
 
 def add_command(sub) -> None:
@@ -78,4 +79,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
     print(f"tokens: {gen.n_tokens}  forwards: {gen.forwards} ({gen.step_forwards} denoise + "
           f"{gen.commit_forwards} commit)  TPF: {gen.tpf:.2f}  tokens/s: {gen.tokens_per_s:.1f}  "
           f"stop: {stop}  [{cfg.rule}, block {cfg.block_len}, residual {cfg.residual}]")
+    if args.compile:  # one decode: its time is mostly the compilation, so its tokens/s says nothing of the speed
+        print(COMPILE_NOTE, file=sys.stderr)
     return 0

@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 DTYPES = ("bfloat16", "float32", "float16")
+# `--compile`: a single decode pays the compilation, which its tokens/s then includes
+COMPILE_NOTE = ("note: --compile: this one decode includes the compilation, so its tokens/s is not the compiled "
+                "speed; `orl bench --compile` times it after a warm-up")
 
 
 def cmd_import_gguf(args: argparse.Namespace) -> int:
@@ -47,12 +51,14 @@ def generate_autoregressive(args: argparse.Namespace, model, tok, manifest: dict
 
     # block-decoder flags (--rule, --threshold, ...) have no meaning here: refused by name, not ignored
     unused = sorted(set(decode_overrides(args)) - {"max_new_tokens", "temperature", "chunk_steps", "compile", "stop"})
+    if getattr(args, "show_steps", False):  # denoising steps: this decoder has none to show
+        unused.append("show_steps")
     if unused:
         flags = ", ".join("--" + name.replace("_", "-") for name in unused)
         raise ValueError(f"{flags}: not used by the autoregressive decoder, which decodes {args.model} (an "
                          "autoregressive model, or --spec-draft diffusion | fused); it takes --max-new-tokens, "
                          "--temperature, --chunk-steps, --compile, --stop, --seed, --spec-tokens, --spec-ngram, "
-                         "--spec-draft")
+                         "--spec-draft, --spec-groups, --spec-verifier, --draft-vocab, --dtype, --device")
     given = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
                  chunk_steps=args.chunk_steps, compile=args.compile, stop=args.stop, **ar_overrides(args))
     cfg = ARConfig(**{k: v for k, v in given.items() if v is not None})  # a flag not given: ARConfig's default
@@ -67,4 +73,6 @@ def generate_autoregressive(args: argparse.Namespace, model, tok, manifest: dict
             if cfg.spec_draft in SELF_DRAFTS else f", prompt-lookup speculative k={cfg.spec_tokens} n={cfg.spec_ngram}")
     print(f"tokens: {len(gen.token_ids)}  forwards: {gen.forwards}  TPF: {gen.tpf:.2f}  tokens/s: "
           f"{gen.tokens_per_s:.1f}  stop: {stop}  [autoregressive{spec}]")
+    if args.compile:
+        print(COMPILE_NOTE, file=sys.stderr)
     return 0

@@ -124,7 +124,7 @@ def drafter_for(path: str | Path, base: str | Path) -> Path:
     return Path(path)
 
 
-def run_demo(base: str | Path, orl: str | Path | None, per_task: int = 6, threshold: float = 0.9,
+def run_demo(base: str | Path, orl: str | Path | None, per_task: int = 6, threshold: float | None = None,
              example: str | None = None, max_new_tokens: int | None = None, spec_tokens: int | None = None,
              out=None, drafter: str | Path | None = None) -> dict:
     """Both models scored by the threshold decoder, or for spec_tokens K > 0 by the fused self-speculative one
@@ -132,7 +132,8 @@ def run_demo(base: str | Path, orl: str | Path | None, per_task: int = 6, thresh
     ones), the decoder the length-varied bases are measured with (None: default_spec_tokens of the base); the
     example is decoded by the same decoder. orl None or absent: the base alone. out: a text stream (sys.stdout).
     drafter: a draft-only drafter of the base (drafter_for), scored beside it by the fused decoder (the base's
-    outputs, its own TPF); not shown under the threshold decoder."""
+    outputs, its own TPF); not shown under the threshold decoder. threshold: the threshold decoder's (None: 0.9);
+    refused beside the fused decoder, which has none."""
     out = sys.stdout if out is None else out  # looked up per call: a redirected sys.stdout (pytest's) is written to
     for given in (base, orl):
         if given is not None and Path(given).is_dir() and recorded_verifier(read_manifest(given)):
@@ -153,6 +154,10 @@ def run_demo(base: str | Path, orl: str | Path | None, per_task: int = 6, thresh
                          "(--orl DIR)")
     if spec_tokens is None:
         spec_tokens = default_spec_tokens(engines["base"].manifest)
+    if threshold is not None and spec_tokens:  # silently ignored before
+        raise ValueError(f"--threshold {threshold} is the threshold decoder's; this demo scores with the fused "
+                         f"self-speculative decoder (--spec-tokens {spec_tokens}), which has none: add --spec-tokens 0")
+    threshold = 0.9 if threshold is None else threshold
     draft = drafter_for(drafter, base) if drafter is not None and spec_tokens else None
     samples = demo_samples(families, per_task)
     block_len = DecodeConfig.from_manifest(engines["base"].manifest).block_len

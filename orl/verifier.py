@@ -49,6 +49,10 @@ def attach_verifier(model, manifest: dict, where, path: str | None, spec_draft: 
     # the verifier in the drafter's dtype (a bf16 base beside an fp32 conversion would fail mid-decode)
     dtype = dtype or next(model.parameters()).dtype
     verifier, _, v_manifest = load_checkpoint(path, device=device or "cpu", dtype=dtype)
+    if drafts_for := recorded_verifier(v_manifest).get("base"):
+        raise CheckpointError(f"{path} is a draft-only checkpoint (it drafts for {drafts_for}): its clean rows never "
+                              "trained, so it cannot verify; give the model it drafts for, or a checkpoint that is not "
+                              "a drafter")
     want = recorded.get("base_files_sha256")
     if want and base_digest(path, v_manifest) != want:
         raise CheckpointError(f"{path} is not the verifier {where} was trained against (its files' digest differs "

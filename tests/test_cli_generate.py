@@ -159,3 +159,15 @@ def test_python_dash_m_orl_is_the_orl_command(ckpt):
     assert p.returncode == 0 and "TPF" in p.stdout, p.stderr
     bad = subprocess.run([sys.executable, "-m", "orl", "no-such-command"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
+
+
+@pytest.mark.parametrize("flags", [[], ["--spec-tokens", "8", "--spec-draft", "fused"]])
+def test_show_steps_is_refused_where_no_denoising_steps_exist(capsys, flags):
+    """--show-steps on the AR decoder (an AR model, or a self-speculative decode) printed nothing and no error."""
+    from pathlib import Path
+
+    ck = Path(__file__).resolve().parents[1] / "checkpoints"
+    model = ck / ("orl-tiny7-base" if flags else "orl-tiny7-ar")
+    assert main(["generate", "--model", str(model), "?+?=U2V4W3:U", "--show-steps", *flags]) == 2
+    err = capsys.readouterr().err
+    assert "--show-steps: not used by the autoregressive decoder" in err and "--spec-groups" in err

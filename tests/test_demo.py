@@ -150,6 +150,15 @@ def test_a_drafter_is_refused_up_front_with_what_to_run_instead():
             run_demo(base, orl)
 
 
+def test_a_threshold_beside_the_fused_decoder_is_refused_not_ignored():
+    """`orl demo --threshold 2` ran the whole demo under the fused decoder (which has no threshold) without a word."""
+    from pathlib import Path
+
+    base = str(Path(__file__).resolve().parent.parent / "checkpoints" / "orl-tiny7-base")
+    with pytest.raises(ValueError, match="--threshold 0.5 is the threshold decoder's.*add --spec-tokens 0"):
+        run_demo(base, None, threshold=0.5, out=io.StringIO())
+
+
 def test_the_shipped_drafter_is_shown_beside_the_base_with_its_outputs():
     """`orl demo`'s drafter row: the shipped orl-tiny7-draft under the fused decoder emits the base's outputs on every
     prompt in fewer forwards (measured on these 10 prompts: TPF 2.40 vs 2.23, x1.07); under the threshold decoder

@@ -152,3 +152,24 @@ def test_heldout_eval_tpf_is_a_ratio_of_sums():
 
     res = heldout_eval(Canned(), ("add",), cfg=None, n=2)["add"]
     assert res["tpf"] == round(16 / 7, 2) == 2.29
+
+
+def test_default_tasks_are_the_ones_the_checkpoint_trained_on(tmp_path):
+    """`orl eval` without --tasks scored a tasks-v7 model on the v6 families (0% everywhere, no word of why): the
+    default is now the families its manifest records ("trained"); "all" still names the v6 suite."""
+    from pathlib import Path
+
+    from orl.eval.runner import _tasks
+    from orl.eval.tasks import task_names
+
+    ck = Path(__file__).resolve().parents[1] / "checkpoints"
+    manifest = json.loads((ck / "orl-tiny7-base" / "orl.json").read_text())
+    tok = CharTokenizer()
+    assert EvalSpec(model="m", out="o").tasks == ["trained"]
+    assert list(_tasks(EvalSpec(model="m", out="o"), tok, manifest)) == [
+        "long7xp", "prog7xp", "split7xp", "constr7xp", "keysort7x"]  # its helper families are training only
+    assert list(_tasks(EvalSpec(model="m", out="o", tasks=["all"]), tok, manifest)) == task_names()
+    assert list(_tasks(EvalSpec(model="m", out="o"), tok, {})) == task_names()  # nothing recorded: the suite
+    out = tmp_path / "r.jsonl"
+    assert main(["eval", "--model", str(ck / "orl-tiny7-base"), "--limit", "1", "--no-progress", "--out", str(out)]) == 0
+    assert {r["task"] for r in read_records(out)} == {"long7xp", "prog7xp", "split7xp", "constr7xp", "keysort7x"}

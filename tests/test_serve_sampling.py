@@ -136,10 +136,22 @@ def test_dlm_info_lists_only_the_rules_a_request_can_choose(url, engine):
     shifted logits and llada21 / fast_dllm_v2 on a full-sequence model included, each then a 400."""
     rules = get(url, "/v1/dlm/info")["rules"]
     assert "llada21" in rules and "threshold" in rules
-    assert "fast_dllm_v2" not in rules and "dream_origin" not in rules  # unshifted; confidence 'random' unset
+    assert "fast_dllm_v2" not in rules  # unshifted
     for rule in set(RULES) - set(rules):
         code, _ = post(url, "/v1/completions", {**OK, **SETTINGS, "rule": rule, "small_block_size": 2})
         assert code == 400, rule
+    # dream_origin ranks by uniforms only: a request naming it runs on confidence 'random' (it was listed as a rule
+    # and then a 400 asking for a confidence no request could send); another confidence is refused by name
+    assert "dream_origin" in rules
+    code, out = post(url, "/v1/completions", {**OK, **SETTINGS, "rule": "dream_origin", "seed": 3})
+    assert code == 200, out
+    code, again = post(url, "/v1/completions", {**OK, **SETTINGS, "rule": "dream_origin", "confidence": "random",
+                                                "seed": 3})
+    assert code == 200 and again["choices"][0]["text"] == out["choices"][0]["text"], again
+    code, out = post(url, "/v1/completions", {**OK, **SETTINGS, "rule": "dream_origin", "confidence": "margin"})
+    assert code == 400 and "confidence" in out["error"]["message"] and out["error"]["param"] == "rule", out
+    code, out = post(url, "/v1/completions", {**OK, **SETTINGS, "rule": "topk", "steps_per_block": 999})
+    assert code == 400 and out["error"]["param"] == "steps_per_block", out  # the config's problem names its field
     tok = CharTokenizer()
     model = random_model(7, vocab_size=tok.vocab_size, adapter_dim=0, learned_pos=False, shift_logits=True)
     shifted = Engine(model, tok)

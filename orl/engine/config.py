@@ -152,6 +152,9 @@ class DecodeConfig:
             problems.append(f"threshold must be in (0, 1], got {self.threshold}")
         if self.steps_per_block < 0:
             problems.append(f"steps_per_block must be >= 0, got {self.steps_per_block}")
+        elif self.steps_per_block > self.block_len > 0:  # the server's rule (orl.serve.decoders) for every caller
+            problems.append(f"steps_per_block ({self.steps_per_block}) must be <= block_len ({self.block_len}): a "
+                            "block never takes more steps than it has positions")
         if self.factor <= 0:
             problems.append(f"factor must be > 0, got {self.factor}")
         if self.entropy_bound < 0:

@@ -32,7 +32,7 @@ def check_request(prompt_ids: list[list[int]], answer_len: int, answer: str, max
     if start + answer_len > max_len:
         inside = "" if start == P else f", the first {P - start} inside the first canvas"
         raise ValueError(f"prompt ({P} tokens{inside}) + {answer} exceeds the context of {max_len} tokens; "
-                         "shorten the prompt or lower max_new_tokens")
+                         "shorten the prompt or lower max_new_tokens (or block_len: answers take whole blocks)")
     seeds = seeds if seeds is not None else [seed + b for b in range(B)]
     if len(seeds) != B:
         raise ValueError(f"got {len(seeds)} seeds for {B} prompts")

@@ -110,8 +110,8 @@ def run_speculative(dec: ARDecoder, prompt_ids: list[list[int]], cfg: ARConfig, 
     """ARDecoder.run with cfg.spec_tokens > 0 (cfg checked: ARDecoder.check), one prompt: a BlockEvent per
     verify round when emit (the tokens and text so far), then the DoneEvent."""
     if len(prompt_ids) != 1:
-        raise UnsupportedSetting(f"speculative decoding (spec_tokens {cfg.spec_tokens}) runs at batch 1, got "
-                                 f"{len(prompt_ids)} prompts: decode them one at a time (orl eval: --batch-size 1)",
+        raise UnsupportedSetting(f"speculative decoding (spec_tokens {cfg.spec_tokens}) runs at batch 1, got a "
+                                 f"batch of {len(prompt_ids)}: decode prompts one at a time (orl eval: --batch-size 1)",
                                  field="spec_tokens")
     mask_id = getattr(dec.tokenizer, "mask_id", None)
     fused = cfg.spec_draft == "fused"

@@ -171,7 +171,7 @@ def run_bench(spec: BenchSpec) -> tuple[dict[str, dict], str]:
     spec.validate()
     systems, engine, cfg = build_systems(spec)
     evspec = EvalSpec(model=spec.base, out="", tasks=spec.tasks, split=spec.split, limit=spec.limit, seed=spec.seed)
-    tasks = _tasks(evspec, engine.tokenizer)
+    tasks = _tasks(evspec, engine.tokenizer, engine.manifest)
     samples = [s for name, task in tasks.items() for s in _samples(name, task, evspec)]
     live = {k: s for k, s in systems.items() if callable(s)}
     for system in live.values():

@@ -15,7 +15,7 @@ class BenchSpec:
     base: str
     orl: str | None = None
     ar: str | None = None
-    tasks: list[str] = field(default_factory=lambda: ["all"])
+    tasks: list[str] = field(default_factory=lambda: ["trained"])  # the base's (orl.eval.runner._tasks)
     split: str = "heldout"
     limit: int = 20                  # samples per task
     threshold: float = 0.9           # commit threshold of (a), (b) and (d)

@@ -29,7 +29,7 @@ from orl.eval import metrics
 from orl.eval.humaneval import HumanEval
 from orl.eval.records import (RecordWriter, check_out, code_identity, config_id, decoder_label, model_identity,
                               read_records, record_key)
-from orl.eval.tasks import Sample, get_task, make_samples, task_names
+from orl.eval.tasks import Sample, get_task, make_samples, task_names, trained_tasks
 from orl.model.families.common import DTYPES
 
 PROMPT_STYLES = ("auto", "base", "chat")
@@ -43,7 +43,8 @@ AR_ONLY = ("spec_tokens", "spec_ngram", "spec_draft", "spec_groups")  # EvalSpec
 class EvalSpec:
     model: str
     out: str
-    tasks: list[str] = field(default_factory=lambda: ["all"])   # "all" = every synthetic family
+    # "trained": the families the checkpoint records training on (else "all"); "all": every synthetic family
+    tasks: list[str] = field(default_factory=lambda: ["trained"])
     split: str = "heldout"
     limit: int = 100                     # samples per task
     thresholds: list[float] | None = None   # None: [0.9] (a canvas decoder has no threshold)
@@ -92,8 +93,11 @@ class EvalSpec:
         return self
 
 
-def _tasks(spec: EvalSpec, tokenizer) -> dict[str, object]:
-    names = [n for name in spec.tasks for n in (task_names() if name == "all" else [name])]
+def _tasks(spec: EvalSpec, tokenizer, manifest: dict | None = None) -> dict[str, object]:
+    """"trained" expands to what `manifest` records (orl.eval.tasks.trained_tasks: a tasks-v7 model scored on the v6
+    families would read 0% with no word of why), "all" to every synthetic family."""
+    expand = {"all": task_names, "trained": lambda: list(trained_tasks(manifest or {}))}
+    names = [n for name in spec.tasks for n in (expand[name]() if name in expand else [name])]
     out: dict[str, object] = {}
     for name in dict.fromkeys(names):
         if name == HumanEval.name:
@@ -172,7 +176,7 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
         settings = {"seed": spec.seed, **spec.decode}
         configs = [DecodeConfig.from_manifest(manifest, **{**settings, "threshold": t}).validate()
                    for t in spec.thresholds or [0.9]]
-    tasks = _tasks(spec, tokenizer)
+    tasks = _tasks(spec, tokenizer, manifest)
     samples = [s for name, task in tasks.items() for s in _samples(name, task, spec)]
     model_id = model_identity(spec.model)
     if spec.dtype:  # a cast model is another model: its records must not resume the file dtype's

@@ -48,9 +48,12 @@ class BlockServed:
     def runnable(self, rule: str) -> bool:
         """Whether a request may choose this rule on this model and layout (/v1/dlm/info lists only those, so
         the page offers no rule that is a 400: fast_dllm_v2 needs a shifted model, llada21 / fast_dllm_v2 the
-        block layouts, dream_origin the confidence 'random' no request sets); its sub-block length aside."""
+        block layouts); dream_origin with the confidence 'random' it needs (a request sends `confidence`), its
+        sub-block length aside."""
+        confidence = "random" if rule == "dream_origin" else self.defaults.confidence
         try:
-            self.engine.check(dataclasses.replace(self.defaults, rule=rule, small_block_size=self.defaults.block_len))
+            self.engine.check(dataclasses.replace(self.defaults, rule=rule, confidence=confidence,
+                                                  small_block_size=self.defaults.block_len))
         except ValueError:
             return False
         return True

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from orl.engine import DecodeConfig
 from orl.engine.ar_step import ARConfig
 from orl.engine.canvas import CanvasConfig
-from orl.engine.config import RULES
+from orl.engine.config import CONFIDENCES, RULES
 from orl.engine.stops import stop_problems
 from orl.model.residual import RESIDUAL_MODES
 
@@ -58,6 +58,7 @@ class DlmParams(BaseModel):
     seed: int | None = Field(None, ge=SEED_MIN, le=SEED_MAX)
     threshold: float | None = Field(None, gt=0.0, le=1.0)
     rule: Literal[RULES] | None = None
+    confidence: Literal[CONFIDENCES] | None = None  # what the rule ranks by (`--confidence`); dream_origin: random
     block_len: int | None = Field(None, ge=1, le=INT_KNOB_MAX)
     residual: Literal[RESIDUAL_MODES] | None = None
     steps_per_block: int | None = Field(None, ge=0, le=INT_KNOB_MAX)
@@ -81,7 +82,10 @@ class DlmParams(BaseModel):
 
     def decode_config(self, defaults: DecodeConfig) -> DecodeConfig:
         knobs = {"max_new_tokens": self.max_tokens, "temperature": self.temperature, "seed": self.seed,
-                 "threshold": self.threshold, "rule": self.rule, "block_len": self.block_len,
+                 "threshold": self.threshold, "rule": self.rule,
+                 # dream_origin ranks by its uniforms and nothing else: a request naming it means that
+                 "confidence": self.confidence or ("random" if self.rule == "dream_origin" else None),
+                 "block_len": self.block_len,
                  "residual": self.residual, "steps_per_block": self.steps_per_block, "factor": self.factor,
                  "entropy_bound": self.entropy_bound, "top_p": self.top_p, "top_k": self.top_k,
                  "alg_temp": self.alg_temp, "editing_threshold": self.editing_threshold,
@@ -91,7 +95,14 @@ class DlmParams(BaseModel):
         try:
             return cfg.validate()
         except ValueError as e:
-            raise APIError(400, str(e)) from e
+            raise APIError(400, str(e), param=self._named_field(str(e))) from e
+
+    @classmethod
+    def _named_field(cls, message: str) -> str | None:
+        """The request field a config's first problem names ("invalid DecodeConfig: steps_per_block (32) must
+        ..."), for the error's `param`; None when it names none of them."""
+        first = message.split(": ", 1)[-1]
+        return next((f for f in cls.model_fields if first.startswith((f + " ", f + ":"))), None)
 
     def _only(self, knobs: dict, decoder: str, neutral: dict | None = None) -> None:
         """Any knob set outside `knobs` (other than its neutral value) is a 400 naming it, not ignored."""
@@ -189,6 +200,8 @@ class CompletionRequest(OpenAIParams):
     @classmethod
     def _one_prompt(cls, v: object) -> object:
         if isinstance(v, list):
+            if v and all(isinstance(t, int) and not isinstance(t, bool) for t in v):  # OpenAI's token-id form
+                raise ValueError("prompt as token ids is not supported: send the prompt as a string")
             if len(v) != 1:
                 raise ValueError(f"got {len(v)} prompts; this server takes one prompt per request")
             v = v[0]
