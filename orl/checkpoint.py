@@ -132,7 +132,9 @@ def require_objective(manifest: dict, expected: str, directory) -> None:
         hint = {"autoregressive": "decode it with orl.engine.ar.ARDecoder (orl bench --ar)",
                 "diffusion_gemma": "decode it with orl.engine.canvas.CanvasDecoder (orl generate)"}.get(
             got, "decode it with orl.engine.Engine (orl generate / eval)")
-        raise CheckpointError(f"{directory} holds a {got} model, not a {expected} one: {hint}")
+        def a(word: str) -> str:
+            return ("an " if word[:1] in "aeiou" else "a ") + word
+        raise CheckpointError(f"{directory} holds {a(got)} model, not {a(expected)} one: {hint}")
 
 
 def recorded_verifier(manifest: dict | None) -> dict:

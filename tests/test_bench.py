@@ -86,7 +86,7 @@ def test_bench_table_has_every_system_and_consistent_ratios(ckpts, tmp_path, cap
     # (i) and (j) decode the same tokens (the base's AR path): tests/test_bench.py::test_self_spec_systems
     assert list(partial) == list(LABELS.values())
     assert partial[LABELS["b"]][0] == "n/a: no --orl given"
-    assert partial[LABELS["f"]][0].startswith("n/a: not exportable") and "learned_pos" in partial[LABELS["f"]][0]
+    assert partial[LABELS["f"]][0].startswith("n/a: no plain transformers model") and "learned_pos" in partial[LABELS["f"]][0]
     assert partial[LABELS["e"]][col["TPF"]] == "1.00"
     assert partial[LABELS["i"]][0] == partial[LABELS["j"]][0] == partial[LABELS["k"]][0] == "n/a: --self-spec-tokens 0"
     assert "Peers: (a), (c) and (d)" in text and "Why a loop can match or beat dlmrt on a CPU" in text

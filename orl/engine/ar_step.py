@@ -60,8 +60,8 @@ class ARConfig:
             problems.append(f"spec_groups ({self.spec_groups}) is for spec_draft 'fused' only (the groups a fused round "
                             f"drafts in), got spec_draft {self.spec_draft!r}")
         if not problems and not 0 <= self.spec_groups <= 2 * self.spec_tokens:
-            problems.append(f"spec_groups must be in 0..{2 * self.spec_tokens} (0: all 2 spec_tokens + 1 groups, so "
-                            f"fewer than that), got {self.spec_groups}")
+            problems.append(f"spec_groups must be in 0..{2 * self.spec_tokens} (0: all {2 * self.spec_tokens + 1} groups "
+                            f"of a round; a number: that many, the likeliest), got {self.spec_groups}")
         if not problems and self.spec_draft == "fused" and self.spec_tokens > MAX_FUSED_TOKENS:
             problems.append(f"spec_tokens ({self.spec_tokens}) with spec_draft 'fused': at most {MAX_FUSED_TOKENS} (a "
                             "fused round holds ~2 k^2 positions; use spec_draft 'diffusion' for longer drafts)")
