@@ -134,7 +134,7 @@ fi
 
 # issue 21's open question: does the fused decoder's TPF (2.06 on the tiny7 base, one forward of 33 positions a
 # round) turn into tokens/s where a batch-1 forward is latency bound? Base / ORL / same-budget AR peer, batch 1, and
-# (l) the AR peer verifying the drafts of orl-tiny7-ardraft (TPF 2.1 at the peer's outputs; on a CPU core its split
+# (l) the AR peer verifying the drafts of orl-tiny7-ardraft (TPF 2.3 at the peer's outputs; on a CPU core its split
 # forward's doubled ops cancel that)
 if [ $(( LIMIT - $(elapsed) )) -gt 90 ] && [ "$HAVE_CUDA" = "1" ]; then
     section "orl bench (cuda, batch 1): checkpoints/orl-tiny7-base / -orl / -ar, in range"
