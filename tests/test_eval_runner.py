@@ -173,3 +173,13 @@ def test_default_tasks_are_the_ones_the_checkpoint_trained_on(tmp_path):
     out = tmp_path / "r.jsonl"
     assert main(["eval", "--model", str(ck / "orl-tiny7-base"), "--limit", "1", "--no-progress", "--out", str(out)]) == 0
     assert {r["task"] for r in read_records(out)} == {"long7xp", "prog7xp", "split7xp", "constr7xp", "keysort7x"}
+
+
+def test_out_that_is_not_a_regular_file_is_named(tmp_path):
+    """--out /dev/null failed as "Invalid argument", naming nothing (review, session 48)."""
+    from orl.eval.records import check_out
+
+    for bad in ("/dev/null", str(tmp_path)):
+        with pytest.raises(ValueError, match="not a regular file"):
+            check_out(bad)
+    check_out(tmp_path / "new.jsonl")  # a file that does not exist yet is what --out usually names

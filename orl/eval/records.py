@@ -140,6 +140,9 @@ def check_out(path: str | os.PathLike) -> None:
     if compressed(path):
         raise ValueError(f"{path}: orl writes records as plain JSONL and reads .gz only; give --out a name "
                          "without .gz (compress the finished file)")
+    if Path(path).exists() and not Path(path).is_file():  # /dev/null, a directory: failed later as "Invalid argument"
+        raise ValueError(f"{path}: not a regular file; records are a file orl appends to and resumes from: give "
+                         "--out a file path")
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
