@@ -14,19 +14,19 @@ CARRIED = ("block_len", "mask_id", "eos_id", "pad_id", "residual_mode", "recipe"
 def quantize_checkpoint(model_dir: str, kind: str, out: str):
     """Load `model_dir`, quantize it to `kind` and save it to `out` -> (path, orl.quant.weight_bytes before, after)."""
     from orl.atomic_dir import check_apart
-    from orl.checkpoint import load_checkpoint, recorded_verifier, save_checkpoint
+    from orl.checkpoint import load_checkpoint, read_manifest, recorded_verifier, save_checkpoint
     from orl.quant import KINDS, QuantizationError, quantize, weight_bytes
 
     if kind not in KINDS:  # before loading anything
         raise QuantizationError(f"unknown quantization {kind!r}; expected one of {', '.join(KINDS)}")
     # --out == --model passed check_replaceable (orl wrote it) and replaced the full-precision weights
     check_apart(Path(out), Path(model_dir), "--model")
-    model, tokenizer, manifest = load_checkpoint(model_dir)
-    if drafts_for := recorded_verifier(manifest).get("base"):
+    if drafts_for := recorded_verifier(read_manifest(model_dir)).get("base"):
         # its split forward needs the drafter's and the verifier's units alike (orl.model.row_split): a quantized
         # drafter beside its full-precision verifier could never decode
         raise QuantizationError(f"{model_dir} is a draft-only checkpoint (it drafts for {drafts_for}); it decodes "
                                 "only beside that verifier's full-precision weights, so it is not quantized alone")
+    model, tokenizer, manifest = load_checkpoint(model_dir)
     if manifest.get("quantization") is not None:
         raise QuantizationError(f"{model_dir} is already quantized ({manifest['quantization']['kind']}); "
                                 "quantize the full-precision checkpoint")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orl.checkpoint import CheckpointError, load_checkpoint, recorded_path, recorded_verifier
+from orl.checkpoint import CheckpointError, load_checkpoint, read_manifest, recorded_path, recorded_verifier
 from orl.model.row_split import verify_with
 
 
@@ -46,13 +46,13 @@ def attach_verifier(model, manifest: dict, where, path: str | None, spec_draft: 
     if not Path(path).is_dir():
         raise CheckpointError(f"{where} drafts for the verifier {path} (orl.json recipe.verifier), which is not "
                               "here: give its directory with --spec-verifier DIR")
-    # the verifier in the drafter's dtype (a bf16 base beside an fp32 conversion would fail mid-decode)
-    dtype = dtype or next(model.parameters()).dtype
-    verifier, _, v_manifest = load_checkpoint(path, device=device or "cpu", dtype=dtype)
-    if drafts_for := recorded_verifier(v_manifest).get("base"):
+    if drafts_for := recorded_verifier(read_manifest(path)).get("base"):
         raise CheckpointError(f"{path} is a draft-only checkpoint (it drafts for {drafts_for}): its clean rows never "
                               "trained, so it cannot verify; give the model it drafts for, or a checkpoint that is not "
                               "a drafter")
+    # the verifier in the drafter's dtype (a bf16 base beside an fp32 conversion would fail mid-decode)
+    dtype = dtype or next(model.parameters()).dtype
+    verifier, _, v_manifest = load_checkpoint(path, device=device or "cpu", dtype=dtype)
     want = recorded.get("base_files_sha256")
     if want and base_digest(path, v_manifest) != want:
         raise CheckpointError(f"{path} is not the verifier {where} was trained against (its files' digest differs "

@@ -63,10 +63,6 @@ class BlockServed:
         if cfg.residual == "adapter" and not self.has_adapter:
             raise APIError(400, f"residual mode 'adapter' needs a model with adapter weights, and {self.name!r} "
                                 f"has none; use one of {self.residual_modes}", param="residual", code="unsupported_value")
-        if cfg.steps_per_block > cfg.block_len:  # also keeps huge ints out of the engine's tensor arithmetic
-            raise APIError(400, f"steps_per_block ({cfg.steps_per_block}) must be <= block_len ({cfg.block_len}): "
-                                "a block never takes more steps than it has positions",
-                           param="steps_per_block", code="less_than_equal")
         return fresh_seed(cfg, req)  # temperature > 0, or alg_temp's drawn positions
 
     def answer_slots(self, cfg: DecodeConfig) -> tuple[int, str]:
