@@ -174,3 +174,18 @@ def test_an_eval_that_cannot_fit_is_refused_before_any_update(base, tmp_path, ac
     assert not (tmp_path / "run" / "train.log.jsonl").exists() or not open(tmp_path / "run" / "train.log.jsonl").read()
     train_orl(dataclasses.replace(fits, updates=2), tmp_path / "run", log=lambda *_: None)
     assert sorted(records(tmp_path / "run" / "train.log.jsonl")) == [1, 2]
+
+
+def test_reference_relabelling_trains_on_unverified_rollouts(base, tmp_path):
+    """A random base is never right: plain ORL keeps nothing and leaves the weights as they are, while
+    relabel="reference" trains on the states before each rollout's first wrong commit."""
+    train_orl(dataclasses.replace(cfg_for(base), updates=2), tmp_path / "plain", log=lambda *_: None)
+    assert all("loss" not in r for r in records(tmp_path / "plain" / "train.log.jsonl").values())
+    train_orl(dataclasses.replace(cfg_for(base, relabel="reference"), updates=2), tmp_path / "ref", log=lambda *_: None)
+    recs = records(tmp_path / "ref" / "train.log.jsonl")
+    assert all(r["rollout_verified"] == 0 and r["kept"] == r["relabelled"] > 0 for r in recs.values())
+    assert all(r["relabelled_states"] >= r["relabelled"] and r["pred"] > 0 for r in recs.values())
+    before, after = load_checkpoint(base)[0], load_checkpoint(tmp_path / "ref")[0]
+    assert not torch.equal(before.lm_head.weight, after.lm_head.weight)
+    with pytest.raises(ValueError, match="relabel must be one of"):
+        cfg_for(base, relabel="gold")

@@ -10,7 +10,8 @@ from orl.presets.pretrain import (smoke_base, tiny_ar, tiny_base, tiny_base5, ti
 PRESETS: dict[str, dict[str, Callable]] = {
     "pretrain": {"tiny_base": tiny_base, "tiny_base5": tiny_base5, "tiny_base7": tiny_base7, "tiny_base7h": tiny_base7h,
                  "tiny_base7h_control": tiny_base7h_control, "tiny_ar": tiny_ar, "smoke": smoke_base},
-    "orl": {"tiny_orl": orl.tiny_orl, "tiny_orl7": orl.tiny_orl7, "tiny_orl7_ar": orl.tiny_orl7_ar, "tiny_orl7_arkl": orl.tiny_orl7_arkl, "no_aec": orl.no_aec, "no_residual": orl.no_residual, "stale": orl.stale,
+    "orl": {"tiny_orl": orl.tiny_orl, "tiny_orl7": orl.tiny_orl7, "tiny_orl7_ar": orl.tiny_orl7_ar, "tiny_orl7_arkl": orl.tiny_orl7_arkl,
+            "tiny_orl7_ref": orl.tiny_orl7_ref, "no_aec": orl.no_aec, "no_residual": orl.no_residual, "stale": orl.stale,
             "fastest": orl.fastest, "smoke": orl.smoke,
             "gemma_orl": gemma_orl.gemma_orl, "gemma_orl_no_aec": gemma_orl.gemma_orl_no_aec,
             "gemma_orl_no_residual": gemma_orl.gemma_orl_no_residual, "gemma_orl_stale": gemma_orl.gemma_orl_stale,

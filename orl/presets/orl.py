@@ -43,6 +43,13 @@ def tiny_orl7_arkl() -> ORLConfig:
     return dataclasses.replace(cfg, weights=dataclasses.replace(cfg.weights, lambda_ar_kl=1.0))
 
 
+def tiny_orl7_ref() -> ORLConfig:
+    """tiny_orl7_arkl that also trains on the unverified rollouts' states before their first wrong commit, with
+    the task's reference answer as target (orl.train.relabel): for a base whose parallel decoder is right on
+    few prompts, so that the states where it goes wrong get a target too."""
+    return dataclasses.replace(tiny_orl7_arkl(), relabel="reference")
+
+
 def without_aec(cfg: ORLConfig) -> ORLConfig:
     return dataclasses.replace(cfg, weights=dataclasses.replace(cfg.weights, lambda_aec=0.0))
 

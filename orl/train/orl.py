@@ -26,6 +26,7 @@ from orl.train.heldout import check_eval_fits, eval_fix, heldout_eval, mean_over
 from orl.train.dist import SINGLE, Dist
 from orl.train.loop import TrainLoop, check_fields, make_optimizer
 from orl.train.objective import LossWeights, orl_loss, response_counts
+from orl.train.relabel import relabel_unverified
 from orl.train.replay import build_batch, make_unit, pack
 from orl.train.rollout import collect, rollout_engine, rollout_stats, sample_prompts, select_kept, start_run
 
@@ -33,6 +34,7 @@ from orl.train.rollout import collect, rollout_engine, rollout_stats, sample_pro
 
 SHIPPED_BASE = str(Path(__file__).resolve().parents[2] / "checkpoints" / "orl-tiny-base")
 KEEP = ("verified", "fastest")
+RELABEL = ("none", "reference")
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ class ORLConfig:
     rollout_reuse: int = 1              # > 1: stale-rollout ablation
     keep: str = "verified"              # "fastest": one verified rollout per prompt (rollout.select_kept)
     keep_reward: float = 1.0            # a rollout is verified when its reward reaches this (partial credit)
+    relabel: str = "none"               # "reference": also train on unverified rollouts' states before their first
+                                        # wrong commit, with the task's reference answer as target (orl.train.relabel)
     row_tokens: int = 768
     # cache slots of the rollout / eval engine (prompt + answer), capped by the model's max_seq_len: every
     # step attends over the whole cache; gemma-3-270m's 32,768 took one measured update to 2.2x the CPU time
@@ -81,6 +85,8 @@ class ORLConfig:
                 problems.append(f"weights.{name} must be >= 0, got {getattr(self.weights, name)}")
         if self.keep not in KEEP:
             problems.append(f"keep must be one of {KEEP}, got {self.keep!r}")
+        if self.relabel not in RELABEL:
+            problems.append(f"relabel must be one of {RELABEL}, got {self.relabel!r}")
         if not 0.0 < self.keep_reward <= 1.0:
             problems.append(f"keep_reward must be in (0, 1], got {self.keep_reward}")
         if not 0.0 < self.eval_threshold <= 1.0:
@@ -177,6 +183,12 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config
             ref_model = copy.deepcopy(model).eval() if cfg.rollout_reuse > 1 else None
         kept = select_kept(rollouts, cfg.group_size, cfg.keep)
         rec = {"update": update + 1, **{f"rollout_{k}": v for k, v in stats.items()}, "generated_tokens": gen_tokens}
+        if cfg.relabel == "reference":
+            extra = relabel_unverified(rollouts, tok, ids.eos, rollout_cfg.block_len, rollout_cfg.layout,
+                                       rollout_cfg.max_new_tokens)
+            kept = kept + extra
+            rec["relabelled"] = len(extra)
+            rec["relabelled_states"] = sum(len(r.gen.trace) for r in extra)
         model.train()
         rec.update(orl_update(ddp, opt, kept, rollouts, cfg, rollout_cfg, ids, ref_model, dist, ar_ref))
         done = update + 1

@@ -1,0 +1,115 @@
+"""Reference relabelling (orl.train.relabel): which states of an unverified rollout are kept, what they
+target, and that the kept states still replay exactly as the engine decoded them."""
+from dataclasses import replace
+
+import pytest
+import torch
+
+from orl.engine.sequence import Generation
+from orl.engine.trace import StepRecord
+from orl.eval.tasks.base import Sample
+from orl.model.vocab import special_ids
+from orl.tokenizer import CharTokenizer
+from orl.train.relabel import reference_ids, relabel, relabel_unverified
+from orl.train.replay import make_unit
+from orl.train.rollout import Rollout
+from tests.test_replay import L, TOK, assert_replays, rollouts, tiny_model
+
+M, EOS = TOK.mask_id, TOK.eos_id
+
+
+def step(block, s, canvas, tokens, conf=0.95):
+    canvas = torch.tensor(canvas)
+    return StepRecord(block, s, canvas, canvas == M, None, None, torch.tensor(tokens), torch.full((4,), conf),
+                      torch.zeros(4), torch.zeros(4, dtype=torch.bool))
+
+
+def hand_rollout():
+    """Prompt of 3 tokens, blocks of 4, answer 10 11 12 13 | 14 EOS: the rollout writes 14 then 20 in block 1."""
+    trace = [step(0, 0, [M, M, M, M], [10, 11, 12, 13]),
+             step(0, 1, [10, 11, M, M], [10, 11, 12, 13]),
+             step(1, 0, [M, M, M, M], [14, 20, EOS, EOS]),
+             step(1, 1, [14, M, M, M], [14, 20, EOS, EOS]),   # proposes 20 where the reference has EOS
+             step(1, 2, [14, 20, M, M], [14, 20, EOS, EOS])]  # 20 committed: the rollout left the reference
+    g = Generation([5, 6, 7], [10, 11, 12, 13, 14, 20, EOS], "", True, 1, 5, 1, 0.0, 0.0, [2, 3], trace)
+    return Rollout(Sample("long7xp", "train", 0, "p", "a"), g, verified=False)
+
+
+def test_keeps_the_states_before_the_first_wrong_commit_and_targets_the_reference():
+    r = hand_rollout()
+    ref = [10, 11, 12, 13, 14, EOS]
+    x = relabel(r, ref, EOS, 4, "prompt_block", 8)
+    assert [(s.block, s.step) for s in x.gen.trace] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert x.gen.token_ids == ref and x.gen.finished and not x.verified
+    # the proposal the reference contradicts is not anchored; the others keep their confidence
+    assert x.gen.trace[3].confidence.tolist() == pytest.approx([0.95, 0.0, 0.95, 0.95])
+    assert x.gen.trace[0].confidence.tolist() == pytest.approx([0.95] * 4)
+    u = make_unit(x, 4, EOS, 8, kl_conf=0.9, max_new_tokens=8)
+    assert u.targets[3:11].tolist() == [10, 11, 12, 13, 14, EOS, EOS, EOS]  # the clean answer is the reference
+    assert u.targets[u.state == 4].tolist() == [14, EOS, EOS, EOS]
+    assert u.confident[u.state == 4].tolist() == [False, False, True, True]  # slot 0 is no longer unresolved
+
+
+def test_a_wrong_earlier_block_drops_every_later_state():
+    r = hand_rollout()
+    x = relabel(r, [10, 11, 19, 13, 14, EOS], EOS, 4, "prompt_block", 8)  # block 0 slot 2 disagrees
+    assert [(s.block, s.step) for s in x.gen.trace] == [(0, 0), (0, 1)]
+    assert relabel(r, [19, 11, 12, 13, 14, EOS], EOS, 4, "prompt_block", 8).gen.trace[-1].step == 0
+    # a rollout already wrong in the first state's committed slots keeps nothing
+    r2 = replace(r, gen=replace(r.gen, trace=r.gen.trace[1:]))
+    assert relabel(r2, [19, 11, 12, 13, 14, EOS], EOS, 4, "prompt_block", 8) is None
+
+
+def test_absolute_grid_reads_the_prompt_tail_as_fixed():
+    # absolute_grid: a 3-token prompt's first canvas starts at 0 and holds the prompt tail in slots 0-2
+    r = hand_rollout()
+    g = replace(r.gen, trace=[step(0, 0, [5, 6, 7, M], [5, 6, 7, 10]), step(1, 0, [M, M, M, M], [11, 12, 13, 14]),
+                              step(1, 1, [11, 12, M, M], [11, 12, 13, 14]), step(1, 2, [11, 12, 16, 14], [0, 0, 0, 0])])
+    x = relabel(replace(r, gen=g), [10, 11, 12, 13, 14, EOS], EOS, 4, "absolute_grid", 8)
+    assert [(s.block, s.step) for s in x.gen.trace] == [(0, 0), (1, 0), (1, 1)]
+
+
+def test_reference_ids_and_which_rollouts_are_relabelled():
+    class Bos(CharTokenizer):
+        bos_id = 3
+
+        def encode(self, text):
+            return [3] + super().encode(text)
+
+    assert reference_ids(Bos(), "ab", EOS) == TOK.encode("ab") + [EOS]
+    r = hand_rollout()
+    ok = replace(r, verified=True)
+    stopped = replace(r, gen=replace(r.gen, stop="\n"))
+    tok = type("T", (), {"encode": lambda self, t: [10, 11, 12, 13, 14]})()
+    out = relabel_unverified([ok, r, stopped], tok, EOS, 4, "prompt_block", 8)
+    assert len(out) == 1 and out[0].gen.token_ids == [10, 11, 12, 13, 14, EOS]
+
+
+@pytest.mark.parametrize("residual,shift", [("adapter", False), ("adapter", True)])
+def test_relabelled_states_replay_as_decoded(residual, shift):
+    """A reference that leaves each rollout inside its second block: the kept states replay with the
+    engine's entropies and confidences (the clean prefix they see is the reference, which equals what
+    the cache held), and the kept answer is the reference."""
+    model = tiny_model(shift=shift)
+    rs = rollouts(model, residual)
+    out = []
+    for r in rs:
+        ref = list(r.gen.token_ids)
+        i = L + 2 if len(ref) > L + 2 else len(ref) - 2  # block 1's third slot, or a short answer's last but one
+        ref[i] = 3 if ref[i] != 3 else 4
+        r.verified = False
+        x = relabel(r, ref, EOS, L, "prompt_block", 24)
+        b = i // L
+        assert x is not None and x.gen.token_ids == ref[:(b + 1) * L]  # up to the end of the last kept block
+        assert max(s.block for s in x.gen.trace) == b and len(x.gen.trace) < len(r.gen.trace)
+        # a prefix of the rollout's states; only the confidences the reference contradicts are zeroed
+        kept = r.gen.trace[:len(x.gen.trace)]
+        for a, b in zip(x.gen.trace, kept):
+            assert torch.equal(a.canvas, b.canvas) and torch.equal(a.z, b.z)
+            assert torch.equal(a.confidence[a.confidence > 0], b.confidence[a.confidence > 0])
+        out.append(replace(x, gen=replace(x.gen, trace=kept)))
+    assert_replays(model, out, residual)
+    ids = special_ids(TOK, model.args.vocab_size)
+    u = make_unit(out[0], L, ids.eos, model.args.dim, kl_conf=0.5, max_new_tokens=24)
+    n = len(out[0].gen.prompt_ids)
+    assert u.targets[n + L + 2] == out[0].gen.token_ids[L + 2]
