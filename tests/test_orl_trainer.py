@@ -189,3 +189,9 @@ def test_reference_relabelling_trains_on_unverified_rollouts(base, tmp_path):
     assert not torch.equal(before.lm_head.weight, after.lm_head.weight)
     with pytest.raises(ValueError, match="relabel must be one of"):
         cfg_for(base, relabel="gold")
+    # the next-token anchor reads verified answers only, never the relabelled states of wrong ones
+    from orl.train.objective import LossWeights
+    train_orl(dataclasses.replace(cfg_for(base, relabel="reference", weights=LossWeights(lambda_ar=1.0)), updates=1),
+              tmp_path / "ar", log=lambda *_: None)
+    (r,) = records(tmp_path / "ar" / "train.log.jsonl").values()
+    assert r["kept"] == r["relabelled"] > 0 and r["ar"] == 0

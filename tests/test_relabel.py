@@ -38,7 +38,7 @@ def hand_rollout():
 def test_keeps_the_states_before_the_first_wrong_commit_and_targets_the_reference():
     r = hand_rollout()
     ref = [10, 11, 12, 13, 14, EOS]
-    x = relabel(r, ref, EOS, 4, "prompt_block", 8)
+    x = relabel(r, ref, (EOS,), 4, "prompt_block", 8)
     assert [(s.block, s.step) for s in x.gen.trace] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert x.gen.token_ids == ref and x.gen.finished and not x.verified
     # the proposal the reference contradicts is not anchored; the others keep their confidence
@@ -52,12 +52,12 @@ def test_keeps_the_states_before_the_first_wrong_commit_and_targets_the_referenc
 
 def test_a_wrong_earlier_block_drops_every_later_state():
     r = hand_rollout()
-    x = relabel(r, [10, 11, 19, 13, 14, EOS], EOS, 4, "prompt_block", 8)  # block 0 slot 2 disagrees
+    x = relabel(r, [10, 11, 19, 13, 14, EOS], (EOS,), 4, "prompt_block", 8)  # block 0 slot 2 disagrees
     assert [(s.block, s.step) for s in x.gen.trace] == [(0, 0), (0, 1)]
-    assert relabel(r, [19, 11, 12, 13, 14, EOS], EOS, 4, "prompt_block", 8).gen.trace[-1].step == 0
+    assert relabel(r, [19, 11, 12, 13, 14, EOS], (EOS,), 4, "prompt_block", 8).gen.trace[-1].step == 0
     # a rollout already wrong in the first state's committed slots keeps nothing
     r2 = replace(r, gen=replace(r.gen, trace=r.gen.trace[1:]))
-    assert relabel(r2, [19, 11, 12, 13, 14, EOS], EOS, 4, "prompt_block", 8) is None
+    assert relabel(r2, [19, 11, 12, 13, 14, EOS], (EOS,), 4, "prompt_block", 8) is None
 
 
 def test_absolute_grid_reads_the_prompt_tail_as_fixed():
@@ -65,24 +65,67 @@ def test_absolute_grid_reads_the_prompt_tail_as_fixed():
     r = hand_rollout()
     g = replace(r.gen, trace=[step(0, 0, [5, 6, 7, M], [5, 6, 7, 10]), step(1, 0, [M, M, M, M], [11, 12, 13, 14]),
                               step(1, 1, [11, 12, M, M], [11, 12, 13, 14]), step(1, 2, [11, 12, 16, 14], [0, 0, 0, 0])])
-    x = relabel(replace(r, gen=g), [10, 11, 12, 13, 14, EOS], EOS, 4, "absolute_grid", 8)
+    x = relabel(replace(r, gen=g), [10, 11, 12, 13, 14, EOS], (EOS,), 4, "absolute_grid", 8)
     assert [(s.block, s.step) for s in x.gen.trace] == [(0, 0), (1, 0), (1, 1)]
 
 
-def test_reference_ids_and_which_rollouts_are_relabelled():
-    class Bos(CharTokenizer):
-        bos_id = 3
+def test_any_end_id_ends_the_answer():
+    # a rollout that ends at another end id (9: end of turn) follows a reference that ends at EOS
+    r = hand_rollout()
+    g = replace(r.gen, token_ids=[10, 11, 12, 13, 14, 9],
+                trace=r.gen.trace[:3] + [step(1, 1, [14, 9, M, M], [14, 9, EOS, EOS])])
+    x = relabel(replace(r, gen=g), [10, 11, 12, 13, 14, EOS], (EOS, 9), 4, "prompt_block", 8)
+    assert len(x.gen.trace) == 4 and x.gen.trace[3].confidence.tolist() == pytest.approx([0.95] * 4)
+    assert relabel(replace(r, gen=g), [10, 11, 12, 13, 14, EOS], (EOS,), 4, "prompt_block", 8).gen.trace[-1].block == 1
+    assert len(relabel(replace(r, gen=g), [10, 11, 12, 13, 14, EOS], (EOS,), 4, "prompt_block", 8).gen.trace) == 3
 
+
+def test_reference_ids_tokenize_the_answer_after_its_prompt():
+    class Bos(CharTokenizer):
         def encode(self, text):
             return [3] + super().encode(text)
 
-    assert reference_ids(Bos(), "ab", EOS) == TOK.encode("ab") + [EOS]
+    assert reference_ids(Bos(), "1+2=", "3", EOS) == TOK.encode("3") + [EOS]  # BOS belongs to the prompt
+
+    class Merges(CharTokenizer):  # "=3" is one token: the answer would start inside the prompt's last token
+        def encode(self, text):
+            return [99 if t == "=3" else super(Merges, self).encode(t)[0] for t in text.replace("=3", "\0=3\0").split("\0") if t] \
+                if "=3" in text else super().encode(text)
+
+    assert reference_ids(Merges(), "1+2=", "3", EOS) is None
+    assert reference_ids(TOK, "1+2=", "\u00e9", EOS) is None  # a character the tokenizer lacks
+
+
+def group_of(sample, verified):
+    """One rollout a flag, the hand-built trace (its first state is all masks, so always usable); the verified
+    ones wrote 10 11 12 13 14 EOS."""
     r = hand_rollout()
-    ok = replace(r, verified=True)
-    stopped = replace(r, gen=replace(r.gen, stop="\n"))
-    tok = type("T", (), {"encode": lambda self, t: [10, 11, 12, 13, 14]})()
-    out = relabel_unverified([ok, r, stopped], tok, EOS, 4, "prompt_block", 8)
-    assert len(out) == 1 and out[0].gen.token_ids == [10, 11, 12, 13, 14, EOS]
+    return [replace(r, sample=sample, verified=v, gen=replace(r.gen, token_ids=[10, 11, 12, 13, 14, EOS]) if v else r.gen)
+            for v in verified]
+
+
+def test_which_rollouts_are_relabelled_and_toward_what():
+    from orl.eval.tasks import get_task
+
+    s = get_task("long7xp").sample("train", 0)
+    ref = reference_ids(TOK, s.prompt, s.answer, EOS)
+    # a prompt with a verified sibling: its answer (the one kept) is the target, the verified ones stay out
+    g1 = group_of(s, [True, False, False])
+    out = relabel_unverified(g1, [g1[0]], 3, TOK, (EOS,), 4, "prompt_block", 8)
+    assert len(out) == 2 and all(x.gen.token_ids == [10, 11, 12, 13, 14, EOS] for x in out)
+    assert out[0].sample is s and all(len(x.gen.trace) == 4 for x in out)  # up to the 20 committed in block 1
+    # no verified sibling: the reference, tokenized after its prompt, up to the end of the last kept block
+    g2 = group_of(s, [False, False])
+    out = relabel_unverified(g2, [], 2, TOK, (EOS,), 4, "prompt_block", 8)
+    assert len(out) == 2 and all(x.gen.token_ids == ref[:4] and len(x.gen.trace) == 1 for x in out)
+    # a reference its verifier rejects (an empty regex answer) relabels nothing; all verified: nothing to do
+    bad = replace(s, answer="")
+    assert relabel_unverified(group_of(bad, [False, False]), [], 2, TOK, (EOS,), 4, "prompt_block", 8) == []
+    assert relabel_unverified(group_of(s, [True, True]), [], 2, TOK, (EOS,), 4, "prompt_block", 8) == []
+    # a rollout ended by a stop string is left out
+    g3 = group_of(s, [False, False])
+    g3[0] = replace(g3[0], gen=replace(g3[0].gen, stop="\n"))
+    assert len(relabel_unverified(g3, [], 2, TOK, (EOS,), 4, "prompt_block", 8)) == 1
 
 
 @pytest.mark.parametrize("residual,shift", [("adapter", False), ("adapter", True)])
@@ -95,10 +138,12 @@ def test_relabelled_states_replay_as_decoded(residual, shift):
     out = []
     for r in rs:
         ref = list(r.gen.token_ids)
+        if len(ref) < 3:
+            continue  # too short to leave the answer after a first state
         i = L + 2 if len(ref) > L + 2 else len(ref) - 2  # block 1's third slot, or a short answer's last but one
         ref[i] = 3 if ref[i] != 3 else 4
         r.verified = False
-        x = relabel(r, ref, EOS, L, "prompt_block", 24)
+        x = relabel(r, ref, (EOS,), L, "prompt_block", 24)
         b = i // L
         assert x is not None and x.gen.token_ids == ref[:(b + 1) * L]  # up to the end of the last kept block
         assert max(s.block for s in x.gen.trace) == b and len(x.gen.trace) < len(r.gen.trace)
@@ -108,6 +153,7 @@ def test_relabelled_states_replay_as_decoded(residual, shift):
             assert torch.equal(a.canvas, b.canvas) and torch.equal(a.z, b.z)
             assert torch.equal(a.confidence[a.confidence > 0], b.confidence[a.confidence > 0])
         out.append(replace(x, gen=replace(x.gen, trace=kept)))
+    assert len(out) >= 4
     assert_replays(model, out, residual)
     ids = special_ids(TOK, model.args.vocab_size)
     u = make_unit(out[0], L, ids.eos, model.args.dim, kl_conf=0.5, max_new_tokens=24)

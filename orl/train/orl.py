@@ -184,11 +184,12 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config
         kept = select_kept(rollouts, cfg.group_size, cfg.keep)
         rec = {"update": update + 1, **{f"rollout_{k}": v for k, v in stats.items()}, "generated_tokens": gen_tokens}
         if cfg.relabel == "reference":
-            extra = relabel_unverified(rollouts, tok, ids.eos, rollout_cfg.block_len, rollout_cfg.layout,
-                                       rollout_cfg.max_new_tokens)
+            ends = (ids.eos, *(e for e in ids.eos_ids if e != ids.eos))  # EOS first: the id eos_fill commits
+            extra = relabel_unverified(rollouts, kept, cfg.group_size, tok, ends, rollout_cfg.block_len,
+                                       rollout_cfg.layout, rollout_cfg.max_new_tokens, cfg.keep_reward)
             kept = kept + extra
-            rec["relabelled"] = len(extra)
-            rec["relabelled_states"] = sum(len(r.gen.trace) for r in extra)
+            n_extra = dist.all_sum(torch.tensor([len(extra), sum(len(r.gen.trace) for r in extra)])).tolist()
+            rec["relabelled"], rec["relabelled_states"] = n_extra
         model.train()
         rec.update(orl_update(ddp, opt, kept, rollouts, cfg, rollout_cfg, ids, ref_model, dist, ar_ref))
         done = update + 1
@@ -223,10 +224,13 @@ def orl_update(ddp: torch.nn.Module, opt: torch.optim.Optimizer, kept: list, rol
                        rollout_cfg.max_new_tokens) for r in kept or rollouts[:1]]
     batch = build_batch(units, pack(units, cfg.row_tokens), ids.pad)
     ar = None
-    if w.lambda_ar > 0 or w.lambda_ar_kl > 0:  # the AR anchors' rows: every rollout for the KL, else the kept ones
-        rows = rollouts if w.lambda_ar_kl > 0 else kept or rollouts[:1]
+    # the AR anchors' rows: every rollout for the KL, else the verified kept ones (relabelled rollouts are cut
+    # states of wrong answers: the next-token loss reads whole verified answers only)
+    verified = [r for r in kept if r.verified]
+    if w.lambda_ar > 0 or w.lambda_ar_kl > 0:
+        rows = rollouts if w.lambda_ar_kl > 0 else verified or rollouts[:1]
         ar = rollout_ar_batch(rows, ids.pad, ids.eos)
-        mine = {id(r) for r in kept}
+        mine = {id(r) for r in verified}
         w_nll = ar.weight * torch.tensor([float(id(r) in mine) for r in rows])[:, None] * (w.lambda_ar > 0)
         w_kl = ar.weight * (w.lambda_ar_kl > 0)
     n_nll, n_kl = (int(w_nll.sum()), int(w_kl.sum())) if ar is not None else (0, 0)  # weights are 0 or 1

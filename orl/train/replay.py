@@ -1,6 +1,7 @@
 """Replay of captured denoising states with staircase attention (DESIGN sections 2 and 4).
 
-A *unit* is one verified response: its clean prompt + answer once, then every captured state of its
+A *unit* is one kept response (a verified rollout, or the relabelled prefix of an unverified one:
+orl.train.relabel): its clean prompt + answer once, then every captured state of its
 blocks (all states are kept: tiny blocks take few steps, and AEC needs every adjacent pair). A
 noisy state of block j sees the clean prompt and answer blocks < j and itself, exactly what the
 engine's cache held when the step ran, and consumes exactly the captured z / a. Units are packed
