@@ -1,5 +1,6 @@
 """The shipped length-varied checkpoints (issue 21 item 4): checkpoints/orl-tiny7-base (five v7 families, AR stage then
-block diffusion with a next-token loss beside it), orl-tiny7-orl (KL-anchored ORL on it), orl-tiny7-ar (the AR peer:
+block diffusion with a next-token loss beside it), orl-tiny7-orl (KL-anchored ORL on it with reference relabelling,
+session 49), orl-tiny7-ar (the AR peer:
 the base's AR stage, continued with AR steps for the steps the base spent on block diffusion) and two draft-only
 drafters, orl-tiny7-draft (for the base) and orl-tiny7-ardraft (for the AR peer). They load through the
 real loader and reach their documented accuracy in range and beyond the training range (docs/RESULTS.md, session 46).
@@ -59,8 +60,8 @@ def test_manifests_name_no_local_path_and_list_only_shipped_files(name):
 
 @pytest.mark.parametrize("name", ["base", "orl"])
 def test_fused_decoder_in_range_and_beyond(name, samples):
-    """Measured on these 100 prompts (fused k8, 3 groups): base 88% in range / 76% beyond, TPF 2.15; ORL 88% / 82%,
-    TPF 2.10 (on 1,500 prompts a split, seeds 0-2: base 87.9% / 69.9%, ORL 88.4% / 67.3%)."""
+    """Measured on these 100 prompts (fused k8, 3 groups): base 88% in range / 76% beyond, TPF 2.15; ORL 94% / 78%,
+    TPF 2.19 (on 1,500 prompts a split, seeds 0-2: base 87.9% / 69.9%, ORL 88.8% / 67.2%)."""
     path = ROOT / f"orl-tiny7-{name}"
     engine = Engine.from_checkpoint(path)
     with torch.no_grad():
