@@ -8,7 +8,7 @@ import torch
 from orl.engine.sequence import Generation
 from orl.engine.trace import StepRecord
 from orl.eval.tasks.base import Sample
-from orl.model.vocab import special_ids
+from orl.model.vocab import SpecialIds, special_ids
 from orl.tokenizer import CharTokenizer
 from orl.train.relabel import reference_ids, relabel, relabel_unverified
 from orl.train.replay import make_unit
@@ -16,6 +16,7 @@ from orl.train.rollout import Rollout
 from tests.test_replay import L, TOK, assert_replays, rollouts, tiny_model
 
 M, EOS = TOK.mask_id, TOK.eos_id
+IDS = SpecialIds(M, EOS, TOK.pad_id, (), (EOS,))
 
 
 def step(block, s, canvas, tokens, conf=0.95):
@@ -38,7 +39,7 @@ def hand_rollout():
 def test_keeps_the_states_before_the_first_wrong_commit_and_targets_the_reference():
     r = hand_rollout()
     ref = [10, 11, 12, 13, 14, EOS]
-    x = relabel(r, ref, (EOS,), 4, "prompt_block", 8)
+    x = relabel(r, ref, IDS, 4, "prompt_block", 8)
     assert [(s.block, s.step) for s in x.gen.trace] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert x.gen.token_ids == ref and x.gen.finished and not x.verified
     # the proposal the reference contradicts is not anchored; the others keep their confidence
@@ -52,12 +53,12 @@ def test_keeps_the_states_before_the_first_wrong_commit_and_targets_the_referenc
 
 def test_a_wrong_earlier_block_drops_every_later_state():
     r = hand_rollout()
-    x = relabel(r, [10, 11, 19, 13, 14, EOS], (EOS,), 4, "prompt_block", 8)  # block 0 slot 2 disagrees
+    x = relabel(r, [10, 11, 19, 13, 14, EOS], IDS, 4, "prompt_block", 8)  # block 0 slot 2 disagrees
     assert [(s.block, s.step) for s in x.gen.trace] == [(0, 0), (0, 1)]
-    assert relabel(r, [19, 11, 12, 13, 14, EOS], (EOS,), 4, "prompt_block", 8).gen.trace[-1].step == 0
+    assert relabel(r, [19, 11, 12, 13, 14, EOS], IDS, 4, "prompt_block", 8).gen.trace[-1].step == 0
     # a rollout already wrong in the first state's committed slots keeps nothing
     r2 = replace(r, gen=replace(r.gen, trace=r.gen.trace[1:]))
-    assert relabel(r2, [19, 11, 12, 13, 14, EOS], (EOS,), 4, "prompt_block", 8) is None
+    assert relabel(r2, [19, 11, 12, 13, 14, EOS], IDS, 4, "prompt_block", 8) is None
 
 
 def test_absolute_grid_reads_the_prompt_tail_as_fixed():
@@ -65,7 +66,7 @@ def test_absolute_grid_reads_the_prompt_tail_as_fixed():
     r = hand_rollout()
     g = replace(r.gen, trace=[step(0, 0, [5, 6, 7, M], [5, 6, 7, 10]), step(1, 0, [M, M, M, M], [11, 12, 13, 14]),
                               step(1, 1, [11, 12, M, M], [11, 12, 13, 14]), step(1, 2, [11, 12, 16, 14], [0, 0, 0, 0])])
-    x = relabel(replace(r, gen=g), [10, 11, 12, 13, 14, EOS], (EOS,), 4, "absolute_grid", 8)
+    x = relabel(replace(r, gen=g), [10, 11, 12, 13, 14, EOS], IDS, 4, "absolute_grid", 8)
     assert [(s.block, s.step) for s in x.gen.trace] == [(0, 0), (1, 0), (1, 1)]
 
 
@@ -74,10 +75,10 @@ def test_any_end_id_ends_the_answer():
     r = hand_rollout()
     g = replace(r.gen, token_ids=[10, 11, 12, 13, 14, 9],
                 trace=r.gen.trace[:3] + [step(1, 1, [14, 9, M, M], [14, 9, EOS, EOS])])
-    x = relabel(replace(r, gen=g), [10, 11, 12, 13, 14, EOS], (EOS, 9), 4, "prompt_block", 8)
+    x = relabel(replace(r, gen=g), [10, 11, 12, 13, 14, EOS], IDS._replace(eos_ids=(EOS, 9)), 4, "prompt_block", 8)
     assert len(x.gen.trace) == 4 and x.gen.trace[3].confidence.tolist() == pytest.approx([0.95] * 4)
-    assert relabel(replace(r, gen=g), [10, 11, 12, 13, 14, EOS], (EOS,), 4, "prompt_block", 8).gen.trace[-1].block == 1
-    assert len(relabel(replace(r, gen=g), [10, 11, 12, 13, 14, EOS], (EOS,), 4, "prompt_block", 8).gen.trace) == 3
+    assert relabel(replace(r, gen=g), [10, 11, 12, 13, 14, EOS], IDS, 4, "prompt_block", 8).gen.trace[-1].block == 1
+    assert len(relabel(replace(r, gen=g), [10, 11, 12, 13, 14, EOS], IDS, 4, "prompt_block", 8).gen.trace) == 3
 
 
 def test_reference_ids_tokenize_the_answer_after_its_prompt():
@@ -111,21 +112,21 @@ def test_which_rollouts_are_relabelled_and_toward_what():
     ref = reference_ids(TOK, s.prompt, s.answer, EOS)
     # a prompt with a verified sibling: its answer (the one kept) is the target, the verified ones stay out
     g1 = group_of(s, [True, False, False])
-    out = relabel_unverified(g1, [g1[0]], 3, TOK, (EOS,), 4, "prompt_block", 8)
+    out = relabel_unverified(g1, [g1[0]], 3, TOK, IDS, 4, "prompt_block", 8)
     assert len(out) == 2 and all(x.gen.token_ids == [10, 11, 12, 13, 14, EOS] for x in out)
     assert out[0].sample is s and all(len(x.gen.trace) == 4 for x in out)  # up to the 20 committed in block 1
     # no verified sibling: the reference, tokenized after its prompt, up to the end of the last kept block
     g2 = group_of(s, [False, False])
-    out = relabel_unverified(g2, [], 2, TOK, (EOS,), 4, "prompt_block", 8)
+    out = relabel_unverified(g2, [], 2, TOK, IDS, 4, "prompt_block", 8)
     assert len(out) == 2 and all(x.gen.token_ids == ref[:4] and len(x.gen.trace) == 1 for x in out)
     # a reference its verifier rejects (an empty regex answer) relabels nothing; all verified: nothing to do
     bad = replace(s, answer="")
-    assert relabel_unverified(group_of(bad, [False, False]), [], 2, TOK, (EOS,), 4, "prompt_block", 8) == []
-    assert relabel_unverified(group_of(s, [True, True]), [], 2, TOK, (EOS,), 4, "prompt_block", 8) == []
+    assert relabel_unverified(group_of(bad, [False, False]), [], 2, TOK, IDS, 4, "prompt_block", 8) == []
+    assert relabel_unverified(group_of(s, [True, True]), [], 2, TOK, IDS, 4, "prompt_block", 8) == []
     # a rollout ended by a stop string is left out
     g3 = group_of(s, [False, False])
     g3[0] = replace(g3[0], gen=replace(g3[0].gen, stop="\n"))
-    assert len(relabel_unverified(g3, [], 2, TOK, (EOS,), 4, "prompt_block", 8)) == 1
+    assert len(relabel_unverified(g3, [], 2, TOK, IDS, 4, "prompt_block", 8)) == 1
 
 
 @pytest.mark.parametrize("residual,shift", [("adapter", False), ("adapter", True)])
@@ -143,7 +144,7 @@ def test_relabelled_states_replay_as_decoded(residual, shift):
         i = L + 2 if len(ref) > L + 2 else len(ref) - 2  # block 1's third slot, or a short answer's last but one
         ref[i] = 3 if ref[i] != 3 else 4
         r.verified = False
-        x = relabel(r, ref, (EOS,), L, "prompt_block", 24)
+        x = relabel(r, ref, IDS, L, "prompt_block", 24)
         b = i // L
         assert x is not None and x.gen.token_ids == ref[:(b + 1) * L]  # up to the end of the last kept block
         assert max(s.block for s in x.gen.trace) == b and len(x.gen.trace) < len(r.gen.trace)

@@ -44,9 +44,9 @@ def tiny_orl7_arkl() -> ORLConfig:
 
 
 def tiny_orl7_ref() -> ORLConfig:
-    """tiny_orl7_arkl that also trains on the unverified rollouts' states before their first wrong commit, with
-    the task's reference answer as target (orl.train.relabel): for a base whose parallel decoder is right on
-    few prompts, so that the states where it goes wrong get a target too."""
+    """tiny_orl7_arkl that also trains on the unverified rollouts' states before their first wrong commit, toward a
+    correct answer (a verified sibling's, else the task's reference; orl.train.relabel): for a base whose parallel
+    decoder is right on few prompts, so that the states where it goes wrong get a target too."""
     return dataclasses.replace(tiny_orl7_arkl(), relabel="reference")
 
 

@@ -58,7 +58,7 @@ class ORLConfig:
     keep: str = "verified"              # "fastest": one verified rollout per prompt (rollout.select_kept)
     keep_reward: float = 1.0            # a rollout is verified when its reward reaches this (partial credit)
     relabel: str = "none"               # "reference": also train on unverified rollouts' states before their first
-                                        # wrong commit, with the task's reference answer as target (orl.train.relabel)
+                                        # wrong commit, toward a correct answer (orl.train.relabel)
     row_tokens: int = 768
     # cache slots of the rollout / eval engine (prompt + answer), capped by the model's max_seq_len: every
     # step attends over the whole cache; gemma-3-270m's 32,768 took one measured update to 2.2x the CPU time
@@ -184,8 +184,7 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config
         kept = select_kept(rollouts, cfg.group_size, cfg.keep)
         rec = {"update": update + 1, **{f"rollout_{k}": v for k, v in stats.items()}, "generated_tokens": gen_tokens}
         if cfg.relabel == "reference":
-            ends = (ids.eos, *(e for e in ids.eos_ids if e != ids.eos))  # EOS first: the id eos_fill commits
-            extra = relabel_unverified(rollouts, kept, cfg.group_size, tok, ends, rollout_cfg.block_len,
+            extra = relabel_unverified(rollouts, kept, cfg.group_size, tok, ids, rollout_cfg.block_len,
                                        rollout_cfg.layout, rollout_cfg.max_new_tokens, cfg.keep_reward)
             kept = kept + extra
             n_extra = dist.all_sum(torch.tensor([len(extra), sum(len(r.gen.trace) for r in extra)])).tolist()

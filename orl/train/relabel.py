@@ -28,7 +28,9 @@ import torch
 
 from orl.eval.tasks import get_task
 from orl.eval.tasks.custom import reward_of
+from orl.model.vocab import SpecialIds, is_eos
 from orl.tokenizer import TokenizerError
+from orl.train.replay import canvas_start
 from orl.train.rollout import Rollout
 
 
@@ -45,21 +47,19 @@ def reference_ids(tok, prompt: str, answer: str, eos_id: int) -> list[int] | Non
     return full[len(p):] + [eos_id]
 
 
-def relabel(r: Rollout, ref: list[int], eos_ids: tuple[int, ...], block_len: int, layout: str,
+def relabel(r: Rollout, ref: list[int], ids: SpecialIds, block_len: int, layout: str,
             max_new_tokens: int) -> Rollout | None:
     """The rollout's states before its first commit that disagrees with `ref` (ending with an end id), with
-    `ref` as the answer (so make_unit targets it); None when no state is usable. eos_ids[0]: the EOS that
-    eos_fill commits after the end."""
-    g, L, eos = r.gen, block_len, eos_ids[0]
+    `ref` as the answer (so make_unit targets it); None when no state is usable."""
+    g, L, eos = r.gen, block_len, ids.eos
     if g.trace is None:
         raise ValueError("relabelling needs the rollout's trace (collect decodes with trace=True)")
-    ends = torch.tensor(eos_ids)
 
-    def same_end(t: torch.Tensor) -> torch.Tensor:  # every end id read as EOS
-        return torch.where(torch.isin(t, ends), eos, t)
+    def same_end(t: torch.Tensor) -> torch.Tensor:  # every end id read as EOS, the id eos_fill commits
+        return torch.where(is_eos(t, ids), eos, t)
 
     n, width = len(g.prompt_ids), max_new_tokens
-    c = n // L * L if layout == "absolute_grid" else n  # the first canvas's position (orl.train.replay.make_unit)
+    c = canvas_start(layout, n, L)
     want = same_end(torch.tensor((ref + [eos] * width)[:width]))   # [W] the answer, EOS-filled as eos_fill commits
     wrote = same_end(torch.tensor((g.token_ids + [eos] * width)[:width]))  # [W] what the rollout committed
     agree = (want == wrote).long().cumprod(0)  # [W] 1 while the rollout's answer still follows `ref`
@@ -83,11 +83,11 @@ def relabel(r: Rollout, ref: list[int], eos_ids: tuple[int, ...], block_len: int
     # the answer up to the end of the last kept state's block: no state sees past it, and the replay's rows
     # end there (make_unit sizes a row from the trace's blocks when max_new_tokens is not given)
     answer = ref[:min(width, c + (usable[-1].block + 1) * L - n)]
-    return Rollout(r.sample, replace(g, token_ids=answer, trace=usable, stop=None, finished=answer[-1] in eos_ids),
+    return Rollout(r.sample, replace(g, token_ids=answer, trace=usable, stop=None, finished=answer[-1] in (eos, *ids.eos_ids)),
                    verified=False, reward=r.reward)
 
 
-def relabel_unverified(rollouts: list[Rollout], kept: list[Rollout], group: int, tok, eos_ids: tuple[int, ...],
+def relabel_unverified(rollouts: list[Rollout], kept: list[Rollout], group: int, tok, ids: SpecialIds,
                        block_len: int, layout: str, max_new_tokens: int, keep_reward: float = 1.0) -> list[Rollout]:
     """Every unverified rollout's usable states (relabel), toward a kept sibling's answer or else the verified
     reference. `rollouts` come grouped as collect returns them (`group` a prompt). Left out: tasks with stop
@@ -104,14 +104,14 @@ def relabel_unverified(rollouts: list[Rollout], kept: list[Rollout], group: int,
         if sibling is not None:
             ref = list(sibling.gen.token_ids)
         elif s.answer and reward_of(task, s.prompt, s.answer) >= keep_reward:
-            ref = reference_ids(tok, s.prompt, s.answer, eos_ids[0])
+            ref = reference_ids(tok, s.prompt, s.answer, ids.eos)
         else:
             ref = None
         if ref is None:
             continue
         for r in rows:
             if not r.verified and r.gen.stop is None:
-                x = relabel(r, ref, eos_ids, block_len, layout, max_new_tokens)
+                x = relabel(r, ref, ids, block_len, layout, max_new_tokens)
                 if x is not None:
                     out.append(x)
     return out

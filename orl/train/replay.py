@@ -40,6 +40,12 @@ class Unit:
         return self.tokens.numel()
 
 
+def canvas_start(layout: str, n: int, L: int) -> int:
+    """Position of a row's first canvas for an n-token prompt: right after it (prompt_block), or at the start
+    of its last incomplete block, which the canvas opens with (absolute_grid)."""
+    return n // L * L if layout == "absolute_grid" else n
+
+
 def make_unit(r: Rollout, block_len: int, eos_id: int, dim: int, kl_conf: float, layout: str = "prompt_block",
               max_new_tokens: int | None = None) -> Unit:
     """The unit of one rollout in the layout it was decoded in (orl.engine.layouts), so that every state
@@ -52,7 +58,7 @@ def make_unit(r: Rollout, block_len: int, eos_id: int, dim: int, kl_conf: float,
     trace, L = r.gen.trace, block_len
     prompt = torch.tensor(r.gen.prompt_ids, dtype=torch.long)
     n = prompt.numel()
-    c = n // L * L if layout == "absolute_grid" else n  # the first canvas's position
+    c = canvas_start(layout, n, L)
     n_blocks = max(rec.block for rec in trace) + 1
     end = n + (max_new_tokens if max_new_tokens is not None else c + n_blocks * L - n)
     clean = torch.full((end,), eos_id, dtype=torch.long)  # past the row's EOS: EOS, as eos_fill commits
