@@ -75,6 +75,7 @@ def test_orl_is_more_accurate_than_the_base_under_the_threshold_decoder(tmp_path
     """ORL's headline row (docs/RESULTS.md): the threshold decoder at 0.9 on the 500 in-range test prompts of seed 0
     (`orl eval --split heldout --limit 100 --seed 0`). Measured: base 37.6% at TPF 1.95, ORL 43.8% at 2.04
     (ratio of sums); on 1,500 prompts, seeds 0-2: 36.3% vs 43.1%, paired McNemar p = 9e-12."""
+    from orl.eval.metrics import pooled_tpf
     from orl.eval.runner import EvalSpec, run_eval
 
     rows = {}
@@ -83,8 +84,7 @@ def test_orl_is_more_accurate_than_the_base_under_the_threshold_decoder(tmp_path
                                  tasks=FAMILIES, limit=100, seed=0, thresholds=[0.9],
                                  decode={"max_new_tokens": 104}, progress=False))
         assert len(recs) == 500
-        rows[name] = (sum(r["verdict"] for r in recs) / len(recs),
-                      sum(r["n_tokens"] for r in recs) / sum(sum(r["forwards"].values()) for r in recs))
+        rows[name] = (sum(r["verdict"] for r in recs) / len(recs), pooled_tpf(recs)["tpf"])
     (base_acc, base_tpf), (orl_acc, orl_tpf) = rows["base"], rows["orl"]
     assert orl_acc >= base_acc + 0.03 and orl_tpf >= 0.98 * base_tpf, rows
 
