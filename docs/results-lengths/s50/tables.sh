@@ -7,19 +7,17 @@ cd "$(dirname "$0")/../../.."
 source .venv/bin/activate
 N=${1:?run name}; D=${2:-docs/results-lengths/s50}; T=$(mktemp -d)
 get() { if [ -f "$1.gz" ]; then zcat "$1.gz"; else cat "$1"; fi; }
-zcat docs/results-lengths/s45/five7w-s2d0-thr.jsonl.gz docs/results-lengths/s46/five7w-s2d0-sweep.jsonl.gz \
-  docs/results-lengths/s46/five7w-s2d0-rules.jsonl.gz > $T/base.jsonl
+for m in thr sweep rules fused; do
+  get "$D/$N-$m.jsonl" > $T/run-$m.jsonl
+  zcat docs/results-lengths/s49/tiny7-ref-$m.jsonl.gz > $T/ref240-$m.jsonl
+done
+zcat docs/results-lengths/s45/five7w-s2d0-thr.jsonl.gz > $T/base-thr.jsonl
+zcat docs/results-lengths/s46/five7w-s2d0-sweep.jsonl.gz > $T/base-sweep.jsonl
+zcat docs/results-lengths/s46/five7w-s2d0-rules.jsonl.gz > $T/base-rules.jsonl
 zcat docs/results-lengths/s45/five7w-s2d0-fused.jsonl.gz > $T/base-fused.jsonl
-zcat docs/results-lengths/s49/tiny7-ref-thr.jsonl.gz docs/results-lengths/s49/tiny7-ref-sweep.jsonl.gz \
-  docs/results-lengths/s49/tiny7-ref-rules.jsonl.gz > $T/ref240.jsonl
-zcat docs/results-lengths/s49/tiny7-ref-fused.jsonl.gz > $T/ref240-fused.jsonl
-for m in thr sweep rules; do get "$D/$N-$m.jsonl"; done > $T/run.jsonl
-get "$D/$N-fused.jsonl" > $T/run-fused.jsonl
+for r in base ref240 run; do cat $T/$r-{thr,sweep,rules}.jsonl > $T/$r.jsonl; done
 python benchmarks/length_table.py --by-seed $T/base.jsonl $T/ref240.jsonl $T/run.jsonl
 python benchmarks/length_table.py --by-seed $T/base-fused.jsonl $T/ref240-fused.jsonl $T/run-fused.jsonl
-get "$D/$N-thr.jsonl" > $T/run-thr.jsonl
-zcat docs/results-lengths/s45/five7w-s2d0-thr.jsonl.gz > $T/base-thr.jsonl
-zcat docs/results-lengths/s49/tiny7-ref-thr.jsonl.gz > $T/ref240-thr.jsonl
 for m in thr fused; do  # paired McNemar, threshold 0.9 and fused (the sweep's points: the per-seed rows above)
   python benchmarks/length_table.py --paired "$N" five7w-s2d0 $T/base-$m.jsonl $T/run-$m.jsonl
   python benchmarks/length_table.py --paired "$N" tiny7-ref $T/ref240-$m.jsonl $T/run-$m.jsonl

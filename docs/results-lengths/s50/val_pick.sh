@@ -8,4 +8,4 @@ export OMP_NUM_THREADS=1 TASKS=long7xp,prog7xp,split7xp,constr7xp,keysort7x SEED
 R=${R:-$HOME/.cache/orl/runs}; export E=${E:-$R/eval/val-s50}
 for m in tiny7-ref-at240 tiny7-ref360 tiny7-ref480; do bash benchmarks/lengths_eval.sh "$m" thr; done
 python benchmarks/length_table.py --by-seed "$E"/tiny7-ref-at240-thr.jsonl "$E"/tiny7-ref360-thr.jsonl \
-  "$E"/tiny7-ref480-thr.jsonl | grep -v "  [a-z0-9]*7x[a-z]* "
+  "$E"/tiny7-ref480-thr.jsonl | grep -E "^model| all"   # the pooled rows
