@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from orl.train.losses import (aec_loss, aec_pairs, capped_reverse_kl, gated_ce, kl_anchor, normalized_entropy,
-                              per_response_mean, state_entropy)
+from orl.train.losses import (aec_loss, aec_pairs, capped_reverse_kl, certainty_forcing, gated_ce, kl_anchor,
+                              normalized_entropy, per_response_mean, state_entropy)
 
 
 def test_aec_worked_example():
@@ -86,3 +86,21 @@ def test_banned_tokens_give_finite_gradients():
     loss = normalized_entropy(logits).sum() + capped_reverse_kl(logits, ref, 10.0).sum()
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(logits.grad).all()
+
+
+def test_certainty_forcing_hand_computed():
+    # 3 responses; response 0: two right positions (0.2, 0.4) and a wrong one (0.9); response 1: only a wrong one;
+    # response 2: one right but unverified position (past a stop string). The mean is over the responses with a
+    # verified position (0 and 1): ((0.2 + 0.4) / 2 + 0) / 2 = 0.15
+    h = torch.tensor([0.2, 0.4, 0.9, 0.7, 0.5], requires_grad=True)
+    right = torch.tensor([True, True, False, False, True])
+    verified = torch.tensor([True, True, True, True, False])
+    response = torch.tensor([0, 0, 0, 1, 2])
+    out = certainty_forcing(h, right, verified, response, 3)
+    assert out.item() == pytest.approx(0.15)
+    out.backward()
+    # the gradient reaches the right, verified positions only: 1 / (2 positions * 2 responses)
+    assert h.grad.tolist() == pytest.approx([0.25, 0.25, 0.0, 0.0, 0.0])
+    # torchrun: the count of responses comes from every process
+    assert certainty_forcing(h, right, verified, response, 3, torch.tensor(4)).item() == pytest.approx(0.075)
+    assert certainty_forcing(h, right & False, verified, response, 3).item() == 0.0

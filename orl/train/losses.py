@@ -72,6 +72,19 @@ def aec_loss(h_state: Tensor, src: Tensor, nxt: Tensor, pair_response: Tensor, n
     return per_response_mean(per_pair, torch.ones_like(per_pair), pair_response, n_responses, count)
 
 
+def certainty_forcing(h: Tensor, right: Tensor, verified: Tensor, response: Tensor, n_responses: int,
+                      count: Tensor | None = None) -> Tensor:
+    """L_CF (dParallel's certainty forcing): normalised entropy at unresolved positions whose argmax is already
+    the verified token, so the model grows sure where it is right (more positions pass a commit threshold)
+    and never where it is wrong. Each response's mean over those positions, averaged over the responses L_pred
+    averages over (`count`; default: those with a verified position here); a response with none adds 0.
+    h, right, verified, response [N]."""
+    if count is None:
+        count = (torch.zeros(n_responses, dtype=torch.long, device=h.device).index_add(0, response, verified.long())
+                 > 0).sum()
+    return per_response_mean(h, right & verified, response, n_responses, count)
+
+
 def capped_reverse_kl(logits: Tensor, ref_logits: Tensor, cap: float) -> Tensor:
     """min(KL(p_theta || p_rollout), cap) per position; logits, ref_logits [N, V] -> [N]."""
     logp = F.log_softmax(logits.float(), dim=-1)

@@ -1,4 +1,5 @@
-"""The ORL objective on a replay batch: L = L_pred + lambda_aec * L_AEC + lambda_kl * L_KL."""
+"""The ORL objective on a replay batch: L = L_pred + lambda_aec * L_AEC + lambda_kl * L_KL (+ lambda_cf * L_CF,
+certainty forcing, off by default)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,7 +11,8 @@ from torch import Tensor
 from orl.model.vocab import SpecialIds, ban_tokens
 from orl.model.model import Transformer
 from orl.train.chunked_head import chunked_head
-from orl.train.losses import IGNORE, aec_loss, capped_reverse_kl, normalized_entropy, per_response_mean, state_entropy
+from orl.train.losses import (IGNORE, aec_loss, capped_reverse_kl, certainty_forcing, normalized_entropy,
+                              per_response_mean, state_entropy)
 from orl.train.replay import ReplayBatch
 
 HEAD_CHUNK = 64  # unresolved positions per head chunk: [64, V] fp32 is 64 MiB at a 262k vocabulary
@@ -24,6 +26,7 @@ class LossWeights:
     kl_cap: float = 1.0
     lambda_ar: float = 0.0     # next-token loss on the kept rollouts (orl.train.ar_anchor; 0: off)
     lambda_ar_kl: float = 0.0  # min(KL(AR path || the base's), kl_cap) on every rollout (orl.train.ar_anchor; 0: off)
+    lambda_cf: float = 0.0     # certainty forcing (dParallel): entropy where the argmax is already the target (0: off)
 
 
 def replay_hidden(model: Transformer, b: ReplayBatch, residual: str, ids: SpecialIds,
@@ -89,14 +92,17 @@ def orl_loss(model: Transformer, b: ReplayBatch, residual: str, ids: SpecialIds,
         return ban_tokens(core.softcap((h.to(weight.dtype) @ weight.T).float()), ids.banned)
 
     def stats(logits: Tensor, rows: slice) -> Tensor:
-        cols = [F.cross_entropy(logits, targets[rows], reduction="none", ignore_index=IGNORE), normalized_entropy(logits)]
+        # column 2: the position already decodes to its verified token (L_CF's gate; no gradient)
+        right = (logits.detach().argmax(-1) == targets[rows]).to(logits.dtype)
+        cols = [F.cross_entropy(logits, targets[rows], reduction="none", ignore_index=IGNORE), normalized_entropy(logits),
+                right]
         if ref_hs is not None:
             with torch.no_grad():
                 ref = read(ref_hs[rows], ref_w)
             cols.append(capped_reverse_kl(logits, ref, w.kl_cap))
         return torch.stack(cols, -1)
 
-    st = chunked_head(hs, core.lm_head.weight, read, stats, chunk)  # [N, 2 or 3]: CE, entropy, KL
+    st = chunked_head(hs, core.lm_head.weight, read, stats, chunk)  # [N, 3 or 4]: CE, entropy, right, KL
     ones = torch.ones_like(resp, dtype=torch.bool)
     # L_pred reads verified tokens only (not the positions past a rollout's stop string: IGNORE); the states'
     # entropies (L_AEC) and L_KL keep those positions, which the engine decoded as they are replayed
@@ -106,8 +112,9 @@ def orl_loss(model: Transformer, b: ReplayBatch, residual: str, ids: SpecialIds,
     l_aec = aec_loss(h_state, b.pair_src.to(dev), b.pair_next.to(dev), b.pair_response.to(dev), b.n_responses, w.rho,
                      n_aec)
     # fresh rollouts: KL(p || stopgrad p) is 0 with a zero gradient, so it is not computed
-    l_kl = (per_response_mean(st[:, 2], b.confident[sel].to(dev), resp, b.n_responses, n_kl) if ref_hs is not None
+    l_kl = (per_response_mean(st[:, 3], b.confident[sel].to(dev), resp, b.n_responses, n_kl) if ref_hs is not None
             else h.new_zeros(()))
-    total = l_pred + w.lambda_aec * l_aec + w.lambda_kl * l_kl
-    return total, {"pred": l_pred.detach(), "aec": l_aec.detach(), "kl": l_kl.detach(),
+    l_cf = certainty_forcing(h, st[:, 2] > 0, targets != IGNORE, resp, b.n_responses, n_pred)
+    total = l_pred + w.lambda_aec * l_aec + w.lambda_kl * l_kl + w.lambda_cf * l_cf
+    return total, {"pred": l_pred.detach(), "aec": l_aec.detach(), "kl": l_kl.detach(), "cf": l_cf.detach(),
                    "entropy": h_state.detach().mean() if b.n_states else h.sum().detach() * 0}

@@ -80,7 +80,7 @@ class ORLConfig:
                                 non_negative=("adapter_dim", "adapter_lr", "adapter_grad_clip", "threads", "keep_every"))
         if self.rollout.residual == "adapter" and self.adapter_dim <= 0:
             problems.append("adapter_dim must be > 0 when rollouts use the adapter residual")
-        for name in ("lambda_ar", "lambda_ar_kl"):
+        for name in ("lambda_ar", "lambda_ar_kl", "lambda_cf"):
             if getattr(self.weights, name) < 0:
                 problems.append(f"weights.{name} must be >= 0, got {getattr(self.weights, name)}")
         if self.keep not in KEEP:
@@ -254,12 +254,13 @@ def orl_update(ddp: torch.nn.Module, opt: torch.optim.Optimizer, kept: list, rol
     l_nll, l_kl = (loss.new_zeros(()) if x is None else x.to(loss.dtype) for x in (l_nll, l_kl))
     terms = torch.stack([(loss + w.lambda_ar * l_nll) * bool(kept) + w.lambda_ar_kl * l_kl, parts["pred"] * bool(kept),
                          parts["aec"] * bool(kept), parts["kl"] * bool(kept), parts["entropy"] * batch.n_states * bool(kept),
-                         l_nll, l_kl]).detach()
+                         l_nll, l_kl, parts["cf"] * bool(kept)]).detach()
     terms = dist.all_sum(terms.cpu().double()).tolist()  # logging: one sync per update
     return {"loss": round(terms[0], 5), "pred": round(terms[1], 5), "aec": round(terms[2], 5),
             "kl": round(terms[3], 5), "entropy": round(terms[4] / max(int(counts[4]), 1), 5),
             **({"ar": round(terms[5], 5)} if w.lambda_ar > 0 else {}),
             **({"ar_kl": round(terms[6], 5)} if w.lambda_ar_kl > 0 else {}),
+            **({"cf": round(terms[7], 5)} if w.lambda_cf > 0 else {}),
             "grad_norm": round(norms[0], 5), **({"adapter_grad_norm": round(norms[1], 5)} if len(norms) > 1 else {}),
             "kept": int(counts[7]), "rows": int(counts[3])}
 
