@@ -71,3 +71,24 @@ def test_task_reference_is_written_and_the_engine_restored():
     assert engine_mod.denoise_step is step_fn and "begin_block" not in vars(engine)
     after = engine.generate_ids(prompts, cfg)
     assert [g.token_ids for g in after] == [g.token_ids for g in before]
+
+
+def test_script_reports_ratios_of_sums(tmp_path, monkeypatch, capsys):
+    import json
+    import sys
+    out = tmp_path / "k.json"
+    monkeypatch.setattr(sys, "argv", ["knowledge_tpf.py", "--model", str(ROOT / "checkpoints" / "orl-tiny7-orl"),
+                                      "--tasks", "long7xp,constr7xp", "--seeds", "0", "--limit", "6",
+                                      "--max-new-tokens", "48", "--out", str(out)])
+    mod.main()
+    fams = json.loads(out.read_text())["families"]
+    for fam, r in fams.items():
+        assert r["n"] == (12 if fam == "all" else 6)
+        # own answers on the prompts it gets right: the oracle writes the same tokens as the threshold decoder,
+        # in no more forwards here (likely, not certain: the two trajectories part after their first step)
+        assert r["c_o_tokens"] == r["c_tokens"] and r["c_o_forwards"] <= r["c_forwards"]
+        assert r["o_right"] + r["o_forced"] >= r["o_tokens"]
+    assert fams["all"]["correct"] > 0
+    text = capsys.readouterr().out
+    a = fams["all"]
+    assert f"{a['tokens'] / a['forwards']:.2f}" in text.splitlines()[-4] and f"{a['o_tokens'] / a['o_forwards']:.2f}" in text
