@@ -58,10 +58,12 @@ class Oracle:
         ref = self.block_ref(st)
         live = unres0 & (ref >= 0)
         right = live & (st.last_x == ref)
-        conf = st.last_conf.masked_fill(~live, -1.0)
+        conf = st.last_conf.masked_fill(~live, float("-inf"))  # any confidence kind (neg_entropy is below -1)
         top = torch.zeros_like(live).scatter_(1, conf.argmax(-1, keepdim=True), True) & live
         forced = top & ~right.any(-1, keepdim=True)
         commit = right | forced
+        # a live row that committed nothing would loop for ever in the engine's `while not done`
+        assert not (live.any(-1) & ~commit.any(-1)).any(), "oracle step committed nothing on a live row"
         canvas = torch.where(commit, ref, canvas0)
         unresolved = unres0 & ~commit
         eos = is_eos(canvas, ids) & ~unresolved & ~st.fixed
@@ -111,6 +113,9 @@ def main() -> None:
     model, tok, manifest = load_checkpoint(args.model)
     engine = Engine(model, tok, manifest=manifest)
     cfg = DecodeConfig.from_manifest(manifest, threshold=args.threshold, max_new_tokens=args.max_new_tokens).validate()
+    if cfg.rule != "threshold" or not cfg.eos_fill:  # the oracle replaces exactly this rule's commit (and its EOS fill)
+        raise SystemExit(f"knowledge_tpf.py: {args.model} decodes with rule {cfg.rule!r}, eos_fill {cfg.eos_fill}; "
+                         "the oracle stands in for the threshold rule with EOS fill only")
     eos = engine.ids.eos
     rows = {}
     for fam in args.tasks.split(","):
@@ -143,7 +148,7 @@ def main() -> None:
                     sums["forwards"] += p.forwards
                     sums["o_tokens"] += g.n_tokens
                     sums["o_forwards"] += g.forwards
-                    if ok:  # the prompts the threshold decoder gets right: the same answers both ways
+                    if ok:  # the prompts the threshold decoder gets right (--reference own: the same answer both ways)
                         sums["c_tokens"] += p.n_tokens
                         sums["c_forwards"] += p.forwards
                         sums["c_o_tokens"] += g.n_tokens

@@ -92,3 +92,44 @@ def test_script_reports_ratios_of_sums(tmp_path, monkeypatch, capsys):
     text = capsys.readouterr().out
     a = fams["all"]
     assert f"{a['tokens'] / a['forwards']:.2f}" in text.splitlines()[-4] and f"{a['o_tokens'] / a['o_forwards']:.2f}" in text
+
+
+def test_oracle_step_commits_by_hand():
+    """One step on a hand-made state: right argmaxes only; one forced reference token (the most confident live
+    position, with neg-entropy scores below -1) when none is right; the EOS fill; a prompt-tail position and a finished
+    row untouched; whatever the engine's own step committed undone."""
+    from types import SimpleNamespace
+
+    from orl.model.vocab import special_ids
+    from orl.tokenizer import CharTokenizer
+
+    tok = CharTokenizer()
+    ids = special_ids(tok, tok.vocab_size)
+    E, M, W = ids.eos, ids.mask, 9  # W: a wrong token
+    assert W not in (E, M)
+
+    class Plan:
+        def block_span(self, j, L, max_new):
+            return [(0, 4), (0, 4), (1, 4), (0, 4)]  # row 2 starts with a prompt tail
+
+    refs = torch.tensor([[5, 6, 7, 8] * 2, [5, 6, 7, 8] * 2, [E] * 8, [5, 6, 7, 8] * 2])
+    unres = torch.tensor([[1, 1, 1, 1], [0, 1, 1, 1], [0, 1, 1, 1], [0, 0, 0, 0]], dtype=torch.bool)
+    st = SimpleNamespace(block_len=4, plan=Plan(), canvas=torch.where(unres, M, 3), unresolved=unres.clone(),
+                         fixed=torch.tensor([[0] * 4, [0] * 4, [1, 0, 0, 0], [0] * 4], dtype=torch.bool),
+                         last_x=torch.zeros(4, 4, dtype=torch.long), last_conf=torch.zeros(4, 4),
+                         last_commit=torch.zeros(4, 4, dtype=torch.bool))
+
+    def engine_step(model, st, cfg, ids, record=False, fused=False):
+        st.last_x.copy_(torch.tensor([[5, W, 7, W], [W, W, W, W], [E, W, E, W], [5, 6, 7, 8]]))
+        st.last_conf.copy_(torch.tensor([[.5] * 4, [-5.0, -3.0, -1.5, -2.0], [.5] * 4, [1.0] * 4]))
+        st.canvas.fill_(W)  # the engine's own commit, which the oracle replaces
+        st.unresolved.fill_(False)
+
+    oracle = mod.Oracle(refs, 8)
+    oracle.step(engine_step, None, st, None, ids)
+    assert st.canvas.tolist() == [[5, M, 7, M], [3, M, 7, M], [3, M, E, E], [3, 3, 3, 3]]
+    assert st.unresolved.tolist() == [[False, True, False, True], [False, True, False, True],
+                                      [False, True, False, False], [False] * 4]
+    assert st.last_commit.tolist() == [[True, False, True, False], [False, False, True, False],
+                                       [False, False, True, True], [False] * 4]
+    assert (oracle.right, oracle.forced) == (4, 1)  # 2 + 1 right, 1 EOS fill; row 1's forced token

@@ -188,3 +188,33 @@ def test_certainty_forcing_term_reads_the_replayed_logits():
         with torch.no_grad():
             sure[lam] = normalized_entropy(replay_logits(m, b, "adapter", ids, at=b.unresolved))[right].mean()
     assert sure[50.0] < sure[0.0] - 0.01, sure  # measured 0.920 vs 0.945
+
+
+def test_certainty_forcing_split_over_processes_sums_to_the_whole():
+    """torchrun: each process's batch with norm = every process's response counts; the shares' losses and gradients
+    add up to the one-process batch's (L_CF shares L_pred's count of responses)."""
+    from orl.train.objective import response_counts
+    model = tiny_model(5)
+    rs = rollouts(model, "adapter")
+    ids, units = units_of(model, rs)
+    w = LossWeights(lambda_aec=1.0, lambda_kl=0.0, lambda_cf=3.0)
+
+    def run(parts_of_units, norm=None):
+        model.zero_grad()
+        total, cf = 0.0, 0.0
+        for us in parts_of_units:
+            b = build_batch(us, pack(us, 2000), ids.pad)
+            loss, parts = orl_loss(model, b, "adapter", ids, w, norm=norm)
+            loss.backward()
+            total, cf = total + loss.detach(), cf + parts["cf"]
+        return total, cf, [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    whole, cf_whole, g_whole = run([units])
+    halves = [units[: len(units) // 2], units[len(units) // 2:]]
+    norm = sum(response_counts(build_batch(us, pack(us, 2000), ids.pad)) for us in halves)
+    split, cf_split, g_split = run(halves, norm)
+    assert cf_whole > 0
+    torch.testing.assert_close(split, whole, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(cf_split, cf_whole, atol=1e-5, rtol=1e-5)
+    for a, b in zip(g_split, g_whole):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
