@@ -105,8 +105,8 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=104)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--reference", choices=("own", "task"), default="own",
-                    help="own: where the threshold decoder's answer is right (and ends with EOS), that answer; else the "
-                         "task's reference. task: always the task's reference")
+                    help="own: where the threshold decoder's answer is right (and ends with EOS), that answer; "
+                         "else the task's reference. task: always the task's reference")
     ap.add_argument("--out", help="JSON of the per-family sums")
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -165,7 +165,8 @@ def main() -> None:
         def div(a, b):
             return a / b if b else float("nan")
         print(f"{fam:<11} {r['n']:>5} {div(r['correct'], r['n']):>6.3f} {div(r['tokens'], r['forwards']):>6.2f} "
-              f"{div(r['o_tokens'], r['o_forwards']):>7.2f} {div(r['o_tokens'] * r['forwards'], r['o_forwards'] * r['tokens']):>5.2f} "
+              f"{div(r['o_tokens'], r['o_forwards']):>7.2f} "
+              f"{div(r['o_tokens'] * r['forwards'], r['o_forwards'] * r['tokens']):>5.2f} "
               f"{div(r['o_forced'], r['o_forwards']):>9.2f} {div(r['c_tokens'], r['c_forwards']):>9.2f} "
               f"{div(r['c_o_tokens'], r['c_o_forwards']):>12.2f}")
     print("TPF: the threshold decoder, ratio of sums incl. EOS; oracle: every right argmax committed (x: its ratio);")

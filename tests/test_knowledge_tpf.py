@@ -61,7 +61,7 @@ def test_task_reference_is_written_and_the_engine_restored():
     # every answer position of every decoded block is committed exactly once
     L, plan = cfg.block_len, layouts.plan(prompts, cfg.layout, cfg.block_len, MAX_NEW)
     positions = 0
-    for b, g in enumerate(gens):  # the blocks up to the one with the EOS (the absolute grid: a prompt tail in the first)
+    for b, g in enumerate(gens):  # the blocks up to the EOS's (absolute grid: a prompt tail in the first)
         j = 0
         while mod.answer_offset(plan, j, L, MAX_NEW, b) < g.n_tokens:
             lo, hi = plan.block_span(j, L, MAX_NEW)[b]
@@ -91,7 +91,8 @@ def test_script_reports_ratios_of_sums(tmp_path, monkeypatch, capsys):
     assert fams["all"]["correct"] > 0
     text = capsys.readouterr().out
     a = fams["all"]
-    assert f"{a['tokens'] / a['forwards']:.2f}" in text.splitlines()[-4] and f"{a['o_tokens'] / a['o_forwards']:.2f}" in text
+    all_row = text.splitlines()[-4]
+    assert f"{a['tokens'] / a['forwards']:.2f}" in all_row and f"{a['o_tokens'] / a['o_forwards']:.2f}" in all_row
 
 
 def test_oracle_step_commits_by_hand():
