@@ -40,22 +40,23 @@ class Oracle:
     then EOS to max_new (an answer longer than max_new is cut there)."""
 
     def __init__(self, refs: torch.Tensor, max_new: int):
-        self.refs, self.max_new, self.block = refs, max_new, 0
+        self.refs, self.max_new = refs, max_new
+        self.ref = None  # [B, L] the current block's reference (begin)
         self.right = self.forced = 0  # positions committed because the argmax was right / forced
 
-    def block_ref(self, st) -> torch.Tensor:
-        """[B, L] the reference at block `self.block`'s answer positions, -1 elsewhere (a prompt tail)."""
+    def begin(self, st, j: int) -> None:
+        """Block j's reference at its answer positions, -1 elsewhere (a prompt tail): constant over its steps."""
         L = st.block_len
         ref = torch.full((self.refs.shape[0], L), -1, dtype=torch.long)
-        for b, (lo, hi) in enumerate(st.plan.block_span(self.block, L, self.max_new)):
-            off = answer_offset(st.plan, self.block, L, self.max_new, b)
+        for b, (lo, hi) in enumerate(st.plan.block_span(j, L, self.max_new)):
+            off = answer_offset(st.plan, j, L, self.max_new, b)
             ref[b, lo:hi] = self.refs[b, off: off + hi - lo]
-        return ref.to(st.canvas.device)
+        self.ref = ref.to(st.canvas.device)
 
     def step(self, step_fn, model, st, cfg, ids, record: bool = False, fused: bool = False) -> None:
         canvas0, unres0 = st.canvas.clone(), st.unresolved.clone()  # [B, L]
         step_fn(model, st, cfg, ids, record=True, fused=fused)  # the forward, residual and counters as served
-        ref = self.block_ref(st)
+        ref = self.ref
         live = unres0 & (ref >= 0)
         right = live & (st.last_x == ref)
         conf = st.last_conf.masked_fill(~live, float("-inf"))  # any confidence kind (neg_entropy is below -1)
@@ -82,8 +83,9 @@ def oracle_engine(engine: Engine, oracle: Oracle):
     step_fn, begin = engine_mod.denoise_step, engine.begin_block
 
     def begin_block(st, cfg, P, j, live, fused):
-        oracle.block = j
-        return begin(st, cfg, P, j, live, fused)
+        out = begin(st, cfg, P, j, live, fused)
+        oracle.begin(st, j)
+        return out
 
     engine_mod.denoise_step = lambda *a, **k: oracle.step(step_fn, *a, **k)
     engine.begin_block = begin_block
@@ -161,9 +163,10 @@ def main() -> None:
           f"reference {args.reference}")
     print(f"{'family':<11} {'n':>5} {'acc':>6} {'TPF':>6} {'oracle':>7} {'x':>5} {'forced/fw':>9} "
           f"{'TPF right':>9} {'oracle right':>12}")
+    def div(a, b):
+        return a / b if b else float("nan")
+
     for fam, r in rows.items():
-        def div(a, b):
-            return a / b if b else float("nan")
         print(f"{fam:<11} {r['n']:>5} {div(r['correct'], r['n']):>6.3f} {div(r['tokens'], r['forwards']):>6.2f} "
               f"{div(r['o_tokens'], r['o_forwards']):>7.2f} "
               f"{div(r['o_tokens'] * r['forwards'], r['o_forwards'] * r['tokens']):>5.2f} "

@@ -127,6 +127,7 @@ def test_oracle_step_commits_by_hand():
         st.unresolved.fill_(False)
 
     oracle = mod.Oracle(refs, 8)
+    oracle.begin(st, 0)
     oracle.step(engine_step, None, st, None, ids)
     assert st.canvas.tolist() == [[5, M, 7, M], [3, M, 7, M], [3, M, E, E], [3, 3, 3, 3]]
     assert st.unresolved.tolist() == [[False, True, False, True], [False, True, False, True],

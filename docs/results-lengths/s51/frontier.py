@@ -6,19 +6,19 @@ import json
 import sys
 from collections import defaultdict
 
+from orl.eval.metrics import pooled_tpf
+
 
 def curve(files):
-    acc, tok, fw = defaultdict(list), defaultdict(int), defaultdict(int)
+    """[(accuracy, TPF, threshold, n)] of the in-range records, one per threshold, sorted by accuracy."""
+    by = defaultdict(list)
     for f in files:
         for line in (gzip.open(f, "rt") if f.endswith(".gz") else open(f)):
             r = json.loads(line)
-            if r["split"] != "heldout":
-                continue
-            t = r["decode"]["threshold"]
-            acc[t].append(bool(r["verdict"]))
-            tok[t] += r["n_tokens"]
-            fw[t] += r["forwards"]["step"] + r["forwards"]["commit"]
-    return sorted((sum(acc[t]) / len(acc[t]), tok[t] / fw[t], t, len(acc[t])) for t in acc)
+            if r["split"] == "heldout":
+                by[r["decode"]["threshold"]].append(r)
+    return sorted((sum(bool(r["verdict"]) for r in rs) / len(rs), pooled_tpf(rs)["tpf"], t, len(rs))
+                  for t, rs in by.items())
 
 
 def tpf_at(points, a):
