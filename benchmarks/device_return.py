@@ -34,7 +34,7 @@ from safetensors.torch import save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orl.atomic_dir import MANIFEST, ORL_NAMES, check_apart, file_digest, write_atomically  # noqa: E402
+from orl.atomic_dir import MANIFEST, MARK, ORL_NAMES, check_apart, file_digest, write_atomically  # noqa: E402
 from orl.checkpoint_checks import CheckpointError, read_json  # noqa: E402
 
 RETURN = "return.json"
@@ -199,7 +199,7 @@ def _rebuild(rec: dict, d: Path, base: Path, out: Path) -> Path:
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         for name, data in blobs.items():
             (tmp / name).write_bytes(data)
-        manifest["files"] = {p.name: file_digest(p) for p in sorted(tmp.iterdir())}
+        manifest["files"] = {p.name: file_digest(p) for p in sorted(tmp.iterdir()) if p.name != MARK}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")  # last: a copy with one is complete
 
     return write_atomically(out, fill)

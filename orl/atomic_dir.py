@@ -5,7 +5,9 @@ last (so a copy with a manifest is complete), then swapped into place: rename(ta
 rename(tmp -> target), delete the old copy. A death between the two renames leaves no target but two
 complete hidden copies; `recover(target)` runs before every write and at the start of every training
 run and puts the newest complete copy back, so a rerun resumes instead of restarting at step 0.
-Leftover hidden copies of this target are removed only when they hold nothing but orl's own files.
+Each hidden copy carries a mark (MARK, naming the target) from the moment it exists, and only a sibling with
+that mark, a name of exactly orl's pattern and nothing but orl's own files is ever moved into place or removed:
+a user's `.NAME.old-backup` holding a checkpoint is left alone.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 MANIFEST = "orl.json"
+MARK = ".orl-write"  # inside a hidden copy that orl made; removed from the target once the swap is done
 # names orl writes into a checkpoint; a manifest without a file list (older checkpoints) is checked against these
 ORL_NAMES = re.compile(r"^(config\.json|orl\.json|model\.safetensors|model-\d{5}-of-\d{5}\.safetensors|"
                        r"model\.safetensors\.index\.json|orl_tokenizer\.json|tokenizer\.json|tokenizer_config\.json|"
@@ -54,16 +57,33 @@ def read_manifest(d: Path) -> dict | None:
 def foreign_entries(d: Path) -> list[str]:
     """Entries of d that orl did not write: everything but the files its manifest lists (or, for a
     manifest without a list, orl's own file names). An empty directory has none."""
-    entries = sorted(p.name for p in d.iterdir() if not _is_run_file(d / p.name))
+    entries = sorted(p.name for p in d.iterdir() if p.name != MARK and not _is_run_file(d / p.name))
     if not entries:
         return []
     manifest = read_manifest(d)
     if manifest is None or "format_version" not in manifest:
         return entries  # no orl manifest: nothing here is known to be orl's
     listed = manifest.get("files")
-    if isinstance(listed, dict):
+    if isinstance(listed, dict):  # (a malformed list leaves every entry foreign: never replaced)
         return [n for n in entries if n != MANIFEST and n not in listed]
     return [n for n in entries if not (ORL_NAMES.match(n) and (d / n).is_file())]
+
+
+def listed_files(manifest: dict, where: Path) -> dict[str, str] | None:
+    """The manifest's `files` ({name: "sha256:..."}), None when it has none (a checkpoint from before checksums),
+    else ValueError: a list, a name with a path in it (`../x`, `/etc/x`, `a/b`) or a digest that is no string
+    must never make orl read, hash or copy a file outside the checkpoint directory, or skip the check."""
+    listed = manifest.get("files")
+    if listed is None:
+        return None
+    if not isinstance(listed, dict):
+        raise ValueError(f"{where}: 'files' must map file names to checksums, got {type(listed).__name__}")
+    for name, digest in listed.items():
+        if name in ("", ".", "..", MANIFEST) or Path(name).name != name or "\\" in name:
+            raise ValueError(f"{where}: 'files' lists {name!r}, which is not a plain file name inside the checkpoint")
+        if not (isinstance(digest, str) and digest.startswith("sha256:")):
+            raise ValueError(f"{where}: 'files' gives {name!r} the checksum {digest!r}, expected 'sha256:<hex>'")
+    return listed
 
 
 def _is_run_file(p: Path) -> bool:
@@ -118,7 +138,25 @@ def same_dir(a: Path, b: Path) -> bool:
 
 
 def _siblings(target: Path, kind: str) -> list[Path]:
-    return sorted(target.parent.glob(f".{target.name}.{kind}-*")) if target.parent.is_dir() else []
+    """Hidden copies of target that orl made: `.NAME.tmp-XXXXXXXX` (tempfile.mkdtemp's 8 characters) or
+    `.NAME.old-XXXXXXXX` (8 hex digits), each a real directory holding orl's mark for this target."""
+    if not target.parent.is_dir():
+        return []
+    name = re.compile(re.escape(f".{target.name}.{kind}-") + r"[a-z0-9_]{8}")
+    return sorted(p for p in target.parent.glob(f".{target.name}.{kind}-*")
+                  if name.fullmatch(p.name) and p.is_dir() and not p.is_symlink() and _marked(p, target))
+
+
+def _mark(d: Path, target: Path) -> None:
+    (d / MARK).write_text(json.dumps({"orl": "atomic directory write", "target": target.name}))
+    _fsync(d / MARK)
+
+
+def _marked(d: Path, target: Path) -> bool:
+    try:
+        return json.loads((d / MARK).read_text()).get("target") == target.name
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _complete(d: Path) -> bool:
@@ -126,7 +164,9 @@ def _complete(d: Path) -> bool:
 
 
 def _remove_if_ours(d: Path) -> None:
-    if d.is_dir() and all((ORL_NAMES.match(p.name) and p.is_file()) or _is_run_file(p) for p in d.iterdir()):
+    """d is one of _siblings' marked copies: removed when it holds nothing but orl's own files."""
+    if all(p.name == MARK or (ORL_NAMES.match(p.name) and p.is_file() and not p.is_symlink()) or _is_run_file(p)
+           for p in d.iterdir()):
         shutil.rmtree(d)
 
 
@@ -177,6 +217,7 @@ def write_atomically(target: Path, fill: Callable[[Path], None]) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0700 would make the checkpoint private to its writer
+        _mark(tmp, target)
         if target.is_dir():
             _carry(target, tmp)
         fill(tmp)
@@ -195,7 +236,7 @@ def copy_checkpoint(src: Path, target: Path) -> Path:
     allows: a later write of src swaps in new files and leaves these), the manifest last, written atomically;
     the run files (RUN_FILES) stay with src."""
     src = Path(src).resolve()
-    names = list(((read_manifest(src) or {}).get("files") or {}))
+    names = list(listed_files(read_manifest(src) or {}, src / MANIFEST) or {})
     if not names:
         raise NotOrlDirectory(f"cannot copy {src}: its {MANIFEST} lists no files")
 
@@ -215,6 +256,7 @@ def _umask() -> int:
 def _swap_into_place(tmp: Path, target: Path) -> None:
     aside = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:8]}") if target.exists() else None
     if aside:
+        _mark(target, target)  # an orl directory (check_replaceable): marked before it is moved aside
         os.rename(target, aside)
     try:
         os.rename(tmp, target)
@@ -223,6 +265,7 @@ def _swap_into_place(tmp: Path, target: Path) -> None:
             os.rename(aside, target)
         raise
     _fsync(target.parent)
+    (target / MARK).unlink(missing_ok=True)  # left by a crash just before this line, it is harmless (foreign_entries)
     if aside:
         shutil.rmtree(aside)
 

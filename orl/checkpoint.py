@@ -19,7 +19,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
-from orl.atomic_dir import MANIFEST, RUN_FILES, NotOrlDirectory, file_digest, write_atomically
+from orl.atomic_dir import MANIFEST, MARK, RUN_FILES, NotOrlDirectory, file_digest, write_atomically
 from orl.checkpoint_checks import (CheckpointError, check_config_agrees, check_decode_fields, check_sizes, read_json,
                                    validate_tensors, verify_checksums)
 from orl.device import resolve_device
@@ -77,7 +77,7 @@ def save_checkpoint(model: Transformer, tokenizer: Tokenizer, directory: str | o
         for name, data in (extra_files or {}).items():
             (tmp / name).write_bytes(data)
         # the manifest goes last: a copy that has one is complete (orl.atomic_dir.recover)
-        full["files"] = {p.name: file_digest(p) for p in sorted(tmp.iterdir()) if p.name not in RUN_FILES}
+        full["files"] = {p.name: file_digest(p) for p in sorted(tmp.iterdir()) if p.name not in (*RUN_FILES, MARK)}
         _write_json(tmp / MANIFEST, full)
 
     try:
@@ -170,7 +170,7 @@ def load_checkpoint(directory: str | os.PathLike, device: str | torch.device = "
         quant_kind = kind_of_spec(manifest.get("quantization"))
     except QuantizationError as e:
         raise CheckpointError(f"{d / MANIFEST}: {e}") from None
-    verify_checksums(d, manifest)
+    verify_checksums(d, manifest, weights=_weight_files(d))
     tokenizer = _load_tokenizer(d, manifest, args)
     # a cast happens tensor by tensor as the files are read (the file-dtype state never exists whole);
     # quantized checkpoints keep their storage dtypes and are cast as a module below (QuantLinear._apply)
@@ -203,7 +203,7 @@ def _read_config(d: Path) -> tuple[dict, ModelArgs, torch.dtype, ModuleType]:
     man_path, cfg_path = d / MANIFEST, d / "config.json"
     if man_path.exists():
         m = read_json(man_path)
-        if m.get("format_version") != FORMAT_VERSION:
+        if type(m.get("format_version")) is not int or m["format_version"] != FORMAT_VERSION:  # not True, not 1.0
             raise CheckpointError(f"{man_path}: unsupported format_version {m.get('format_version')!r} "
                                   f"(this orl reads version {FORMAT_VERSION})")
         parsed = _parsed(man_path, lambda: (m, ModelArgs.from_dict(m["model_args"]), dtype_from_name(m["dtype"]),
@@ -231,7 +231,8 @@ def _generation_eos(d: Path, cfg: dict) -> list[int]:
     eos_token_id (Gemma 3: [1, 106], <end_of_turn> included), which config.json often lacks."""
     path = d / "generation_config.json"
     gen = read_json(path) if path.exists() else {}
-    return _parsed(path, lambda: [*token_ids(cfg.get("eos_token_id")), *token_ids(gen.get("eos_token_id"))])
+    return [*_parsed(d / "config.json", lambda: token_ids(cfg.get("eos_token_id"))),
+            *_parsed(path, lambda: token_ids(gen.get("eos_token_id")))]
 
 
 def _with_end_of_turn(m: dict, family: ModuleType) -> dict:
@@ -275,6 +276,9 @@ def _load_tokenizer(d: Path, manifest: dict, args: ModelArgs) -> Tokenizer:
         raise CheckpointError(str(e)) from e
     if tok.vocab_size > args.vocab_size:
         raise CheckpointError(f"{d}: tokenizer has {tok.vocab_size} tokens, the model's embedding only {args.vocab_size}")
+    if tok.id_bound > args.vocab_size:  # ids with gaps: the count fits, the largest id does not
+        raise CheckpointError(f"{d}: the tokenizer's largest id is {tok.id_bound - 1}, outside the model's embedding "
+                              f"({args.vocab_size} rows)")
     # a base LM's tokenizer may lack a mask token that the diffusion manifest assigns
     try:
         resolve_special_ids(tok, manifest)  # mask / EOS ids decided in one place (orl.tokenizer)
@@ -288,7 +292,9 @@ def _load_tokenizer(d: Path, manifest: dict, args: ModelArgs) -> Tokenizer:
         tid, mid = getattr(tok, name), manifest.get(name)
         if mid is not None and tid != mid:
             raise CheckpointError(f"{d}: tokenizer {name}={tid} but {MANIFEST} says {mid}")
-        if tid is not None and (type(tid) is not int or not 0 <= tid < args.vocab_size):
+        if tid is not None and type(tid) is not int:
+            raise CheckpointError(f"{d}: {name}={tid!r} is not an integer")
+        if tid is not None and not 0 <= tid < args.vocab_size:
             raise CheckpointError(f"{d}: tokenizer {name}={tid!r} is outside the model vocabulary ({args.vocab_size})")
         manifest[name] = tid
     # an end-of-turn id past the vocabulary is never sampled: decoding would silently run to the budget

@@ -12,7 +12,7 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
-from orl.atomic_dir import MANIFEST, file_digest
+from orl.atomic_dir import MANIFEST, file_digest, listed_files
 from orl.model import ModelArgs, Transformer
 from orl.model.families.common import LAYOUTS
 from orl.model.residual import RESIDUAL_MODES
@@ -63,12 +63,19 @@ def check_config_agrees(cfg_path: Path, family: ModuleType, args: ModelArgs, dty
                               + "\n  ".join(diff))
 
 
-def verify_checksums(d: Path, manifest: dict, names: list[str] | None = None) -> None:
+def verify_checksums(d: Path, manifest: dict, names: list[str] | None = None, weights: list[str] = ()) -> None:
     """Compare the files the manifest lists (those that are present, or `names`) with their recorded
-    checksums: a flipped byte in a weight file is refused, with the file named."""
-    listed = manifest.get("files")
-    if not isinstance(listed, dict):
+    checksums: a flipped byte in a weight file is refused, with the file named. A manifest that lists files
+    must list every weight file (`weights`): an unlisted one would be read unchecked."""
+    try:
+        listed = listed_files(manifest, d / MANIFEST)
+    except ValueError as e:
+        raise CheckpointError(str(e)) from None
+    if listed is None:
         return  # a transformers checkpoint, or one written before checksums were recorded
+    if unlisted := [w for w in weights if w not in listed]:
+        raise CheckpointError(f"{d / MANIFEST}: its 'files' does not list the weight file(s) {unlisted}, so their "
+                              "checksums cannot be checked (the manifest was edited, or the files were added later)")
     for name in names or sorted(listed):
         path = d / name
         if name not in listed or not path.is_file():

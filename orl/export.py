@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from orl.checkpoint import recorded_verifier, save_checkpoint
+from orl.checkpoint import DERIVED, recorded_verifier, save_checkpoint
 from orl.model import ModelArgs, Transformer
 from orl.model.families import family_for
 from orl.tokenizer import SPECIALS, CharTokenizer
@@ -57,11 +57,14 @@ def export_hf(model: Transformer, tokenizer, directory: str | os.PathLike, manif
     if remote_code is False and reason:
         raise ExportError(f"cannot export to a plain transformers directory: {reason}")
     use_remote = bool(reason) if remote_code is None else remote_code
-    files = {"generation_config.json": _json({"eos_token_id": tokenizer.eos_id, "pad_token_id": tokenizer.pad_id,
-                                              "do_sample": False})}
+    eos = list(getattr(tokenizer, "eos_ids", ()) or [tokenizer.eos_id])  # end of turn too: generate stops at each
+    files = {"generation_config.json": _json({"eos_token_id": eos[0] if len(eos) == 1 else eos,
+                                              "pad_token_id": tokenizer.pad_id, "do_sample": False})}
     if isinstance(tokenizer, CharTokenizer):
         files.update(char_tokenizer_files(tokenizer))
-    keep = {k: v for k, v in (manifest or {}).items() if k in ("block_len", "residual_mode", "objective", "recipe")}
+    # every decode setting travels (layout, sub-block, EOS ids and tokens, mask token...): the export must decode
+    # as its source does; what the model and the write derive, and the source's own file list, do not
+    keep = {k: v for k, v in (manifest or {}).items() if k not in (*DERIVED, "files", "git_commit", "source")}
     config = None
     if use_remote:
         files[MODELING_FILE] = modeling_source().encode()

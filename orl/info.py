@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from orl.atomic_dir import MANIFEST
+from orl.atomic_dir import MANIFEST, MARK
 from orl.checkpoint import FORMAT_VERSION, CheckpointError, _read_config, _weight_files
 from orl.tokenizer import TokenizerError, load_tokenizer
 
@@ -48,7 +48,7 @@ def describe(directory: str | os.PathLike) -> str:
     except TokenizerError as e:
         lines.append(f"tokenizer      error: {e}")
     lines.append("files")
-    lines += [f"  {p.name:<40} {_human(p.stat().st_size):>10}" for p in sorted(d.iterdir()) if p.is_file()]
+    lines += [f"  {p.name:<40} {_human(p.stat().st_size):>10}" for p in sorted(d.iterdir()) if p.is_file() and p.name != MARK]
     return "\n".join(lines)
 
 

@@ -35,6 +35,11 @@ class CharTokenizer:
     def vocab_size(self) -> int:
         return len(self.itos)
 
+    @property
+    def id_bound(self) -> int:
+        """One past the largest id encode can return."""
+        return len(self.itos)
+
     def encode(self, text: str) -> list[int]:
         ids = []
         for i, c in enumerate(text):
@@ -109,7 +114,13 @@ class HFTokenizer:
             tok = override or self.config.get(name)
             if isinstance(tok, dict):
                 tok = tok.get("content")
-            return self.tok.token_to_id(tok) if tok else None
+            if tok is not None and not isinstance(tok, str):
+                raise TokenizerError(f"{cfg_path}: {name} must be a token string, got {tok!r}")
+            tid = self.tok.token_to_id(tok) if tok else None
+            # a configured EOS or mask the vocabulary lacks would silently never stop or never mask
+            if tid is None and tok and not override and name in ("eos_token", "mask_token"):
+                raise TokenizerError(f"{cfg_path}: {name} {tok!r} is not in the vocabulary of {d / 'tokenizer.json'}")
+            return tid
 
         self.eos_id = special("eos_token")
         self.pad_id = special("pad_token")
@@ -122,6 +133,11 @@ class HFTokenizer:
     @property
     def vocab_size(self) -> int:
         return self.tok.get_vocab_size()
+
+    @property
+    def id_bound(self) -> int:
+        """One past the largest id encode can return (a vocabulary's ids may have gaps: more than vocab_size)."""
+        return max(self.tok.get_vocab(with_added_tokens=True).values(), default=-1) + 1
 
     def encode(self, text: str) -> list[int]:
         ids = self.tok.encode(text, add_special_tokens=False).ids
@@ -187,6 +203,10 @@ def resolve_special_ids(tok, manifest: dict) -> None:
     vocabulary has it. EOS: the tokenizer's eos first, then the config's eos_token_id(s) and the
     family's end-of-turn tokens (tok.eos_ids; tok.eos_id stays the first)."""
     lookup = getattr(tok, "token_id", None)
+    for key in ("mask_id", "eos_ids"):
+        ids = manifest.get(key)
+        if not (ids is None or _is_id(ids) or (key == "eos_ids" and isinstance(ids, list) and all(map(_is_id, ids)))):
+            raise TypeError(f"{key} must be {'an integer' if key == 'mask_id' else 'a list of integers'}, got {ids!r}")
     if tok.mask_id is None:
         if manifest.get("mask_id") is not None:
             tok.mask_id = manifest["mask_id"]
@@ -199,6 +219,10 @@ def resolve_special_ids(tok, manifest: dict) -> None:
         tok.eos_id = tok.eos_ids[0]
         if getattr(tok, "pad_id", 0) is None:
             tok.pad_id = tok.eos_id
+
+
+def _is_id(i) -> bool:
+    return type(i) is int  # not True (== 1), not 5.7, not "12" (which a loop would read as 1 and 2)
 
 
 def load_tokenizer(directory: str | os.PathLike, mask_token: str | None = None):

@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from orl.atomic_dir import file_digest, recover
+from orl.atomic_dir import file_digest, read_manifest, recover
 from orl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from orl.engine import DecodeConfig, Engine
 from orl.model import ModelArgs, Transformer
@@ -139,15 +139,32 @@ def test_a_kill_during_the_swap_is_recovered(tmp_path, kill_at):
 
 
 def test_stale_temporary_copies_are_cleaned_and_foreign_ones_kept(tmp_path):
+    from orl.atomic_dir import MARK
+
     target = tmp_path / "ck"
-    partial = tmp_path / ".ck.tmp-dead"
+    partial = tmp_path / ".ck.tmp-dead1234"  # a copy a killed write left: orl's name and mark
     partial.mkdir()
+    (partial / MARK).write_text(json.dumps({"target": "ck"}))
     (partial / "model.safetensors").write_bytes(b"half")
-    odd = tmp_path / ".ck.tmp-user"
+    odd = tmp_path / ".ck.tmp-user1234"
     odd.mkdir()
     (odd / "diary.txt").write_text("mine")
     save_checkpoint(model(), TOK, target)
     assert not partial.exists() and (odd / "diary.txt").exists()
+    assert MARK not in {p.name for p in target.iterdir()} and MARK not in read_manifest(target)["files"]
+
+
+@pytest.mark.parametrize("name", [".ck.old-backup", ".ck.old-1a2b3c4d", ".ck.tmp-abcd1234"])
+def test_a_users_hidden_copy_of_a_checkpoint_is_never_moved_or_deleted(tmp_path, name):
+    """A user's backup named like orl's swap copies, holding only orl's file names (a real checkpoint),
+    has no mark: neither a write next to it nor a recovery may delete it or move it into place."""
+    backup = save_checkpoint(model(0), TOK, tmp_path / "somewhere")
+    os.rename(backup, tmp_path / name)
+    recover(tmp_path / "ck")
+    assert not (tmp_path / "ck").exists()  # not moved into place
+    save_checkpoint(model(1), TOK, tmp_path / "ck")
+    assert (tmp_path / name / "model.safetensors").exists()  # not deleted
+    assert torch.equal(load_checkpoint(tmp_path / name)[0].lm_head.weight, model(0).lm_head.weight)
 
 
 # ---------------------------------------------------------------- trainer state: never unpickled
@@ -302,3 +319,16 @@ def test_a_checkpoint_directory_gets_the_usual_permissions(tmp_path):
     finally:
         os.umask(old)
     assert (d.stat().st_mode & 0o777) == 0o755  # not mkdtemp's private 0700
+
+
+def test_copy_checkpoint_never_follows_a_name_out_of_the_directory(tmp_path):
+    """Before: a manifest listing '../victim.txt' made the training loop's copy link a file from outside the
+    checkpoint into the new one (and a '../../x' name wrote outside the target)."""
+    from orl.atomic_dir import copy_checkpoint
+
+    (tmp_path / "victim.txt").write_text("secret")
+    src = save_checkpoint(model(), TOK, tmp_path / "src")
+    edit_json(src / "orl.json", lambda m: m["files"].__setitem__("../victim.txt", "sha256:00"))
+    with pytest.raises(ValueError, match="'../victim.txt', which is not a plain file name"):
+        copy_checkpoint(src, tmp_path / "copy")
+    assert not (tmp_path / "copy").exists()

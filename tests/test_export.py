@@ -149,3 +149,20 @@ def test_scalable_softmax_has_no_plain_transformers_equivalent(gemma):
     kw = dict(norm_unit_offset=True, sandwich_norm=True, scale_embeddings=True, hidden_act="gelu_tanh") if gemma else {}
     assert not_exportable(ModelArgs(**kw)) is None
     assert "attn_logn=True" in not_exportable(ModelArgs(attn_logn=True, **kw))
+
+
+def test_the_export_keeps_every_decode_setting(tmp_path):
+    """Before: only block_len, residual_mode, objective and recipe travelled; an absolute_grid model's export
+    decoded with the default layout (other answers) and lost its end-of-turn EOS."""
+    from orl.checkpoint import read_manifest
+
+    src = save_checkpoint(Transformer(ModelArgs(vocab_size=99, dim=32, n_layers=1, n_heads=2, n_kv_heads=1,
+                                                head_dim=16, ffn_dim=64, max_seq_len=64)), CharTokenizer(),
+                          tmp_path / "src", {"block_len": 4, "layout": "absolute_grid", "objective": "block_diffusion",
+                                             "eos_ids": [1, 5], "sub_block_len": 2})
+    model, tok, manifest = load_checkpoint(src)
+    out = export_hf(model, tok, tmp_path / "out", manifest)
+    back = read_manifest(out)
+    for key in ("block_len", "layout", "objective", "eos_ids", "sub_block_len"):
+        assert back[key] == manifest[key], key
+    assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == [1, 5]

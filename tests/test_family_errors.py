@@ -2,6 +2,7 @@
 unsupported option of a family's config.json at once, a tokenizer without a mask token when the config
 has no mask id either, a shard the index lists but the directory lacks, tensors the layout does not have."""
 import json
+import re
 import shutil
 
 import pytest
@@ -108,3 +109,29 @@ def test_tensors_outside_the_layout_are_named(written, tmp_path):
     msg = str(e.value)
     assert "missing tensor model.layers.1.mlp.up_proj.weight" in msg
     assert "unexpected tensor model.layers.0.input_layernorm.bias" in msg
+
+
+def edit_json(path, change):
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def test_a_tokenizer_id_past_the_embedding_is_named(written, tmp_path):
+    """The count of tokens fits the embedding but one id does not (ids with a gap): before, it loaded and
+    generate died with 'index out of range' (a device-side assert on a GPU)."""
+    d = shutil.copytree(written["llada"], tmp_path / "llada")
+    edit_json(d / "tokenizer.json", lambda t: t["model"]["vocab"].__setitem__("i", 5000))
+    with pytest.raises(CheckpointError, match="the tokenizer's largest id is 5000, outside the model's embedding"):
+        load_checkpoint(d)
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("eos_token", "<|not-a-token|>", "eos_token '<|not-a-token|>' is not in the vocabulary"),  # before: ignored
+    ("eos_token", 5, "eos_token must be a token string, got 5"),  # before: TypeError naming no file
+])
+def test_tokenizer_config_specials_are_checked(written, tmp_path, key, value, words):
+    d = shutil.copytree(written["llada"], tmp_path / "llada")
+    edit_json(d / "tokenizer_config.json", lambda c: c.__setitem__(key, value))
+    with pytest.raises(CheckpointError, match=re.escape(f"{d / 'tokenizer_config.json'}: {words}")):
+        load_checkpoint(d)

@@ -142,6 +142,14 @@ def test_config_values_are_checked_at_load(ckpt, tmp_path, config, words):
         load_checkpoint(d)
 
 
+def test_config_eos_ids_must_be_integers(ckpt, tmp_path):
+    """Before: eos_token_id true made token 1 a stop token, 256.9 became 256."""
+    for value in (True, 256.9, [1, "2"]):
+        d = hf_dir(ckpt, tmp_path / str(value), eos_token_id=value)
+        with pytest.raises(CheckpointError, match=re.escape(f"{d / 'config.json'}: token ids must be integers")):
+            load_checkpoint(d)
+
+
 def manifest_edit(ckpt, tmp_path, **fields):
     d = tmp_path / "ck"
     shutil.copytree(ckpt, d)
@@ -151,7 +159,18 @@ def manifest_edit(ckpt, tmp_path, **fields):
 
 
 @pytest.mark.parametrize("fields, words", [
-    ({"eos_ids": [1, "x"]}, "bad special token id in the manifest (mask_id / eos_ids): invalid literal"),
+    ({"eos_ids": [1, "x"]}, "bad special token id in the manifest (mask_id / eos_ids): eos_ids must be a list of "
+                            "integers, got [1, 'x']"),
+    ({"eos_ids": "12"}, "eos_ids must be a list of integers, got '12'"),  # before: EOS ids 1 and 2 (2: the mask)
+    ({"eos_ids": [True]}, "eos_ids must be a list of integers, got [True]"),  # before: EOS id 1
+    ({"eos_ids": [5.7]}, "eos_ids must be a list of integers, got [5.7]"),  # before: EOS id 5
+    ({"mask_id": "2"}, "mask_id must be an integer, got '2'"),  # before: 'outside the model vocabulary'
+    ({"format_version": True}, "unsupported format_version True"),  # before: read as version 1
+    ({"format_version": 1.0}, "unsupported format_version 1.0"),
+    ({"files": ["model.safetensors"]}, "'files' must map file names to checksums, got list"),  # before: not checked
+    ({"files": {"../../etc/hostname": "sha256:00"}}, "'files' lists '../../etc/hostname', which is not a plain file "
+                                                     "name"),  # before: hashed a file outside the checkpoint
+    ({"files": {}}, "its 'files' does not list the weight file(s) ['model.safetensors']"),  # before: read unchecked
     ({"eos_ids": [1, 10**12]}, "EOS id(s) [1000000000000] (eos_ids / eos_token_id) are outside the model vocabulary (99)"),
     ({"model_args": [1]}, "model_args must be an object of ModelArgs fields, got a list"),
 ])

@@ -123,7 +123,7 @@ def test_other_refusals_before_queueing(server):
     assert code == 400 and out["error"]["param"] == "entropy_bound", out
     code, out = post(server, "/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 1000})
     assert code == 400 and out["error"]["code"] == "context_length_exceeded", out
-    assert "canvases of 4" in out["error"]["message"]
+    assert "canvas(es) of 4" in out["error"]["message"]
     assert counts(server) == before
 
 

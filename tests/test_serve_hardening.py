@@ -19,7 +19,8 @@ from orl.model import ModelArgs, Transformer
 from orl.serve import ServerConfig, create_app
 from orl.serve.chat import plain_chat
 from orl.serve.worker import Job
-from test_serve import SETTINGS, ThreadedServer, counts, post, tiny_checkpoint
+from orl.tokenizer import CharTokenizer
+from test_serve import SETTINGS, ThreadedServer, counts, post, request, tiny_checkpoint
 
 MODEL = "tiny"
 READ_TIMEOUT = 1.0
@@ -233,3 +234,64 @@ def test_chat_with_the_checkpoints_template(tmp_path):
     assert status == 200 and body["usage"]["prompt_tokens"] == len(tok.encode(prompt))
     want = engine.generate(prompt, DecodeConfig(max_new_tokens=8, **SETTINGS))[0].text
     assert body["choices"][0]["message"]["content"] == want
+
+
+def test_a_model_with_a_residual_adapter_is_served_in_its_own_mode():
+    """Before: the server looked for the adapter on the outer Transformer (it lives in .model), so a shipped ORL
+    checkpoint (residual_mode adapter) answered every plain request with a 400 and its page offered only 'off'."""
+    torch.manual_seed(0)
+    tok = CharTokenizer()
+    model = Transformer(ModelArgs(vocab_size=tok.vocab_size, dim=32, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=16,
+                                  ffn_dim=64, max_seq_len=128, adapter_dim=8)).eval()
+    defaults = DecodeConfig(block_len=4, max_new_tokens=8, threshold=0.9, residual="adapter")
+    with ThreadedServer(create_app(Engine(model, tok), "orl", defaults=defaults)) as url:
+        info = json.loads(request(url, "GET", "/v1/dlm/info")[2])
+        assert "adapter" in info["residual_modes"] and info["defaults"]["residual"] == "adapter"
+        status, body = post(url, "/v1/completions", {"model": "orl", "prompt": "sort:b2,a1=", "max_tokens": 8})
+        assert status == 200, body
+        want = Engine(model, tok).generate("sort:b2,a1=", defaults)[0].text
+        assert body["choices"][0]["text"] == want
+
+
+def grid_app(max_seq_len: int = 32):
+    torch.manual_seed(0)
+    tok = CharTokenizer()
+    model = Transformer(ModelArgs(vocab_size=tok.vocab_size, dim=32, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=16,
+                                  ffn_dim=64, max_seq_len=max_seq_len)).eval()
+    engine = Engine(model, tok)
+    return engine, create_app(engine, "grid", defaults=DecodeConfig(block_len=8, max_new_tokens=16, threshold=0.9,
+                                                                    layout="absolute_grid"))
+
+
+def test_the_context_check_counts_as_the_engine_on_the_absolute_grid():
+    """Before: the server counted prompt + whole blocks of max_tokens; the engine starts the blocks at the prompt's
+    last whole-block boundary. A 21-token prompt + 3 tokens (one block from slot 16: 24 <= 32) was refused; a
+    27-token prompt with block_len 3 and 5 tokens (the engine: 27 + 2 blocks of 3 from slot 27 = 33 > 32) was
+    queued, then refused by the engine as a failed job."""
+    engine, app = grid_app()
+    with ThreadedServer(app) as url:
+        before = counts(url)
+        status, body = post(url, "/v1/completions", {"model": "grid", "prompt": "a" * 21, "max_tokens": 3})
+        assert status == 200, body
+        want = engine.generate("a" * 21, DecodeConfig(block_len=8, max_new_tokens=3, threshold=0.9,
+                                                       layout="absolute_grid"))[0].text
+        assert body["choices"][0]["text"] == want
+        status, body = post(url, "/v1/completions", {"model": "grid", "prompt": "a" * 27, "max_tokens": 5,
+                                                     "block_len": 3})
+        assert status == 400 and body["error"]["code"] == "context_length_exceeded", body
+        assert body["error"]["param"] == "max_tokens" and "at most 3 tokens fit" in body["error"]["message"]
+        status, body = post(url, "/v1/completions", {"model": "grid", "prompt": "a" * 32, "max_tokens": 1})
+        assert status == 400 and body["error"]["param"] == "prompt", body  # no answer fits: the prompt is the problem
+        health = json.loads(request(url, "GET", "/health")[2])
+        assert counts(url) == (before[0] + 1, *before[1:]) and health["rejected"] == 0  # only the first one ran
+
+
+def test_a_request_without_max_tokens_gets_what_fits():
+    """Before: the default 64 made every prompt over context - 64 a 400 naming a max_tokens never sent."""
+    _, app = grid_app()
+    with ThreadedServer(app) as url:
+        status, body = post(url, "/v1/completions", {"model": "grid", "prompt": "a" * 20})
+        assert status == 200, body
+        assert body["usage"]["completion_tokens"] <= 12  # slots 16..31: the prompt's last 4, then 12 answer slots
+        status, body = post(url, "/v1/completions", {"model": "grid", "prompt": "a" * 20, "max_tokens": 16})
+        assert status == 400 and "at most 12 tokens fit" in body["error"]["message"], body

@@ -8,6 +8,7 @@ docs/SERVING.md for the API, the extra fields, the queueing model and the securi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import time
 from contextlib import asynccontextmanager
@@ -29,11 +30,14 @@ from orl.serve.chat import render_chat
 from orl.serve.config import ServerConfig
 from orl.serve.decoders import served
 from orl.serve.parse import parse_body
-from orl.serve.protocol import APIError, ChatCompletionRequest, CompletionRequest, DlmStreamRequest, OpenAIParams
+from orl.serve.protocol import (APIError, ChatCompletionRequest, CompletionRequest, DlmParams, DlmStreamRequest,
+                                OpenAIParams)
 from orl.serve.responses import ChatChoice, ChatMessage, CompletionChoice, Response, Usage, finish_reason, new_id
 from orl.serve.security import Guard
 from orl.serve.streams import JobStreamingResponse, dlm_stream, next_event, openai_stream
 from orl.serve.worker import EngineWorker, Job, QueueFull
+
+Config = DecodeConfig | CanvasConfig | ARConfig
 
 WEB_DIR = Path(__file__).parent / "web"
 CLIENT_GONE = 499  # nginx's status for "the client closed the connection first"; nobody reads it
@@ -137,21 +141,37 @@ def create_app(engine: Engine | CanvasDecoder | ARDecoder, model_name: str, *,
             raise APIError(404, f"model {name!r} does not exist; this server serves {model_name!r}",
                            param="model", code="model_not_found")
 
-    def prepare(prompt: str, cfg: DecodeConfig | CanvasConfig | ARConfig, param: str) -> list[int]:
+    def prepare(prompt: str, cfg: Config, param: str, req: DlmParams) -> tuple[list[int], Config]:
+        """The prompt's ids and the request's config, checked against the context as the decoder will check it
+        (orl.serve.decoders' context_need); a request that leaves max_tokens out gets at most what fits."""
         try:
             ids = engine.encode(prompt)
         except ValueError as e:  # TokenizerError: a character or byte the vocabulary cannot express
             raise APIError(400, f"cannot tokenize the {param}: {e}", param=param, code="invalid_prompt") from e
         if not ids:
             raise APIError(400, f"the {param} is empty after tokenization", param=param, code="invalid_prompt")
-        slots, rounding = decoder.answer_slots(cfg)
-        need = len(ids) + slots
-        if need > engine.max_len:
-            raise APIError(400, f"prompt ({len(ids)} tokens) + max_tokens {cfg.max_new_tokens}"
-                                f"{' ' + rounding if rounding else ''} = {need} tokens exceeds the model's context "
-                                f"of {engine.max_len} tokens", param="max_tokens" if len(ids) < engine.max_len else param,
-                           code="context_length_exceeded")
-        return ids
+        need, rounding = decoder.context_need(cfg, len(ids))
+        if need <= engine.max_len:
+            return ids, cfg
+        fits = most_that_fits(cfg, len(ids))
+        if fits and getattr(req, "max_tokens", None) is None:  # as OpenAI and vLLM: the default stops at the context
+            return ids, dataclasses.replace(cfg, max_new_tokens=fits)
+        raise APIError(400, f"prompt ({len(ids)} tokens) + max_tokens {cfg.max_new_tokens}"
+                            f"{' ' + rounding if rounding else ''} = {need} tokens exceeds the model's context "
+                            f"of {engine.max_len} tokens" + (f"; at most {fits} tokens fit" if fits else
+                                                              f"; no answer fits after this {param}"),
+                       param="max_tokens" if fits else param, code="context_length_exceeded")
+
+    def most_that_fits(cfg: Config, n_prompt: int) -> int:
+        """The largest max_tokens below cfg's whose request fits the context (0: none); the need grows with it."""
+        lo, hi = 0, cfg.max_new_tokens - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if decoder.context_need(dataclasses.replace(cfg, max_new_tokens=mid), n_prompt)[0] <= engine.max_len:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
 
     def submit(ids: list[int], cfg: DecodeConfig | CanvasConfig | ARConfig, steps: bool) -> tuple[Job, partial]:
         loop = asyncio.get_running_loop()
@@ -183,7 +203,7 @@ def create_app(engine: Engine | CanvasDecoder | ARDecoder, model_name: str, *,
         check_model(req.model)
         cfg = decoder.config(req, steps=False)
         prompt = render_chat(engine.tokenizer, req.messages) if chat else req.prompt
-        ids = prepare(prompt, cfg, "messages" if chat else "prompt")
+        ids, cfg = prepare(prompt, cfg, "messages" if chat else "prompt", req)
         job, events = submit(ids, cfg, steps=False)
         rid = new_id("chatcmpl" if chat else "cmpl")
         seed = cfg.seed if cfg.draws else None
@@ -214,7 +234,7 @@ def create_app(engine: Engine | CanvasDecoder | ARDecoder, model_name: str, *,
         req: DlmStreamRequest = await read(request, DlmStreamRequest)
         check_model(req.model)
         cfg = decoder.config(req, steps=True)
-        ids = prepare(req.prompt, cfg, "prompt")
+        ids, cfg = prepare(req.prompt, cfg, "prompt", req)
         job, events = submit(ids, cfg, steps=True)
         first = await first_event(request, job, events)
         info = {"model": model_name, "prompt_tokens": len(ids), "block_len": cfg.block_len,

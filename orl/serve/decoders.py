@@ -14,7 +14,7 @@ import dataclasses
 import math
 import secrets
 
-from orl.engine import DecodeConfig, Engine
+from orl.engine import DecodeConfig, Engine, layouts
 from orl.engine.ar import ARConfig, ARDecoder
 from orl.engine.canvas import CanvasConfig, CanvasDecoder
 from orl.engine.config import RULES
@@ -41,7 +41,8 @@ class BlockServed:
 
     def __init__(self, engine: Engine, defaults: DecodeConfig, name: str = "this model"):
         self.engine, self.defaults, self.name = engine, defaults.validate(), name
-        self.has_adapter = getattr(engine.model, "residual_adapter", None) is not None
+        # the adapter lives inside the body (Transformer.model.residual_adapter), wherever a transform nests it
+        self.has_adapter = any(n.rsplit(".", 1)[-1] == "residual_adapter" for n, _ in engine.model.named_modules())
         self.residual_modes = [m for m in RESIDUAL_MODES if m != "adapter" or self.has_adapter]
         self.rules = [r for r in RULES if self.runnable(r)]
 
@@ -65,8 +66,16 @@ class BlockServed:
                                 f"has none; use one of {self.residual_modes}", param="residual", code="unsupported_value")
         return fresh_seed(cfg, req)  # temperature > 0, or alg_temp's drawn positions
 
-    def answer_slots(self, cfg: DecodeConfig) -> tuple[int, str]:
-        return cfg.n_blocks * cfg.block_len, f"(rounded up to {cfg.n_blocks} blocks of {cfg.block_len})"
+    def context_need(self, cfg: DecodeConfig, n_prompt: int) -> tuple[int, str]:
+        """(cache slots the engine will check against the context, how the answer was rounded): the engine's own
+        plan (orl.engine.layouts), so that the server refuses exactly what the engine would."""
+        L, N = cfg.block_len, cfg.max_new_tokens
+        if cfg.layout == "full_sequence":
+            return n_prompt + N, ""
+        plan = layouts.plan([[0] * n_prompt], cfg.layout, L, N)
+        tail = n_prompt - plan.P
+        inside = f", the prompt's last {tail} inside the first" if tail else ""
+        return plan.P + plan.n_blocks * L, f"(rounded up to {plan.n_blocks} block(s) of {L}{inside})"
 
 
 class CanvasServed:
@@ -81,9 +90,9 @@ class CanvasServed:
         cfg = checked(self.engine, req.canvas_config(self.defaults), steps)
         return fresh_seed(cfg, req)  # canvas decoding always samples
 
-    def answer_slots(self, cfg: CanvasConfig) -> tuple[int, str]:
+    def context_need(self, cfg: CanvasConfig, n_prompt: int) -> tuple[int, str]:
         n = math.ceil(cfg.max_new_tokens / self.engine.canvas)
-        return n * self.engine.canvas, f"(rounded up to {n} canvases of {self.engine.canvas})"
+        return n_prompt + n * self.engine.canvas, f"(rounded up to {n} canvas(es) of {self.engine.canvas})"
 
 
 class ARServed:
@@ -97,9 +106,9 @@ class ARServed:
     def config(self, req: DlmParams, steps: bool) -> ARConfig:
         return fresh_seed(checked(self.engine, req.ar_config(self.defaults), steps), req)
 
-    def answer_slots(self, cfg: ARConfig) -> tuple[int, str]:
+    def context_need(self, cfg: ARConfig, n_prompt: int) -> tuple[int, str]:
         # the fused self-draft's scratch slots lie past the context (storage, no positions): not counted
-        return cfg.max_new_tokens, ""
+        return n_prompt + cfg.max_new_tokens, ""
 
 
 Served = BlockServed | CanvasServed | ARServed

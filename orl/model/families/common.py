@@ -72,7 +72,10 @@ def token_ids(value) -> list[int]:
     """eos_token_id and friends: absent, one id, or a list of ids."""
     if value is None:
         return []
-    return [int(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
+    ids = value if isinstance(value, (list, tuple)) else [value]
+    if bad := [v for v in ids if type(v) is not int]:  # true is no id, 256.9 is no id
+        raise ValueError(f"token ids must be integers, got {bad!r} in {value!r}")
+    return list(ids)
 
 
 def decode_defaults(layout: str, block_len: int | None, mask_token: str, cfg: dict, **extra) -> dict:
