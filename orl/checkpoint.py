@@ -265,7 +265,7 @@ def _parsed(path: Path, build):
         return build()
     except KeyError as e:
         raise CheckpointError(f"{path}: missing key {e}") from e
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, ArithmeticError, AttributeError) as e:  # a 0 divisor, a string where an object goes
         raise CheckpointError(f"{path}: {e}") from e
 
 

@@ -43,6 +43,10 @@ def check_decode_fields(path: Path, m: dict) -> None:
         problems.append(f"residual_mode must be one of {RESIDUAL_MODES}, got {r!r}")
     if (lay := m.get("layout")) is not None and lay not in LAYOUTS:
         problems.append(f"layout must be one of {LAYOUTS}, got {lay!r}")
+    if (rec := m.get("recipe")) is not None and not isinstance(rec, dict):
+        problems.append(f"recipe must be an object or null, got {type(rec).__name__}")
+    elif not isinstance((rec or {}).get("verifier") or {}, dict):
+        problems.append("recipe.verifier must be an object (a draft-only checkpoint's verifier)")
     if problems:
         raise CheckpointError(f"{path}: " + "; ".join(problems))
 

@@ -75,6 +75,9 @@ def gemma3_args(reader, vocab: int) -> ModelArgs:
         return v
 
     n_layers, dim, n_heads = need("block_count"), need("embedding_length"), need("attention.head_count")
+    for key, v in (("block_count", n_layers), ("embedding_length", dim), ("attention.head_count", n_heads)):
+        if type(v) is not int or v <= 0:
+            raise GGUFError(f"metadata key {a + key} must be a positive integer, got {v!r}")
     # against the file before a list of n_layers layer types is built: a forged count must not allocate
     blocks = {int(m.group(1)) for t in reader.tensors if (m := _BLOCK.match(t.name))}
     if type(n_layers) is not int or len(blocks) != n_layers or blocks != set(range(n_layers)):
@@ -159,8 +162,11 @@ def load_gguf(path: str | os.PathLike, dtype: torch.dtype = torch.float32):
         meta = tokenizer_meta(reader)
         args = gemma3_args(reader, len(meta["tokens"]))
         tensors = dequantized_tensors(reader)
-    except GGUFError as e:
+    except (GGUFError, ValueError) as e:  # ValueError: ModelArgs refusing a metadata value
         raise GGUFError(f"{path}: {e}") from None
+    if bad := [n for n, t in tensors.items() if not torch.isfinite(t).all()]:  # an import must load back
+        raise GGUFError(f"{path}: non-finite values (NaN or inf) in {', '.join(bad[:5])}"
+                        f"{f' and {len(bad) - 5} more' if len(bad) > 5 else ''}")
     with torch.device("meta"):
         model = Transformer(args)
     expected = {k for k in model.state_dict() if k != "lm_head.weight"}

@@ -135,3 +135,15 @@ def test_tokenizer_config_specials_are_checked(written, tmp_path, key, value, wo
     edit_json(d / "tokenizer_config.json", lambda c: c.__setitem__(key, value))
     with pytest.raises(CheckpointError, match=re.escape(f"{d / 'tokenizer_config.json'}: {words}")):
         load_checkpoint(d)
+
+
+@pytest.mark.parametrize("family, change, words", [
+    ("dream", {"num_attention_heads": 0}, "config.json: "),  # before: ZeroDivisionError naming no file
+    ("llada", {"n_heads": 0}, "config.json: "),
+    ("sdar_moe", {"decoder_sparse_step": 0}, "moe_every must be > 0, got 0"),  # before: ZeroDivisionError at build
+    ("dream", {"rope_scaling": "linear"}, "config.json: "),  # before: AttributeError
+])
+def test_config_values_that_once_crashed_are_named(written, tmp_path, family, change, words):
+    d = copy_with(written[family], tmp_path / family, **change)
+    with pytest.raises(CheckpointError, match=re.escape(words)):
+        load_checkpoint(d)

@@ -115,3 +115,36 @@ def test_cli_import_then_generate_continues_like_transformers(tiny, tmp_path, ca
     want = prompt + hf_tok.decode(ref[ids.shape[1]:], skip_special_tokens=True)
     assert "\n".join(printed[:-1]) == want and "[autoregressive]" in printed[-1]
     assert main(["import-gguf", str(tmp_path / "missing.gguf"), "--out", str(tmp_path / "x")]) == 2
+
+
+def test_a_damaged_vocabulary_is_refused(tmp_path):
+    """Before: a repeated token string silently moved ids (one decoded to '', the other took its text), and a short
+    token_type list was cut by zip, so <end_of_turn> became plain text encoded as many pieces."""
+    from orl.gguf_import import _reader, tokenizer_meta
+    from orl.gguf_tokenizer import GGUFTokenizerError, build_gemma_tokenizer
+
+    meta = tokenizer_meta(_reader(write_tiny_gguf(tmp_path / "t.gguf")))
+    build_gemma_tokenizer(meta)  # the undamaged one builds
+    tokens = list(meta["tokens"])
+    with pytest.raises(GGUFTokenizerError, match=f"repeats {tokens[20]!r}"):
+        build_gemma_tokenizer({**meta, "tokens": tokens[:40] + [tokens[20]] + tokens[41:]})
+    with pytest.raises(GGUFTokenizerError, match=f"token_type has {len(tokens) - 3} entries for {len(tokens)} tokens"):
+        build_gemma_tokenizer({**meta, "token_type": list(meta["token_type"])[:-3]})
+
+
+def test_non_finite_weights_are_refused_at_import(tmp_path, monkeypatch):
+    """Before: the import wrote the checkpoint (exit 0), and load_checkpoint then refused it."""
+    import orl.gguf_import as gi
+
+    real = gi.dequantized_tensors
+
+    def with_nan(reader):
+        tensors = real(reader)
+        tensors["model.layers.0.mlp.down_proj.weight"][0, 0] = float("nan")
+        return tensors
+
+    monkeypatch.setattr(gi, "dequantized_tensors", with_nan)
+    path = write_tiny_gguf(tmp_path / "t.gguf")
+    with pytest.raises(GGUFError, match=r"non-finite values \(NaN or inf\) in model.layers.0.mlp.down_proj.weight"):
+        import_gguf(path, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

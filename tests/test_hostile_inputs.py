@@ -135,6 +135,7 @@ def hf_dir(ckpt, tmp_path, **config):
     ({"rms_norm_eps": "x"}, "norm_eps must be a finite number, got 'x'"),  # before: loaded, TypeError in forward
     ({"rope_theta": -1.0}, "rope_theta must be > 0, got -1.0"),  # before: loaded, decoded NaN garbage
     ({"rope_theta": 0}, "rope_theta must be > 0, got 0"),
+    ({"num_attention_heads": 0}, "n_heads must be > 0, got 0"),
 ])
 def test_config_values_are_checked_at_load(ckpt, tmp_path, config, words):
     d = hf_dir(ckpt, tmp_path, **config)
@@ -346,6 +347,7 @@ def test_a_tasks_file_that_is_not_utf8_is_named(ckpt, tmp_path, capsys):
     ({"block_len": 0}, "block_len must be a positive integer or null, got 0"),  # before: silently 16
     ({"residual_mode": "bogus"}, "residual_mode must be one of ('off', 'rcd', 'adapter'), got 'bogus'"),
     ({"layout": "diagonal"}, "layout must be one of ('prompt_block', 'absolute_grid', 'full_sequence')"),
+    ({"recipe": [1]}, "recipe must be an object or null, got list"),  # before: AttributeError naming no file
 ])
 def test_manifest_decode_defaults_are_named_with_the_file(ckpt, tmp_path, fields, words):
     """Before: loaded, then generate failed with 'invalid DecodeConfig: ...' as if a flag were wrong."""

@@ -85,7 +85,8 @@ class ModelArgs:
     def __post_init__(self) -> None:
         _check_types(self)  # a config file's "2.5" layers or "x" eps: named here, not a TypeError in a forward
         problems = []
-        for name in ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim", "max_seq_len"):
+        for name in ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim", "max_seq_len",
+                     "moe_every"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
         if self.n_kv_heads > 0 and self.n_heads % self.n_kv_heads:

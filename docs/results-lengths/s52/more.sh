@@ -1,0 +1,16 @@
+#!/bin/bash
+# session 52: does more stage-2 training raise the argmax ceiling (benchmarks/knowledge_tpf.py) at this size?
+# The shipped base (checkpoints/orl-tiny7-base, 3,000 stage-2 steps) continued for STEPS more block-diffusion steps
+# with its own tasks, mix and next-token loss, from its weights (a fresh optimizer and cosine schedule: its trainer
+# state is not shipped), a new data seed (12; the base used 2), a lower peak lr (3e-4; the base's stage 2: 1e-3).
+# One thread; resumable (rerun the same command). -> $R/base7-more (+ -at500, -at1000 copies)
+#   bash docs/results-lengths/s52/more.sh [STEPS]
+set -euo pipefail
+source /work/main/.venv/bin/activate; cd /work/main
+R=~/.cache/orl/runs; S=${1:-1500}
+OMP_NUM_THREADS=1 orl train --recipe pretrain --preset tiny_base7h --out $R/base7-more \
+    --set tasks=long7xp,prog7xp,split7xp,constr7xp,keysort7x,long7xph,prog7xph,long7xpf,split7xps,split7xpc,constr7xph,keysort7xh \
+    --set mix=8,8,8,8,8,4,4,4,2,2,4,4 --set threads=1 --set model.attn_logn=false --set init=checkpoints/orl-tiny7-base \
+    --set ar_steps=0 --set diffusion_steps=$S --set stage2_lr=3e-4 --set warmup=50 --set ar_aux=2.0 \
+    --set layout=absolute_grid --set pos_stretch=0 --set seed=12 --set eval_every=1000000 --set eval_max_new_tokens=96 \
+    --set save_every=50 --set keep_every=500
