@@ -48,7 +48,8 @@ def describe(directory: str | os.PathLike) -> str:
     except TokenizerError as e:
         lines.append(f"tokenizer      error: {e}")
     lines.append("files")
-    lines += [f"  {p.name:<40} {_human(p.stat().st_size):>10}" for p in sorted(d.iterdir()) if p.is_file() and p.name != MARK]
+    lines += [f"  {p.name:<40} {_human(p.stat().st_size):>10}" for p in sorted(d.iterdir())
+              if p.is_file() and p.name != MARK]
     return "\n".join(lines)
 
 
