@@ -319,3 +319,14 @@ def test_dlm_stream_step_events(server, engine):
     assert steps[0]["canvas_text"] == ["<mask>"] * 4 and [s["generated"] for s in steps] == list(range(1, 11))
     assert [b["forwards"] for b in blocks] == [4, 8, 10] and events[-1]["usage"]["forwards"] == 10  # fused commits
     assert [s["forwards"] for s in steps] == list(range(1, 11))
+
+
+def test_streams_send_no_empty_chunks_midway(client, engine):
+    """Before: a block whose text a stop string's prefix held back (or a block of only EOS) went out as an empty
+    chunk; the text is the same, the stream now carries text in every chunk but the last."""
+    want = expected(engine, "abc", 12)
+    stop = want[:4] + "\x7f"  # the whole first block is a prefix of the stop string: held back, never matched
+    chunks = list(client.completions.create(model=MODEL, prompt="abc", max_tokens=12, stream=True, stop=stop,
+                                            extra_body=SETTINGS))
+    texts = [c.choices[0].text for c in chunks if c.choices]
+    assert "".join(texts) == want and all(texts[:-1]), texts

@@ -295,3 +295,14 @@ def test_a_request_without_max_tokens_gets_what_fits():
         assert body["usage"]["completion_tokens"] <= 12  # slots 16..31: the prompt's last 4, then 12 answer slots
         status, body = post(url, "/v1/completions", {"model": "grid", "prompt": "a" * 20, "max_tokens": 16})
         assert status == 400 and "at most 12 tokens fit" in body["error"]["message"], body
+
+
+def test_health_is_current_as_soon_as_the_answer_arrives():
+    """Before: the worker counted a job and cleared `busy` only after the client had its last event, so a /health
+    polled right after an answer could still say busy (and miss the count)."""
+    _, app = grid_app()
+    with ThreadedServer(app) as url:
+        for i in range(5):
+            status, _ = post(url, "/v1/completions", {"model": "grid", "prompt": "ab", "max_tokens": 4})
+            health = json.loads(request(url, "GET", "/health")[2])  # no wait: counts() would poll until idle
+            assert status == 200 and not health["busy"] and health["completed"] == i + 1, health

@@ -88,7 +88,8 @@ async def openai_stream(events: Callable[[], Awaitable[Event]], first: Event, ri
             if isinstance(event, BlockEvent):
                 delta = text_delta(sent, event.text[0])
                 sent += delta
-                yield chunk(delta)
+                if delta:  # a block of only EOS, or a stop string's held-back prefix: nothing to send yet
+                    yield chunk(delta)
             event = await events()
     except APIError as e:  # headers are out already: report in-band, as OpenAI does
         yield sse(e.body())

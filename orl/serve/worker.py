@@ -15,7 +15,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from orl.engine import DecodeConfig, Engine, Event
+from orl.engine import DecodeConfig, DoneEvent, Engine, Event
 
 
 class QueueFull(Exception):
@@ -120,7 +120,7 @@ class EngineWorker:
     def _run(self, job: Job) -> None:
         job.started_at = time.perf_counter()
         events = self.engine.run([job.prompt_ids], job.cfg, trace=job.steps, step_events=job.steps)
-        outcome = "completed"
+        outcome, counted = "completed", False
         try:
             for event in events:
                 # checked before passing the event on, not after: the request cancels its job once it has
@@ -128,13 +128,22 @@ class EngineWorker:
                 if job.cancelled.is_set():
                     outcome = "cancelled"
                     break
+                if isinstance(event, DoneEvent):  # counted (and the worker idle) before the client can see it:
+                    counted = self._count(job, outcome)  # a /health polled right after the answer is current
                 job.emit(event)  # stamped with engine time (event.at), whatever the client's pace
         except Exception as e:  # reported to the waiting request; the worker lives on
             outcome = "rejected" if isinstance(e, ValueError) else "failed"  # as streams.engine_error answers
+            counted = counted or self._count(job, outcome)
             job.emit(ErrorEvent(e))
         finally:
             events.close()
-            with self._cv:  # cancel() counts from the event loop's thread
-                setattr(self.stats, outcome, getattr(self.stats, outcome) + 1)
-                self.stats.runs += 1
-                self.stats.engine_s += time.perf_counter() - job.started_at
+            if not counted:
+                self._count(job, outcome)
+
+    def _count(self, job: Job, outcome: str) -> bool:
+        with self._cv:  # cancel() counts from the event loop's thread
+            setattr(self.stats, outcome, getattr(self.stats, outcome) + 1)
+            self.stats.runs += 1
+            self.stats.engine_s += time.perf_counter() - job.started_at
+            self.running = None
+        return True
