@@ -11,6 +11,7 @@ a user's `.NAME.old-backup` holding a checkpoint is left alone.
 """
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -137,14 +138,16 @@ def same_dir(a: Path, b: Path) -> bool:
         return Path(a).resolve() == Path(b).resolve()
 
 
-def _siblings(target: Path, kind: str) -> list[Path]:
+def _siblings(target: Path, kind: str, marked: bool = True) -> list[Path]:
     """Hidden copies of target that orl made: `.NAME.tmp-XXXXXXXX` (tempfile.mkdtemp's 8 characters) or
-    `.NAME.old-XXXXXXXX` (8 hex digits), each a real directory holding orl's mark for this target."""
+    `.NAME.old-XXXXXXXX` (8 hex digits), each a real directory holding orl's mark for this target, or empty (a
+    kill between mkdtemp and the mark: nothing in it to lose). marked=False: the unmarked ones of that name."""
     if not target.parent.is_dir():
         return []
     name = re.compile(re.escape(f".{target.name}.{kind}-") + r"[a-z0-9_]{8}")
-    return sorted(p for p in target.parent.glob(f".{target.name}.{kind}-*")
-                  if name.fullmatch(p.name) and p.is_dir() and not p.is_symlink() and _marked(p, target))
+    return sorted(p for p in target.parent.glob(glob.escape(f".{target.name}.{kind}-") + "*")
+                  if name.fullmatch(p.name) and p.is_dir() and not p.is_symlink()
+                  and (_marked(p, target) or not any(p.iterdir())) == marked)
 
 
 def _mark(d: Path, target: Path) -> None:
@@ -167,7 +170,18 @@ def _remove_if_ours(d: Path) -> None:
     """d is one of _siblings' marked copies: removed when it holds nothing but orl's own files."""
     if all(p.name == MARK or (ORL_NAMES.match(p.name) and p.is_file() and not p.is_symlink()) or _is_run_file(p)
            for p in d.iterdir()):
-        shutil.rmtree(d)
+        _remove_marked(d)
+
+
+def _remove_marked(d: Path) -> None:
+    """Delete one of orl's copies so that a kill at any point leaves it recognisable as orl's and incomplete: the
+    manifest first (never again a complete copy to recover), the mark last (still orl's to finish removing)."""
+    (d / MANIFEST).unlink(missing_ok=True)
+    for p in d.iterdir():
+        if p.name != MARK:
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    (d / MARK).unlink(missing_ok=True)
+    d.rmdir()
 
 
 def _carry(src: Path, dst: Path) -> None:
@@ -199,10 +213,17 @@ def recover(target: Path) -> str | None:
         if by_age:
             os.rename(by_age[-1], target)
             _fsync(target.parent)
+            (target / MARK).unlink(missing_ok=True)
             action = f"recovered {target} from {by_age[-1].name} (a write was interrupted)"
     for p in tmps + olds:
         if p.exists():
             _remove_if_ours(p)
+    if not target.exists() and (unmarked := [p for kind in ("tmp", "old") for p in _siblings(target, kind, False)
+                                             if _complete(p)]):
+        # orl before session 52 left copies without a mark; a user's backup can look the same: never moved here
+        action = (f"{target} is missing and {', '.join(p.name for p in unmarked)} beside it look(s) like a complete "
+                  f"copy from an interrupted write of an older orl (no mark): not touched; rename the newest to "
+                  f"{target.name} to resume from it")
     return action
 
 
@@ -257,7 +278,11 @@ def _swap_into_place(tmp: Path, target: Path) -> None:
     aside = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:8]}") if target.exists() else None
     if aside:
         _mark(target, target)  # an orl directory (check_replaceable): marked before it is moved aside
-        os.rename(target, aside)
+        try:
+            os.rename(target, aside)
+        except BaseException:
+            (target / MARK).unlink(missing_ok=True)  # still the target (a mount point cannot move): leave it as it was
+            raise
     try:
         os.rename(tmp, target)
     except BaseException:
@@ -267,7 +292,7 @@ def _swap_into_place(tmp: Path, target: Path) -> None:
     _fsync(target.parent)
     (target / MARK).unlink(missing_ok=True)  # left by a crash just before this line, it is harmless (foreign_entries)
     if aside:
-        shutil.rmtree(aside)
+        _remove_marked(aside)
 
 
 def _fsync(path: Path) -> None:

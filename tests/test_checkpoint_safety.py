@@ -332,3 +332,44 @@ def test_copy_checkpoint_never_follows_a_name_out_of_the_directory(tmp_path):
     with pytest.raises(ValueError, match="'../victim.txt', which is not a plain file name"):
         copy_checkpoint(src, tmp_path / "copy")
     assert not (tmp_path / "copy").exists()
+
+
+def marked_copy(tmp_path, name: str, target: str = "ck", files: bool = True) -> Path:
+    from orl.atomic_dir import MARK
+
+    d = tmp_path / name
+    if files:
+        save_checkpoint(model(0), TOK, tmp_path / "src")
+        os.rename(tmp_path / "src", d)
+    else:
+        d.mkdir()
+    (d / MARK).write_text(json.dumps({"target": target}))
+    return d
+
+
+def test_a_kill_while_a_copy_is_deleted_leaves_it_orls_to_finish(tmp_path):
+    """The manifest goes first and the mark last: a kill in between leaves a marked, incomplete copy, which the next
+    write removes (before: rmtree's order could drop the mark first, and the unmarked rest blocked --out forever)."""
+    half = marked_copy(tmp_path, ".ck.old-0123abcd")
+    (half / "orl.json").unlink()  # what _remove_marked does first
+    empty = tmp_path / ".ck.tmp-abcdefgh"  # a kill between mkdtemp and the mark
+    empty.mkdir()
+    save_checkpoint(model(1), TOK, tmp_path / "ck")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
+
+
+def test_an_unmarked_complete_copy_is_reported_not_moved(tmp_path):
+    """A copy an older orl left between its two renames looks like a user's backup: named, never moved or deleted."""
+    save_checkpoint(model(0), TOK, tmp_path / "src")
+    os.rename(tmp_path / "src", tmp_path / ".ck.old-0123abcd")
+    done = recover(tmp_path / "ck")
+    assert "not touched; rename the newest to ck" in done and ".ck.old-0123abcd" in done
+    assert not (tmp_path / "ck").exists() and (tmp_path / ".ck.old-0123abcd" / "model.safetensors").exists()
+
+
+def test_a_target_name_with_glob_characters_is_recovered(tmp_path):
+    copy = marked_copy(tmp_path, ".run[v2].old-0123abcd", target="run[v2]")
+    assert "recovered" in recover(tmp_path / "run[v2]") and not copy.exists()
+    names = sorted(p.name for p in (tmp_path / "run[v2]").iterdir())
+    assert names == sorted([*read_manifest(tmp_path / "run[v2]")["files"], "orl.json"])  # the mark is gone
+    load_checkpoint(tmp_path / "run[v2]")

@@ -306,3 +306,14 @@ def test_health_is_current_as_soon_as_the_answer_arrives():
             status, _ = post(url, "/v1/completions", {"model": "grid", "prompt": "ab", "max_tokens": 4})
             health = json.loads(request(url, "GET", "/health")[2])  # no wait: counts() would poll until idle
             assert status == 200 and not health["busy"] and health["completed"] == i + 1, health
+
+
+def test_an_explicit_max_completion_tokens_that_does_not_fit_is_refused():
+    """Before: max_completion_tokens was folded into max_tokens only inside the config, so the cap for an omitted
+    max_tokens also cut an explicit max_completion_tokens short instead of refusing it."""
+    _, app = grid_app()
+    chat = {"model": "grid", "messages": [{"role": "user", "content": "a" * 12}]}
+    with ThreadedServer(app) as url:
+        for name in ("max_tokens", "max_completion_tokens"):
+            status, body = post(url, "/v1/chat/completions", {**chat, name: 100})
+            assert status == 400 and body["error"]["code"] == "context_length_exceeded", (name, body)

@@ -21,8 +21,12 @@ def canvas_decoder(directory, model, tokenizer, manifest: dict, **overrides) -> 
     and its default config with the non-None overrides applied and validated."""
     gen = generation_config(directory)
     cfg = CanvasConfig.from_generation_config(gen, **overrides)
-    if token_ids(gen.get("eos_token_id")):
-        manifest = {**manifest, "eos_ids": token_ids(gen["eos_token_id"])}
+    try:
+        eos = token_ids(gen.get("eos_token_id"))
+    except ValueError as e:
+        raise ValueError(f"{Path(directory) / 'generation_config.json'}: {e}") from None
+    if eos:
+        manifest = {**manifest, "eos_ids": eos}
     return CanvasDecoder(model, tokenizer, manifest=manifest), cfg
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import pickle
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict
@@ -80,7 +81,8 @@ def check_output(*dirs: Path, inputs: Mapping[str, str | Path] | None = None) ->
         if path:
             check_apart(Path(dirs[0]), Path(path), flag)
     for d in dirs:  # --out first: a stage-1 copy inside it is recovered once --out is back
-        recover(d)
+        if done := recover(d):
+            print(f"orl: {done}", file=sys.stderr)
     for d in dirs:
         try:
             check_replaceable(Path(d).resolve())
