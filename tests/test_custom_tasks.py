@@ -419,3 +419,35 @@ def test_the_walkthrough_files_load_and_its_commands_parse(tmp_path, monkeypatch
             assert main(argv + ["--samples", "5"]) == 0
         elif args.cmd == "train":  # every --set is a real setting with a valid value
             assert main(argv + ["--show-config"]) == 0
+
+
+def test_a_rerun_on_an_edited_tasks_file_is_refused_not_mixed(base, tmp_path, capsys):
+    """Before: records resume by prompt id only; a row inserted at the top shifted every id, the old answers were
+    kept for the new prompts and the last prompt was counted twice (n = 4 for 3 prompts, no warning)."""
+    rows = [{"prompt": f"p{i}:", "answer": "x", "split": "heldout"} for i in range(3)]
+    data, out = jsonl(tmp_path / "qa.jsonl", rows), tmp_path / "r.jsonl"
+    argv = ["eval", "--model", str(base), "--tasks-file", str(data), "--out", str(out), "--block-len", "8",
+            "--max-new-tokens", "8", "--no-progress"]
+    assert main(argv) == 0
+    jsonl(data, [{"prompt": "new:", "answer": "x", "split": "heldout"}, *rows])
+    before = out.read_bytes()
+    assert main(argv) == 2
+    assert "its records hold prompt id qa/heldout/0 for the prompt 'p0:'" in capsys.readouterr().err
+    assert out.read_bytes() == before
+
+
+def test_a_threshold_given_twice_is_decoded_once(base, tmp_path):
+    """Before: the second copy of an identical config was decoded and written again (a fake pass@2)."""
+    data, out = jsonl(tmp_path / "qa.jsonl", [{"prompt": "p:", "answer": "x", "split": "heldout"}]), tmp_path / "r.jsonl"
+    assert main(["eval", "--model", str(base), "--tasks-file", str(data), "--out", str(out), "--block-len", "8",
+                 "--max-new-tokens", "8", "--thresholds", "0.9,0.9", "--no-progress"]) == 0
+    assert len(read_records(out)) == 1
+
+
+def test_answers_longer_than_the_budget_are_warned_about(base, tmp_path, capsys):
+    rows = [{"prompt": "p:", "answer": "x" * 12, "split": "heldout"}, {"prompt": "q:", "answer": "y", "split": "heldout"}]
+    data = jsonl(tmp_path / "qa.jsonl", rows)
+    assert main(["eval", "--model", str(base), "--tasks-file", str(data), "--out", str(tmp_path / "r.jsonl"),
+                 "--block-len", "8", "--max-new-tokens", "8", "--no-progress"]) == 0
+    assert ("1 of 2 qa reference answers need 13 tokens with EOS, more than --max-new-tokens 8"
+            in capsys.readouterr().err)

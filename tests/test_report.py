@@ -288,3 +288,19 @@ def test_records_of_two_splits_need_a_split(tmp_path):
         w.write([{k: v for k, v in r.items() if k != "split"} for r in inside + beyond])
     rows = read_csv(build_report([tmp_path / "old.jsonl"], tmp_path / "old", split="beyond").parent / "summary.csv")
     assert rows and all(float(r["acc %"]) == 0 and int(r["n"]) == 4 for r in rows)
+
+
+def test_configs_the_label_does_not_show_get_rows_of_their_own(tmp_path):
+    """Before: three greedy runs of one model at 0.9 with other --max-new-tokens / --confidence pooled into one row
+    (n = 3x the prompts) and read as three samples (a fake pass@3); each now has its settings in its label."""
+    base = [r for r in fixture_records() if r["model"]["name"] == "m1" and r["decode"]["threshold"] == 0.9]
+    cut = [{**r, "config_id": "cut", "decode": {**r["decode"], "max_new_tokens": 20}, "verdict": False} for r in base]
+    base = [{**r, "decode": {**r["decode"], "max_new_tokens": 64}} for r in base]
+    with RecordWriter(tmp_path / "r.jsonl") as w:
+        w.write(base + cut)
+    rows = read_csv(build_report([tmp_path / "r.jsonl"], tmp_path / "rep").parent / "summary.csv")
+    by = {(r["decoder"], r["task"]): r for r in rows}
+    assert {d for d, _ in by} == {"threshold L4 [max_new_tokens=64]", "threshold L4 [max_new_tokens=20]"}
+    assert all(int(r["n"]) == 4 for r in rows)
+    assert float(by["threshold L4 [max_new_tokens=20]", "add"]["acc %"]) == 0
+    assert float(by["threshold L4 [max_new_tokens=64]", "add"]["acc %"]) == 100

@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 from orl import cli
 from orl.overrides import apply_overrides
@@ -91,6 +92,7 @@ def test_a_kill_during_the_stage1_save_does_not_lose_stage1(tmp_path):
 @pytest.mark.parametrize("item, message", [
     ("save_every=0", "save_every must be > 0, got 0"),
     ("batch_size=0", "batch_size must be > 0, got 0"),
+    ("lr=inf", "lr must be finite, got inf"),  # before: trained on NaN, saved unloadable weights
     ("model.dim=-4", "dim must be > 0, got -4"),
     ("lr=abc", "--set lr=abc: expected a number"),
     ("ar_steps=-3", "ar_steps must be >= 0, got -3"),
@@ -233,3 +235,23 @@ def test_a_file_and_set_are_checked_together(tmp_path):
 def test_a_nested_failure_names_the_nested_setting():
     with pytest.raises(ValueError, match=r"rollout.threshold=2.*threshold must be in"):
         apply_overrides(get_preset("orl", "smoke"), ["eval_every=5", "rollout.threshold=2"])
+
+
+def test_non_finite_weights_are_never_saved_over_a_good_checkpoint(tmp_path, monkeypatch):
+    """Before: a run whose weights went NaN saved them over its last good checkpoint, which nothing loads."""
+    import orl.train.loop as loop
+
+    out = tmp_path / "run"
+    pretrain(smoke(save_every=2), out, **QUIET)  # a good run to the end (8 steps)
+    good = (out / "model.safetensors").read_bytes()
+    real = loop.full_state
+
+    def poisoned(model, opt):
+        with torch.no_grad():
+            next(model.parameters()).fill_(float("nan"))
+        return real(model, opt)
+
+    monkeypatch.setattr(loop, "full_state", poisoned)
+    with pytest.raises(FloatingPointError, match="non-finite weights .* keeps the last good checkpoint"):
+        pretrain(smoke(save_every=2, diffusion_steps=6), out, allow_config_change=True, **QUIET)
+    assert (out / "model.safetensors").read_bytes() == good

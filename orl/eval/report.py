@@ -27,7 +27,7 @@ from orl.eval import metrics
 from orl.eval.curves import plot_training_curves, read_log
 from orl.eval.headline import block_notes, block_rows, compare, headline_text
 from orl.eval.plots import plot_accuracy, plot_steps_hist, plot_tpf_per_task
-from orl.eval.records import group_value, read_records
+from orl.eval.records import group_value, read_records, separate_configs
 from orl.eval.tables import EVAL_SUMMARY, SUMMARY, display, expand, html_table, markdown_table, notes, text_table, write_csv
 
 CURVE = ("model", "decoder")
@@ -152,7 +152,7 @@ def build_report(paths: list[str | os.PathLike], out: str | os.PathLike, train_l
     records = read_records(paths)
     if not records:
         raise ValueError("the records files hold no records")
-    records = choose_split(records, split)
+    records = separate_configs(choose_split(records, split))
     for log in train_logs:  # read before anything is written: a bad log left a partial report behind
         read_log(log)
     d = Path(out)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import platform
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,6 +118,37 @@ def _samples(name: str, task, spec: EvalSpec) -> list[Sample]:
     return make_samples(name, spec.split, spec.limit, spec.seed)
 
 
+def warn_long_answers(samples: list[Sample], tokenizer, max_new_tokens: int) -> None:
+    """A reference answer longer than the answer budget cannot be written in full: its prompt scores 0 whatever the
+    model knows (beyond-range answers, `--split beyond`, often are). Said once per task, on stderr."""
+    long: dict[str, list[int]] = {}
+    bos = getattr(tokenizer, "bos_id", None) is not None  # encode puts it first; an answer does not carry it
+    for s in samples:
+        try:
+            n = len(tokenizer.encode(s.answer)) - bos if s.answer else 0
+        except ValueError:  # a character the vocabulary lacks: the task's own problem, reported where it is decoded
+            continue
+        if n >= max_new_tokens:  # + EOS
+            long.setdefault(s.task, []).append(n)
+    for task, lens in long.items():
+        n = sum(1 for s in samples if s.task == task)
+        print(f"orl eval: warning: {len(lens)} of {n} {task} reference answers need {max(lens) + 1} tokens with EOS, "
+              f"more than --max-new-tokens {max_new_tokens}: they cannot be answered in full", file=sys.stderr)
+
+
+def check_same_prompts(out, samples: list[Sample]) -> None:
+    """A rerun resumes by prompt id (task/split/index): records stored under an id for another prompt (an edited
+    --tasks-file, a changed task module) would be kept as this prompt's answer and the new prompt never run."""
+    if not Path(out).exists():
+        return
+    stored = {r["prompt_id"]: r.get("prompt") for r in read_records(out)}
+    for s in samples:
+        if (old := stored.get(prompt_id(s))) is not None and old != s.prompt:
+            raise ValueError(f"{out}: its records hold prompt id {prompt_id(s)} for the prompt {old!r}, but this "
+                             f"run's prompt of that id is {s.prompt!r} (a changed tasks file or task module?); "
+                             "write these records to a new --out")
+
+
 def prompt_id(s: Sample) -> str:
     return f"{s.task}/{s.split}/{s.index}"
 
@@ -178,6 +210,7 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
                    for t in spec.thresholds or [0.9]]
     tasks = _tasks(spec, tokenizer, manifest)
     samples = [s for name, task in tasks.items() for s in _samples(name, task, spec)]
+    warn_long_answers(samples, tokenizer, min(c.max_new_tokens for c in configs))
     model_id = model_identity(spec.model)
     if spec.dtype:  # a cast model is another model: its records must not resume the file dtype's
         model_id["id"] += f"-{spec.dtype}"
@@ -196,6 +229,7 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
     keys = set()
     with RecordWriter(spec.out) as writer:
         done = writer.keys()
+        check_same_prompts(spec.out, samples)
         for cfg, group in ((with_stop(c, stop), g) for c in configs for stop, g in by_stop.items()):
             decode = decode_dict(cfg, engine)
             cid = config_id(decode, spec.batch_size)
@@ -213,6 +247,7 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
                 recs = [_record(s, k, g, tasks[s.task].verify(s.prompt, g.text), decode, spec.batch_size,
                                 {"config_id": cid, **ident}) for (s, k), g in zip(chunk, gens)]
                 writer.write(recs)
+                done |= {record_key(r) for r in recs}  # a config given twice (--thresholds 0.9,0.9) runs once
                 bar.update(len(chunk))
                 if on_batch is not None:
                     on_batch(recs)

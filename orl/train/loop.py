@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import pickle
 import sys
 import time
@@ -260,9 +261,19 @@ class TrainLoop:
 
         weights, optimizer = full_state(model, opt)
         full = {self.key: done, "optimizer": optimizer, "config": self.config, **state}
-        # rank 0 writes; a failed write (a full disk) stops the others here, not in the next step's sync
-        self.dist.on_main(lambda: save_checkpoint(model, tok, target or self.out, manifest, state=weights,
-                                                  extra_files={**(files or {}), TRAIN_STATE: train_state_bytes(full)}))
+
+        def write() -> None:
+            sd = weights if weights is not None else model.state_dict()
+            if bad := [n for n, t in sd.items() if t.is_floating_point() and not torch.isfinite(t).all()]:
+                # the last good checkpoint stays: a NaN copy would replace it, and nothing would load it again
+                raise FloatingPointError(f"{self.key} {done}: non-finite weights ({', '.join(bad[:3])}"
+                                         f"{' ...' if len(bad) > 3 else ''}); not saved over {target or self.out}, "
+                                         "which keeps the last good checkpoint; lower lr or check the data")
+            save_checkpoint(model, tok, target or self.out, manifest, state=weights,
+                            extra_files={**(files or {}), TRAIN_STATE: train_state_bytes(full)})
+
+        # rank 0 writes; a failed write (a full disk, NaN weights) stops the others here, not in the next step's sync
+        self.dist.on_main(write)
 
     def load_optimizer(self, model, opt: torch.optim.Optimizer) -> None:
         """The resumed run's optimizer state into `opt` (built on the model as it trains: sharded or not)."""
@@ -272,7 +283,10 @@ class TrainLoop:
 def check_fields(cfg, positive: tuple[str, ...] = (), non_negative: tuple[str, ...] = ()) -> list[str]:
     """Problems with numeric fields, for a config's __post_init__ (a --set override reruns it)."""
     problems = [f"{n} must be > 0, got {getattr(cfg, n)}" for n in positive if not getattr(cfg, n) > 0]
-    return problems + [f"{n} must be >= 0, got {getattr(cfg, n)}" for n in non_negative if not getattr(cfg, n) >= 0]
+    problems += [f"{n} must be >= 0, got {getattr(cfg, n)}" for n in non_negative if not getattr(cfg, n) >= 0]
+    # inf passes both (lr=inf trained on NaN and saved weights nothing would load); NaN fails every comparison
+    return problems + [f"{n} must be finite, got {getattr(cfg, n)}" for n in (*positive, *non_negative)
+                       if getattr(cfg, n) == math.inf]
 
 
 def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float = 0.0,
