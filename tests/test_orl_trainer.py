@@ -195,3 +195,17 @@ def test_reference_relabelling_trains_on_unverified_rollouts(base, tmp_path):
               tmp_path / "ar", log=lambda *_: None)
     (r,) = records(tmp_path / "ar" / "train.log.jsonl").values()
     assert r["kept"] == r["relabelled"] > 0 and r["ar"] == 0
+
+
+def test_resume_refuses_a_base_that_holds_other_weights(base, tmp_path, accept_everything):
+    """Before: the run recorded --base as spelled, so the same relative path from another directory (other weights)
+    resumed silently, and the KL anchor's reference (reloaded from --base) changed under the run."""
+    from orl.train.loop import ResumeError
+
+    train_orl(cfg_for(base), tmp_path / "run", log=lambda *_: None)
+    torch.manual_seed(1)
+    other = Transformer(ModelArgs(vocab_size=128, dim=32, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=16,
+                                  ffn_dim=64, max_seq_len=160, learned_pos=True, shift_logits=True))
+    save_checkpoint(other, CharTokenizer(), base, {"block_len": 8})  # the same path, other weights
+    with pytest.raises(ResumeError, match="now holds other weights than the run started from"):
+        train_orl(cfg_for(base), tmp_path / "run", log=lambda *_: None)

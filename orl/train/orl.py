@@ -28,7 +28,8 @@ from orl.train.loop import TrainLoop, check_fields, make_optimizer
 from orl.train.objective import LossWeights, orl_loss, response_counts
 from orl.train.relabel import relabel_unverified
 from orl.train.replay import build_batch, make_unit, pack
-from orl.train.rollout import collect, rollout_engine, rollout_stats, sample_prompts, select_kept, start_run
+from orl.train.rollout import (base_weights, collect, rollout_engine, rollout_stats, sample_prompts, select_kept,
+                               start_run)
 
 
 
@@ -296,7 +297,8 @@ def save_update(loop: TrainLoop, model: Transformer, tok, opt: torch.optim.Optim
                            "objective": "block_diffusion", "block_len": rollout_cfg.block_len,
                            "layout": rollout_cfg.layout, "residual_mode": rollout_cfg.residual,
                            "recipe": {"name": recipe, "config": loop.config, "update": update, "base": base,
-                                      "generated_tokens": gen_tokens, **(recipe_extra or {})}},
+                                      "base_weights": base_weights(base), "generated_tokens": gen_tokens,
+                                      **(recipe_extra or {})}},
               opt, update, target, generated_tokens=gen_tokens)
 
 

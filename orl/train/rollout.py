@@ -105,6 +105,15 @@ def rollout_stats(rollouts: list[Rollout], dist: Dist = SINGLE) -> dict:
             "steps_per_block": sums[3] / max(sums[4], 1), "tokens": int(sums[5])}
 
 
+def base_weights(base: str) -> dict[str, str]:
+    """The base's weight files and their sha256 as its orl.json records them ({} for a base without checksums):
+    what a resumed run checks its base against (orl.train.orl.save_update records it)."""
+    from orl.checkpoint import read_manifest
+
+    files = read_manifest(base).get("files")
+    return {n: d for n, d in files.items() if n.endswith(".safetensors")} if isinstance(files, dict) else {}
+
+
 def start_run(cfg, out, resume: bool, allow_config_change: bool, log, what: str, device: str | None = None):
     """The start every rollout-based recipe (ORL, RCD) shares: the tasks the base was trained on unless
     the config names some, the torchrun process group, the output checks and resume (TrainLoop).
@@ -114,7 +123,7 @@ def start_run(cfg, out, resume: bool, allow_config_change: bool, log, what: str,
     import torch
 
     from orl.checkpoint import read_manifest
-    from orl.train.loop import TrainLoop
+    from orl.train.loop import ResumeError, TrainLoop
 
     if not cfg.base:  # the gemma_* presets name no base: the converted model is the user's
         raise ValueError(f"this preset needs a block-diffusion base checkpoint: --base DIR (e.g. the output of "
@@ -127,6 +136,13 @@ def start_run(cfg, out, resume: bool, allow_config_change: bool, log, what: str,
     cfg = dist.on_every(lambda: replace(cfg, tasks=cfg.tasks or trained_tasks(read_manifest(cfg.base))))
     loop = TrainLoop(cfg, out, cfg.updates, "update", resume=resume, allow_config_change=allow_config_change, log=log,
                      inputs={"--base": cfg.base}, dist=dist, keep_every=cfg.keep_every)
+    if loop.state and not allow_config_change:  # the same --base spelling may name other weights (another cwd)
+        recorded = (read_manifest(loop.out).get("recipe") or {}).get("base_weights")
+        now = dist.on_every(lambda: base_weights(cfg.base))
+        if recorded and recorded != now:
+            raise ResumeError(f"refusing to resume {loop.out}: its base {cfg.base!r} now holds other weights than "
+                              f"the run started from ({recorded} -> {now}); give the run's own base, or pass "
+                              "--allow-config-change to continue on these")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     return cfg, dist, loop
