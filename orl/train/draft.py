@@ -237,7 +237,8 @@ def train_draft(cfg: DraftConfig, out: str | Path, resume: bool = True, allow_co
     from orl.checkpoint import load_checkpoint, read_manifest, recorded_verifier, require_objective
     from orl.engine.self_draft import check_self_draft
 
-    cfg, dist, loop = start_run(cfg, out, resume, allow_config_change, log, "rolls out", device)
+    cfg, dist, loop = start_run(cfg, out, resume, allow_config_change, log, "rolls out", device,
+                                check_base=not cfg.draft_only)  # draft-only: split_model checks the verifier's files
     if dist.world > 1:
         raise ValueError("the draft recipe runs in one process (its rollouts decode one prompt at a time)")
     state = loop.state

@@ -114,7 +114,8 @@ def base_weights(base: str) -> dict[str, str]:
     return {n: d for n, d in files.items() if n.endswith(".safetensors")} if isinstance(files, dict) else {}
 
 
-def start_run(cfg, out, resume: bool, allow_config_change: bool, log, what: str, device: str | None = None):
+def start_run(cfg, out, resume: bool, allow_config_change: bool, log, what: str, device: str | None = None,
+              check_base: bool = True):
     """The start every rollout-based recipe (ORL, RCD) shares: the tasks the base was trained on unless
     the config names some, the torchrun process group, the output checks and resume (TrainLoop).
     Returns (cfg with its tasks, dist, loop)."""
@@ -136,7 +137,8 @@ def start_run(cfg, out, resume: bool, allow_config_change: bool, log, what: str,
     cfg = dist.on_every(lambda: replace(cfg, tasks=cfg.tasks or trained_tasks(read_manifest(cfg.base))))
     loop = TrainLoop(cfg, out, cfg.updates, "update", resume=resume, allow_config_change=allow_config_change, log=log,
                      inputs={"--base": cfg.base}, dist=dist, keep_every=cfg.keep_every)
-    if loop.state and not allow_config_change:  # the same --base spelling may name other weights (another cwd)
+    # the same --base spelling may name other weights (another cwd); check_base False: the recipe checks its own
+    if check_base and loop.state and not allow_config_change:
         recorded = (read_manifest(loop.out).get("recipe") or {}).get("base_weights")
         now = dist.on_every(lambda: base_weights(cfg.base))
         if recorded and recorded != now:
