@@ -51,10 +51,10 @@ def build_gemma_tokenizer(meta: dict):
     types = list(meta.get("token_type") or [1] * len(tokens))
     if len(types) != len(tokens):  # zip would cut it short: the tail's control tokens would turn into text
         raise GGUFTokenizerError(f"tokenizer.ggml.token_type has {len(types)} entries for {len(tokens)} tokens")
-    if len(set(meta["tokens"])) != len(tokens):  # a repeated string: one id would decode to nothing, one take its text
-        seen: set[str] = set()
-        dup = next(i for i, t in enumerate(meta["tokens"]) if t in seen or seen.add(t))
-        raise GGUFTokenizerError(f"tokenizer.ggml.tokens repeats {meta['tokens'][dup]!r} (id {dup} and an earlier one)")
+    first: dict[str, int] = {}
+    for i, t in enumerate(meta["tokens"]):  # a repeated string: one id would decode to nothing, the other take its text
+        if first.setdefault(t, i) != i:
+            raise GGUFTokenizerError(f"tokenizer.ggml.tokens repeats {t!r} (ids {first[t]} and {i})")
     vocab = {t: i for i, t in enumerate(tokens)}
     merges = generate_merges(vocab, {t: -i for i, t in enumerate(tokens)})
     specials = {}

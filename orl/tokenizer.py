@@ -203,10 +203,10 @@ def resolve_special_ids(tok, manifest: dict) -> None:
     vocabulary has it. EOS: the tokenizer's eos first, then the config's eos_token_id(s) and the
     family's end-of-turn tokens (tok.eos_ids; tok.eos_id stays the first)."""
     lookup = getattr(tok, "token_id", None)
-    for key in ("mask_id", "eos_ids"):
-        ids = manifest.get(key)
-        if not (ids is None or _is_id(ids) or (key == "eos_ids" and isinstance(ids, list) and all(map(_is_id, ids)))):
-            raise TypeError(f"{key} must be {'an integer' if key == 'mask_id' else 'a list of integers'}, got {ids!r}")
+    if (mask := manifest.get("mask_id")) is not None and not _is_id(mask):
+        raise TypeError(f"mask_id must be an integer, got {mask!r}")
+    if (eos := manifest.get("eos_ids")) is not None and not (isinstance(eos, list) and all(map(_is_id, eos))):
+        raise TypeError(f"eos_ids must be a list of integers, got {eos!r}")
     if tok.mask_id is None:
         if manifest.get("mask_id") is not None:
             tok.mask_id = manifest["mask_id"]

@@ -115,26 +115,19 @@ def separate_configs(records: list[dict]) -> list[dict]:
     """Records of one model, curve label and threshold that were decoded with other settings the label does not
     show (--max-new-tokens, --confidence, top_k, the batch size...) would pool into one row, their repeats read as
     samples of one decoder (a fake pass@k): each such config gets those settings into its label instead."""
+    curve = [(r["model"]["id"], decoder_label(r["decode"]), r["decode"].get("threshold")) for r in records]
     curves: dict[tuple, dict[str, dict]] = {}
-    for r in records:
-        key = (r["model"]["id"], decoder_label(r["decode"]), r["decode"].get("threshold"))
+    for key, r in zip(curve, records):
         curves.setdefault(key, {})[r["config_id"]] = {**r["decode"], "batch_size": r.get("batch_size")}
     variant: dict[tuple, str] = {}
     for key, configs in curves.items():
-        if len(configs) < 2:
-            continue
         keys = sorted({k for d in configs.values() for k in d} - {"threshold", "seed"})
         differ = [k for k in keys if len({repr(d.get(k)) for d in configs.values()}) > 1]
         for cid, d in configs.items():  # configs that differ only in their sampling seed are samples of one decoder
             if differ:
                 variant[key + (cid,)] = " ".join(f"{k}={d.get(k)}" for k in differ)
-    if not variant:
-        return records
-    out = []
-    for r in records:
-        v = variant.get((r["model"]["id"], decoder_label(r["decode"]), r["decode"].get("threshold"), r["config_id"]))
-        out.append({**r, "decode": {**r["decode"], "variant": v}} if v else r)
-    return out
+    return [{**r, "decode": {**r["decode"], "variant": v}} if (v := variant.get(key + (r["config_id"],))) else r
+            for key, r in zip(curve, records)]
 
 
 def latest_records(records: list[dict]) -> list[dict]:
@@ -280,9 +273,6 @@ class RecordWriter:
                 with open(self.path, "r+b") as f:
                     f.truncate(data.rfind(b"\n") + 1)
         self._f = None
-
-    def keys(self) -> set[Key]:
-        return {record_key(r) for r in read_records(self.path)} if self.path.exists() else set()
 
     def write(self, records: list[dict]) -> None:
         if self._f is None:

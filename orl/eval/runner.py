@@ -136,12 +136,10 @@ def warn_long_answers(samples: list[Sample], tokenizer, max_new_tokens: int) -> 
               f"more than --max-new-tokens {max_new_tokens}: they cannot be answered in full", file=sys.stderr)
 
 
-def check_same_prompts(out, samples: list[Sample]) -> None:
+def check_same_prompts(out, existing: list[dict], samples: list[Sample]) -> None:
     """A rerun resumes by prompt id (task/split/index): records stored under an id for another prompt (an edited
     --tasks-file, a changed task module) would be kept as this prompt's answer and the new prompt never run."""
-    if not Path(out).exists():
-        return
-    stored = {r["prompt_id"]: r.get("prompt") for r in read_records(out)}
+    stored = {r["prompt_id"]: r.get("prompt") for r in existing}
     for s in samples:
         if (old := stored.get(prompt_id(s))) is not None and old != s.prompt:
             raise ValueError(f"{out}: its records hold prompt id {prompt_id(s)} for the prompt {old!r}, but this "
@@ -228,8 +226,9 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
         by_stop.setdefault(tuple(tasks[s.task].stop), []).append(s)
     keys = set()
     with RecordWriter(spec.out) as writer:
-        done = writer.keys()
-        check_same_prompts(spec.out, samples)
+        existing = read_records(spec.out) if Path(spec.out).exists() else []  # (the writer repaired a cut last line)
+        check_same_prompts(spec.out, existing, samples)
+        done = {record_key(r) for r in existing}
         for cfg, group in ((with_stop(c, stop), g) for c in configs for stop, g in by_stop.items()):
             decode = decode_dict(cfg, engine)
             cid = config_id(decode, spec.batch_size)

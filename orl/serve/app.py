@@ -154,8 +154,7 @@ def create_app(engine: Engine | CanvasDecoder | ARDecoder, model_name: str, *,
         if need <= engine.max_len:
             return ids, cfg
         fits = most_that_fits(cfg, len(ids))
-        asked = (req.one_max() if hasattr(req, "one_max") else req).max_tokens  # either OpenAI name counts as asked
-        if fits and asked is None:  # as OpenAI and vLLM: the default stops at the context
+        if fits and req.one_max().max_tokens is None:  # as OpenAI and vLLM: the default stops at the context
             return ids, dataclasses.replace(cfg, max_new_tokens=fits)
         raise APIError(400, f"prompt ({len(ids)} tokens) + max_tokens {cfg.max_new_tokens}"
                             f"{' ' + rounding if rounding else ''} = {need} tokens exceeds the model's context "

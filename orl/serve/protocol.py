@@ -73,6 +73,10 @@ class DlmParams(BaseModel):
     small_block_size: int | None = Field(None, ge=1, le=INT_KNOB_MAX)
     stop: object = None   # OpenAI's stop: a string or a list of strings (orl.engine.stops checks which)
 
+    def one_max(self) -> "DlmParams":
+        """The request with its answer budget in max_tokens (chat requests may name it max_completion_tokens)."""
+        return self
+
     @field_validator("stop")
     @classmethod
     def _stops(cls, v):

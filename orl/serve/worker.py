@@ -129,21 +129,23 @@ class EngineWorker:
                     outcome = "cancelled"
                     break
                 if isinstance(event, DoneEvent):  # counted (and the worker idle) before the client can see it:
-                    counted = self._count(job, outcome)  # a /health polled right after the answer is current
+                    self._count(job, outcome)  # a /health polled right after the answer is current
+                    counted = True
                 job.emit(event)  # stamped with engine time (event.at), whatever the client's pace
         except Exception as e:  # reported to the waiting request; the worker lives on
             outcome = "rejected" if isinstance(e, ValueError) else "failed"  # as streams.engine_error answers
-            counted = counted or self._count(job, outcome)
+            if not counted:
+                self._count(job, outcome)
+                counted = True
             job.emit(ErrorEvent(e))
         finally:
             events.close()
             if not counted:
                 self._count(job, outcome)
 
-    def _count(self, job: Job, outcome: str) -> bool:
+    def _count(self, job: Job, outcome: str) -> None:
         with self._cv:  # cancel() counts from the event loop's thread
             setattr(self.stats, outcome, getattr(self.stats, outcome) + 1)
             self.stats.runs += 1
             self.stats.engine_s += time.perf_counter() - job.started_at
             self.running = None
-        return True
