@@ -91,7 +91,8 @@ def test_pooled_tpf_is_a_ratio_of_sums():
     assert t["tpf_sample_mean"] == pytest.approx(3.0)
     # ceiling: 1 block -> 1 forward, 3 blocks -> 3 denoising + 2 commit forwards
     assert metrics.pooled_tpf_ceiling(recs) == pytest.approx(24 / 6)
-    fused = [{**r, "decode": {"fused_commit": True}} for r in recs]  # the commit rides on the next block
+    # the commit rides on the next block: a fused decode records no commit forward of its own
+    fused = [{**r, "decode": {"fused_commit": True}, "forwards": {**r["forwards"], "commit": 0}} for r in recs]
     assert metrics.pooled_tpf_ceiling(fused) == pytest.approx(24 / 4)
     assert math.isnan(metrics.pooled_tpf_ceiling([{**recs[0], "block_steps": []}]))
     with pytest.raises(ValueError, match="no records"):

@@ -281,7 +281,7 @@ def ar_first_token(model: Transformer, st: DecodeState, ids: SpecialIds, eos_fil
     live row's masked answer position (not a prompt tail on the absolute grid). Tensor work only."""
     logits = model.read_out(st.carry[:, None])[:, 0].masked_fill(st.banned, float("-inf"))  # [B, V]: next token
     first = logits.argmax(-1)  # [B]
-    take = st.unresolved[:, 0]
+    take = st.unresolved[:, 0].clone()  # [B]: a copy, read again after the column is cleared below
     st.canvas[:, 0] = torch.where(take, first, st.canvas[:, 0])
     st.unresolved[:, 0] = st.unresolved[:, 0] & ~take
     if eos_fill:  # an EOS first token ends the row's answer: the rest of the block is EOS

@@ -183,12 +183,14 @@ class Engine(LoadedModel):
         stops = Stops(self.tokenizer, cfg.stop)
         rows = [Row(list(p), stops=stops) for p in prompt_ids]
         recorder = TraceRecorder(len(rows), cfg.residual != "off") if trace else None
-        last = st.plan.n_blocks - 1
+        # each row's own last block (absolute grid: a shorter prompt tail ends the answer earlier); a row past it
+        # is done, as after EOS: no steps, no commit forward, no empty block counted for it
+        ends = st.plan.last_blocks(cfg.block_len, cfg.max_new_tokens)
         # Fast-dLLM v2 reads a block's first token off the previous block's commit forward before the
         # block's first step, so that forward cannot ride on the step
         fuse = cfg.fused_commit and cfg.rule != "fast_dllm_v2"
         for j in range(st.plan.n_blocks):
-            live = [not r.finished for r in rows]
+            live = [not r.finished and j <= e for r, e in zip(rows, ends)]
             # the commit forward of block j - 1 rides on block j's first step (fused), or ran alone below
             fused = fuse and j > 0
             n_valid = self.begin_block(st, cfg, P, j, live, fused)
@@ -212,20 +214,20 @@ class Engine(LoadedModel):
             block = [c[lo:hi] for c, (lo, hi) in zip(canvas, st.plan.block_span(j, cfg.block_len, cfg.max_new_tokens))]
             steps = st.steps.cpu().tolist()
             now = clock()
-            for row, tokens, n, was_live in zip(rows, block, steps, live):
+            for row, tokens, n, was_live, e in zip(rows, block, steps, live, ends):
                 if was_live:
-                    row.add_block(tokens, n, self.ids.eos_ids, now, last=j == last)
+                    row.add_block(tokens, n, self.ids.eos_ids, now, last=j == e)
             yield BlockEvent(j, n_valid, [list(r.token_ids) for r in rows],
                              [r.text(self.tokenizer) for r in rows], rows[0].forwards)
-            if all(r.finished for r in rows) or j == last:
+            if all(r.finished or j >= e for r, e in zip(rows, ends)):  # j == last: every row is at its end
                 break
             if fuse:
                 continue  # the next block's first step writes this block's clean K/V (one forward)
             # commit forward: the resolved canvas writes the block's clean K/V (an all-resolved step),
             # compiled / captured like the steps
             self.runner.commit(st, cfg)
-            for r in rows:
-                if not r.finished:
+            for r, e in zip(rows, ends):
+                if not r.finished and j < e:  # only rows with a block still to come need this block's K/V
                     r.commit_forwards += 1
         yield DoneEvent([r.generation(self.tokenizer, prefill_s, recorder.rows[b] if recorder else None)
                          for b, r in enumerate(rows)])

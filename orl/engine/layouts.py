@@ -41,6 +41,11 @@ class Plan:
         """Per row, the slots [first, end) of its answer."""
         return [(pad + n, pad + n + max_new_tokens) for pad, n in zip(self.pads(), self.lengths)]
 
+    def last_blocks(self, L: int, max_new_tokens: int) -> list[int]:
+        """Per row, the block that holds its last answer slot: on the absolute grid rows with shorter prompt
+        tails end their answers blocks before the longest, and take no part in the blocks after."""
+        return [(e - 1 - self.P) // L for _, e in self.answer_slots(max_new_tokens)]
+
     def block_span(self, j: int, L: int, max_new_tokens: int) -> list[tuple[int, int]]:
         """Per row, the canvas indices [lo, hi) of block j that hold its answer (empty: lo == hi)."""
         start = self.P + j * L

@@ -52,7 +52,9 @@ def _dlmrt(directory: str, spec: BenchSpec, residual: str | None) -> tuple[Syste
     return run, engine, cfg
 
 
-def _loops(engine: Engine, cfg: DecodeConfig, spec: BenchSpec) -> tuple[System, System]:
+def _loops(engine: Engine, cfg: DecodeConfig, spec: BenchSpec) -> tuple[System | str, System | str]:
+    """(c) and (d) on the base in its layout, or why not: (c), LLaDA's schedule over prompt blocks, runs only in
+    that layout; (d) in the block layouts."""
     n_blocks = cfg.n_blocks
     steps = spec.ref_steps or n_blocks * cfg.block_len
     if steps % n_blocks:
@@ -67,7 +69,12 @@ def _loops(engine: Engine, cfg: DecodeConfig, spec: BenchSpec) -> tuple[System, 
             return Output(r.token_ids, tok.decode(r.token_ids), r.forwards, r.total_s,
                           r.token_ids[-1:] == [engine.eos_id])
         return run
-    return wrap(llada_reference, steps=steps), wrap(prefix_cache, threshold=spec.threshold)
+    # in another layout than the base's their blocks would not be the base's: another decoder's tokens
+    c = (wrap(llada_reference, steps=steps) if cfg.layout == "prompt_block" else
+         f"n/a: the LLaDA-reference loop decodes prompt blocks; this base decodes in layout {cfg.layout}")
+    d = (wrap(prefix_cache, threshold=spec.threshold, layout=cfg.layout) if cfg.layout != "full_sequence" else
+         "n/a: the prefix-cache loop decodes blocks on a KV cache; this base decodes in layout full_sequence")
+    return c, d
 
 
 def _ar(spec: BenchSpec) -> dict[str, System | str]:

@@ -7,8 +7,9 @@ Formulas
   sums, sum(n_tokens) / sum(forwards) (`pooled_tpf`), never the mean of per-sample ratios (which
   over-weights short answers); the EOS-free TPF drops each finished sample's EOS token from the
   numerator. Commit forwards count, so one token per denoising step gives TPF < 1.
-- TPF ceiling over a set: sum(n_tokens) / sum(2 * blocks - 1), the best any block decoder could do on
-  the same outputs (one denoising forward per block, one commit forward between blocks).
+- TPF ceiling over a set: sum(n_tokens) / sum(blocks + commit forwards), the best any block decoder could do
+  on the same outputs (one denoising forward per block, plus the decode's commit forwards between blocks:
+  2 * blocks - 1 unfused, blocks fused).
 - tokens/s = n_tokens / wall seconds from request start to the row's last token (warm-up excluded by
   the runner).
 - accuracy = fraction of samples the verifier accepts (pass@1 when there is one sample per prompt).
@@ -63,21 +64,23 @@ def pooled_tpf(records: Iterable[dict]) -> dict[str, float]:
     # a sample that finished ends with its EOS, unless a stop string ended it (its last token is text)
     eos = sum(1 for r in recs if r["finished"] and not r.get("stop"))
     fwd = [r["forwards"]["step"] + r["forwards"]["commit"] for r in recs]
-    if min(fwd) <= 0:
-        raise ValueError("TPF needs at least one denoising or commit forward per record")
+    # a sample may cost no forward of its own (Fast-dLLM v2 reads a block's first token off the forward before
+    # it: a one-token answer is the prefill's); its tokens still count in the set's ratio of sums
+    if min(fwd) < 0 or sum(fwd) <= 0:
+        raise ValueError("TPF needs at least one denoising or commit forward over the records (none negative)")
     return {"tpf": tokens / sum(fwd), "tpf_no_eos": (tokens - eos) / sum(fwd),
-            "tpf_sample_mean": mean([r["n_tokens"] / f for r, f in zip(recs, fwd)])}
+            "tpf_sample_mean": mean([r["n_tokens"] / f for r, f in zip(recs, fwd) if f > 0])}  # n / 0: no value
 
 
 def pooled_tpf_ceiling(records: Iterable[dict]) -> float:
-    """sum(n_tokens) / sum(fewest forwards) over the records that decoded in blocks (nan if none): 2 *
-    blocks - 1, or blocks for a decode with the fused commit forward (its record's decode settings)."""
+    """sum(n_tokens) / sum(fewest forwards) over the records that decoded in blocks (nan if none): one denoising
+    forward per block plus the commit forwards the decode ran between them: 2 * blocks - 1 unfused, blocks with
+    the fused commit forward. Read off the record's counts, not its fused_commit setting, which some decoders
+    do not follow (rule fast_dllm_v2 never fuses; the full-sequence layout has no commit forward)."""
     recs = [r for r in records if r["block_steps"]]
     if not recs:
         return float("nan")
-    fused = [bool(r.get("decode", {}).get("fused_commit")) for r in recs]  # records before it: unfused
-    return sum(r["n_tokens"] for r in recs) / sum(len(r["block_steps"]) if f else 2 * len(r["block_steps"]) - 1
-                                                  for r, f in zip(recs, fused))
+    return sum(r["n_tokens"] for r in recs) / sum(len(r["block_steps"]) + r["forwards"]["commit"] for r in recs)
 
 
 def mcnemar_exact(b: int, c: int) -> float:

@@ -137,25 +137,41 @@ class PrefixCache:
         return self.k[layer, :, :, : self.end], self.v[layer, :, :, : self.end]
 
 
+def _blocks(P: int, gen_len: int, block_len: int, layout: str, device) -> tuple[Tensor, list[tuple[int, int, int]]]:
+    """Block id of every position of [prompt, answer] and, per block holding answer positions, (its first slot,
+    its first answer slot, its end). prompt_block: the prompt is block 0. absolute_grid (orl.engine.layouts):
+    block = position // block_len, so the first answer block starts with the prompt's partial last block."""
+    if layout == "absolute_grid":
+        first = P // block_len * block_len
+        return (torch.arange(P + gen_len, device=device) // block_len,
+                [(s, max(s, P), min(s + block_len, P + gen_len)) for s in range(first, P + gen_len, block_len)])
+    if layout != "prompt_block":
+        raise ValueError(f"the prefix-cache loop decodes the prompt_block and absolute_grid layouts, not {layout!r}")
+    return (block_ids(P, gen_len, block_len, device=device),
+            [(lo, lo, min(lo + block_len, P + gen_len)) for lo in range(P, P + gen_len, block_len)])
+
+
 @torch.no_grad()
 def prefix_cache(model, prompt_ids: list[int], *, gen_len: int, block_len: int, threshold: float,
-                 mask_id: int, eos_id: int, banned: tuple[int, ...]) -> BaselineResult:
-    """(b) Fast-dLLM style: refresh the prefix cache once per block, then threshold steps on the block."""
+                 mask_id: int, eos_id: int, banned: tuple[int, ...], layout: str = "prompt_block") -> BaselineResult:
+    """(b) Fast-dLLM style: refresh the prefix cache once per block, then threshold steps on the block, in the
+    checkpoint's layout (on the absolute grid a block's prompt tokens are fixed and seen like the rest of it)."""
     dev, t0, P, x = _start(model, prompt_ids, gen_len, mask_id)
-    n_blocks = -(-gen_len // block_len)
+    blocks, spans = _blocks(P, gen_len, block_len, layout, dev)
     pos = torch.arange(P + gen_len, device=dev)[None]
     cache = PrefixCache(model, P + gen_len)
     out: list[int] = []
     forwards, prefill_s = 0, 0.0
-    for j in range(n_blocks):
-        lo, hi = P + j * block_len, min(P + (j + 1) * block_len, P + gen_len)
-        # refresh: one forward over everything committed so far rewrites the cache with clean K/V
-        blocks = block_ids(P, lo - P, block_len, device=dev)
-        zero = torch.zeros_like(blocks)
-        cache.end = lo
-        h = model(x[:, :lo], pos[:, :lo], visibility(blocks, zero, blocks, zero)[None], cache=cache,
-                  slots=torch.arange(lo, device=dev), return_hidden=True)
-        last = h[:, -1]  # a shifted model reads the block's first token off the last committed position
+    last = torch.zeros(1, model.args.dim, dtype=model.lm_head.weight.dtype, device=dev)  # nothing before slot 0
+    for j, (start, lo, hi) in enumerate(spans):
+        # refresh: one forward over everything committed so far rewrites the cache with clean K/V (on the grid
+        # none when the whole prompt lies in the first block)
+        cache.end = start
+        if start:
+            zero = torch.zeros_like(blocks[:start])
+            h = model(x[:, :start], pos[:, :start], visibility(blocks[:start], zero, blocks[:start], zero)[None],
+                      cache=cache, slots=torch.arange(start, device=dev), return_hidden=True)
+            last = h[:, -1]  # a shifted model reads the block's first token off the last committed position
         if j == 0:
             _sync(dev)
             prefill_s = time.perf_counter() - t0  # block 0's refresh is the prompt prefill
@@ -163,17 +179,18 @@ def prefix_cache(model, prompt_ids: list[int], *, gen_len: int, block_len: int, 
             forwards += 1
         # steps on the block only: it sees the whole prefix and itself
         cache.end = hi
-        slots = torch.arange(lo, hi, device=dev)
-        see_all = torch.ones(1, hi - lo, hi, dtype=torch.bool, device=dev)
+        slots = torch.arange(start, hi, device=dev)
+        see_all = torch.ones(1, hi - start, hi, dtype=torch.bool, device=dev)
         while (x[0, lo:hi] == mask_id).any().item():  # the host check, every step
-            logits = model(x[:, lo:hi], pos[:, lo:hi], see_all, cache=cache, slots=slots, before=last)[0]
+            logits = model(x[:, start:hi], pos[:, start:hi], see_all, cache=cache, slots=slots, before=last)[0]
             forwards += 1
             tok, conf = _greedy(logits, banned)
-            still_masked = x[0, lo:hi] == mask_id
+            still_masked = x[0, start:hi] == mask_id
+            still_masked[: lo - start] = False  # the prompt's tokens in the block (a prompt may hold a mask id)
             conf = torch.where(still_masked, conf, torch.full_like(conf, -1.0))
             commit = still_masked & (conf >= threshold)
             commit[conf.argmax()] = True  # at least the most confident masked position
-            x[0, lo:hi] = torch.where(commit, tok, x[0, lo:hi])
+            x[0, start:hi] = torch.where(commit, tok, x[0, start:hi])
         if _cut_at_eos(out, x[0, lo:hi].tolist(), eos_id):
             break
     _sync(dev)

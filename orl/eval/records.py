@@ -188,8 +188,8 @@ def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
 
 
 def read_records(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[dict]:
-    """Records of one or more JSONL files. An unterminated last line (a run killed mid-write) is
-    skipped; any other unreadable line is an error naming file and line."""
+    """Records of one or more JSONL files, each sample (record_key) once. An unterminated last line (a run
+    killed mid-write) is skipped; any other unreadable line is an error naming file and line."""
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     out = []
     for p in map(Path, paths):
@@ -213,7 +213,9 @@ def read_records(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list
                 raise ValueError(f"{p}:{lineno}: not an orl eval record: field(s) {', '.join(bad)} missing or of the "
                                  f"wrong type (expected {want})")
             out.append(rec)
-    return distinct_model_names(out)
+    # one record per sample (its resumption key): a file given twice, a copy beside it, or two runs appending
+    # the same sample would otherwise count it twice (n doubled, a pass@2 of one draw); the last one is kept
+    return distinct_model_names(list({record_key(r): r for r in out}.values()))
 
 
 def distinct_model_names(records: list[dict]) -> list[dict]:

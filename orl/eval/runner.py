@@ -161,7 +161,9 @@ def _record(s: Sample, draw: int, g: Generation, verdict: bool, decode: dict, ba
         "prompt": s.prompt, "answer": s.answer, "output_ids": g.token_ids, "output_text": g.text,
         "finished": g.finished, "stop": g.stop, "verdict": verdict,
         "forwards": {"prefill": g.prefill_forwards, "step": g.step_forwards, "commit": g.commit_forwards},
-        "n_tokens": g.n_tokens, "tpf": metrics.tpf(g.n_tokens, g.step_forwards, g.commit_forwards),
+        # tpf None: a sample of no forward of its own (Fast-dLLM v2's one-token answer, read off the prefill)
+        "n_tokens": g.n_tokens,
+        "tpf": metrics.tpf(g.n_tokens, g.step_forwards, g.commit_forwards) if g.forwards else None,
         "block_steps": g.block_steps,
         "timing": {"total_s": g.total_s, "prefill_s": g.prefill_s,
                    "tokens_per_s": metrics.tokens_per_s(g.n_tokens, g.total_s)},
@@ -192,20 +194,31 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
         raise ValueError(f"{', '.join(unused)}: not used with --spec-draft {spec.ar['spec_draft']} (the AR path "
                          "decodes, its drafts are greedy); it takes max_new_tokens, temperature, stop, spec_tokens, "
                          "spec_groups")
+    # the AR decoder has no blocks, rule or threshold: such settings would be dropped and the records read as theirs
+    ar_only = [k for k in unused if k not in ("chunk_steps", "compile")]
+    if objective == ARDecoder.objective and ar_only:
+        raise ValueError(f"{', '.join(ar_only)}: not used by the autoregressive decoder ({spec.model} is an "
+                         "autoregressive model); it takes max_new_tokens, temperature, stop, chunk_steps, compile, "
+                         "spec_tokens, spec_ngram")
     if objective == CanvasDecoder.objective:  # DiffusionGemma: no mask token, no threshold
         engine, configs = _canvas(spec, model, tokenizer, manifest)
     elif objective == ARDecoder.objective or self_draft:
         # An AR peer is judged by its own decoder: greedy (or sampled) next-token decoding, no threshold.
         engine = ARDecoder(model, tokenizer, manifest=manifest)
+        speed = {k: spec.decode[k] for k in ("chunk_steps", "compile") if k in spec.decode}  # plain AR only (above)
         configs = [ARConfig(max_new_tokens=spec.decode.get("max_new_tokens", DecodeConfig.max_new_tokens),
                             temperature=spec.decode.get("temperature", 0.0), seed=spec.seed,
-                            stop=spec.decode.get("stop", ()), **spec.ar).validate()]
+                            stop=spec.decode.get("stop", ()), **speed, **spec.ar).validate()]
     else:
         require_objective(manifest, Engine.objective, spec.model)
         engine = Engine(model, tokenizer, manifest=manifest)
         settings = {"seed": spec.seed, **spec.decode}
         configs = [DecodeConfig.from_manifest(manifest, **{**settings, "threshold": t}).validate()
                    for t in spec.thresholds or [0.9]]
+    if spec.n_samples > 1 and not any(c.draws for c in configs):  # the seed decides nothing: N copies of one answer
+        raise ValueError(f"n_samples {spec.n_samples}: this decoder is deterministic (greedy), so every draw of a "
+                         "prompt is the same answer and pass@k would be pass@1; sample with temperature > 0 "
+                         "(--temperature), or use n_samples 1")
     tasks = _tasks(spec, tokenizer, manifest)
     samples = [s for name, task in tasks.items() for s in _samples(name, task, spec)]
     warn_long_answers(samples, tokenizer, min(c.max_new_tokens for c in configs))

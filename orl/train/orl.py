@@ -24,7 +24,7 @@ from orl.model.model import Transformer
 from orl.train.ar_anchor import ar_anchor_sums, rollout_ar_batch
 from orl.train.heldout import check_eval_fits, eval_fix, heldout_eval, mean_over_tasks
 from orl.train.dist import SINGLE, Dist
-from orl.train.loop import TrainLoop, check_fields, make_optimizer
+from orl.train.loop import ResumeError, TrainLoop, check_fields, make_optimizer
 from orl.train.objective import LossWeights, orl_loss, response_counts
 from orl.train.relabel import relabel_unverified
 from orl.train.replay import build_batch, make_unit, pack
@@ -81,9 +81,13 @@ class ORLConfig:
                                 non_negative=("adapter_dim", "adapter_lr", "adapter_grad_clip", "threads", "keep_every"))
         if self.rollout.residual == "adapter" and self.adapter_dim <= 0:
             problems.append("adapter_dim must be > 0 when rollouts use the adapter residual")
-        for name in ("lambda_ar", "lambda_ar_kl", "lambda_cf"):
-            if getattr(self.weights, name) < 0:
-                problems.append(f"weights.{name} must be >= 0, got {getattr(self.weights, name)}")
+        # the lambdas weigh losses to minimise; min(KL, c) with c <= 0 is a constant (the anchor silently off)
+        problems += [f"weights.{p}" for p in check_fields(self.weights, positive=("kl_cap",), non_negative=(
+            "lambda_aec", "lambda_kl", "lambda_ar", "lambda_ar_kl", "lambda_cf"))]
+        # L_AEC's target (1 - rho) stopgrad H(k): rho > 1 makes it negative, so a contraction is penalised too;
+        # rho < 0 lets the entropy grow
+        if not 0.0 <= self.weights.rho <= 1.0:
+            problems.append(f"weights.rho must be in [0, 1], got {self.weights.rho}")
         if self.keep not in KEEP:
             problems.append(f"keep must be one of {KEEP}, got {self.keep!r}")
         if self.relabel not in RELABEL:
@@ -136,6 +140,13 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config
 
     cfg, dist, loop = start_run(cfg, out, resume, allow_config_change, log, "rolls out", device)
     state = loop.state
+    if state and loop.start < loop.total and loop.start % cfg.rollout_reuse and not allow_config_change:
+        # save_due writes `out` where a rollout batch ends, and at a run's last update, which may lie inside one:
+        # extended (more updates), the run would roll out a new batch there
+        raise ResumeError(f"refusing to resume {loop.out} at update {loop.start}: it lies inside a rollout batch "
+                          f"(rollout_reuse={cfg.rollout_reuse}), and neither the batch nor the weights that rolled it "
+                          "out are saved, so the run would not continue as it began; pass --allow-config-change to "
+                          "go on with a new batch there, or choose another --out")
 
     def read_model():
         if state:
@@ -204,7 +215,8 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config
         loop.bar.set_postfix(reward=f"{stats['reward']:.2f}", tpf=f"{stats['tpf']:.2f}",
                              steps=f"{stats['steps_per_block']:.2f}", loss=f"{rec.get('loss', float('nan')):.3f}")
         loop.write(rec)
-        save_due(loop, model, tok, opt, "orl", rollout_cfg, done, gen_tokens, cfg.base, manifest, cfg.save_every)
+        save_due(loop, model, tok, opt, "orl", rollout_cfg, done, gen_tokens, cfg.base, manifest, cfg.save_every,
+                 reuse=cfg.rollout_reuse)
     loop.finish()
     model.eval()
     return model
@@ -304,12 +316,15 @@ def save_update(loop: TrainLoop, model: Transformer, tok, opt: torch.optim.Optim
 
 def save_due(loop: TrainLoop, model: Transformer, tok, opt: torch.optim.Optimizer, recipe: str,
              rollout_cfg: DecodeConfig, done: int, gen_tokens: int, base: str, base_manifest: dict,
-             save_every: int, recipe_extra: dict | None = None) -> None:
+             save_every: int, recipe_extra: dict | None = None, reuse: int = 1) -> None:
     """After update `done`: its keep_every snapshot (before `out`: a crash in between writes it again on
-    resume), then `out` when save_every says so (save_update)."""
+    resume), then `out` when save_every says so (save_update). reuse: updates per rollout batch (ORL's
+    rollout_reuse); a save due inside a batch waits for its last update, since neither the batch nor the
+    weights that rolled it out are saved and a run resumed there could not continue it."""
     if done in loop.snapshots:
         save_update(loop, model, tok, opt, recipe, rollout_cfg, done, gen_tokens, base, base_manifest,
                     loop.snapshots[done], recipe_extra)
-    if loop.due(done, save_every):
+    # a multiple of save_every among this batch's updates done - reuse + 1 .. done (reuse 1: loop.due)
+    if done == loop.total or (done % reuse == 0 and done // save_every > (done - reuse) // save_every):
         save_update(loop, model, tok, opt, recipe, rollout_cfg, done, gen_tokens, base, base_manifest,
                     recipe_extra=recipe_extra)

@@ -59,7 +59,9 @@ def make_unit(r: Rollout, block_len: int, eos_id: int, dim: int, kl_conf: float,
     prompt = torch.tensor(r.gen.prompt_ids, dtype=torch.long)
     n = prompt.numel()
     c = canvas_start(layout, n, L)
-    n_blocks = max(rec.block for rec in trace) + 1
+    # the blocks the answer covers, traced or not: Fast-dLLM v2's AR first token can resolve a block with
+    # no step (an EOS first token leaves the whole trace empty), and such a block still holds answer tokens
+    n_blocks = max(max((rec.block + 1 for rec in trace), default=0), -(-(n + r.gen.n_tokens - c) // L))
     end = n + (max_new_tokens if max_new_tokens is not None else c + n_blocks * L - n)
     clean = torch.full((end,), eos_id, dtype=torch.long)  # past the row's EOS: EOS, as eos_fill commits
     clean[:n] = prompt
