@@ -110,7 +110,9 @@ REAL_MOE = {  # the shape of Qwen3-30B-A3B's config.json (transformers 4.x keys)
 def test_legacy_config_keys():
     a = args_from_config(REAL_MOE)
     assert (a.rope_theta, a.n_experts, a.moe_ffn_dim, a.norm_topk_prob, a.ffn_dim) == (1e6, 8, 24, True, 96)
-    assert args_from_config({**REAL_MOE, "partial_rotary_factor": 0.5}).rotary_dim == 8
+    # transformers' Qwen3 rotates whole heads whatever partial_rotary_factor says: refused (test_family_qwen3_rotary.py)
+    with pytest.raises(ValueError, match="partial_rotary_factor"):
+        args_from_config({**REAL_MOE, "partial_rotary_factor": 0.5})
 
 
 @pytest.mark.parametrize("change,needle", [

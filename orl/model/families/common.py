@@ -47,14 +47,25 @@ LAYOUTS = ("prompt_block", "absolute_grid", "full_sequence")
 class Problems(list):
     """Every unsupported option of one config, raised together so one edit fixes the file."""
 
+    absent: frozenset = frozenset()  # keys with_published_defaults filled in: named as defaults, not as file values
+
     def flag(self, cfg: dict, key: str, bad, why: str = "") -> None:
         """Name `key` when cfg has it set to a value `bad` accepts (a callable) or equals."""
         if key in cfg and (bad(cfg[key]) if callable(bad) else cfg[key] == bad):
-            self.append(f"{key}={cfg[key]!r}" + (f" ({why})" if why else ""))
+            where = " (absent from config.json: the published config class's default)" if key in self.absent else ""
+            self.append(f"{key}={cfg[key]!r}" + (f" ({why})" if why else "") + where)
 
     def raise_if_any(self, family: str) -> None:
         if self:
             raise UnsupportedConfig(f"unsupported {family} option(s): " + "; ".join(self))
+
+
+def with_published_defaults(cfg: dict, defaults: dict, problems: Problems) -> dict:
+    """cfg with the keys it lacks taken from the family's published config class. The published code runs
+    on those defaults, so orl must read the same model or name the key; a default that merely suits orl
+    would run another model silently (LLaDA's weight_tying defaults to true, LLaDA2's rms_norm_eps to 1e-5)."""
+    problems.absent = frozenset(set(defaults) - set(cfg))
+    return {**defaults, **cfg}
 
 
 def default_rope(cfg: dict, problems: Problems) -> tuple[float, float]:

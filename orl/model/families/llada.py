@@ -21,7 +21,7 @@ import re
 from torch import Tensor
 
 from orl.model.args import ModelArgs
-from orl.model.families.common import Problems, UnsupportedConfig, decode_defaults
+from orl.model.families.common import Problems, UnsupportedConfig, decode_defaults, with_published_defaults
 
 MODEL_TYPES = ("llada",)
 MASK_TOKEN = "<|mdm_mask|>"
@@ -33,12 +33,17 @@ _NAMES = {"attn_norm": "input_layernorm", "q_proj": "self_attn.q_proj", "k_proj"
           "ff_proj": "mlp.gate_proj", "up_proj": "mlp.up_proj", "ff_out": "mlp.down_proj"}
 _TOP = {"model.transformer.wte.weight": "model.embed_tokens.weight", "model.transformer.ln_f.weight": "model.norm.weight",
         "model.transformer.ff_out.weight": "lm_head.weight"}
+# The published ModelConfig's defaults where they differ from LLaDA-8B's values (LLaDAConfig fills every
+# field before the model reads it): an absent weight_tying ties the head, the others are refused by name
+PUBLISHED_DEFAULTS = {"weight_tying": True, "layer_norm_type": "default", "activation_type": "swiglu",
+                      "block_type": "sequential", "rope": False}
 
 
 def args_from_config(cfg: dict) -> ModelArgs:
     if cfg.get("model_type") not in MODEL_TYPES:
         raise UnsupportedConfig(f"model_type {cfg.get('model_type')!r} is not LLaDA")
     p = Problems()
+    cfg = with_published_defaults(cfg, PUBLISHED_DEFAULTS, p)
     p.flag(cfg, "block_type", lambda v: v != "llama", "only the llama block")
     p.flag(cfg, "layer_norm_type", lambda v: v != "rms", "only rms")
     p.flag(cfg, "activation_type", lambda v: v != "silu", "only silu (x = silu(ff_proj) * up_proj)")

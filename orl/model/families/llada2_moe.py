@@ -24,12 +24,17 @@ import torch
 from torch import Tensor
 
 from orl.model.args import ModelArgs
-from orl.model.families.common import Problems, UnsupportedConfig, decode_defaults, default_rope
+from orl.model.families.common import (Problems, UnsupportedConfig, decode_defaults, default_rope,
+                                       with_published_defaults)
 
 MODEL_TYPES = ("llada2_moe",)
 MASK_TOKEN = "<|mask|>"
 BLOCK = 32
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.(attention\.\w+|mlp\.shared_experts)\.(.+)$")
+# LLaDA2MoeConfig's defaults where orl's would differ: the published code runs on them when a key is absent
+PUBLISHED_DEFAULTS = {"rms_norm_eps": 1e-5, "partial_rotary_factor": 0.5, "n_group": 8, "topk_group": 4,
+                      "routed_scaling_factor": 2.5, "use_qk_norm": True, "use_bias": True, "use_qkv_bias": False,
+                      "max_position_embeddings": 16384}
 _ATTN = {"attention.dense": "self_attn.o_proj", "attention.query_layernorm": "self_attn.q_norm",
          "attention.key_layernorm": "self_attn.k_norm", "mlp.shared_experts": "mlp.shared_expert"}
 
@@ -38,6 +43,7 @@ def args_from_config(cfg: dict) -> ModelArgs:
     if cfg.get("model_type") not in MODEL_TYPES:
         raise UnsupportedConfig(f"model_type {cfg.get('model_type')!r} is not LLaDA2 MoE")
     p = Problems()
+    cfg = with_published_defaults(cfg, PUBLISHED_DEFAULTS, p)
     p.flag(cfg, "hidden_act", lambda v: v != "silu", "only silu")
     p.flag(cfg, "score_function", lambda v: v != "sigmoid", "only the sigmoid router")
     p.flag(cfg, "use_bias", True, "biases on the output / MLP projections")

@@ -34,6 +34,8 @@ def body_args(cfg: dict, problems: Problems, moe: bool) -> dict:
     problems.flag(cfg, "use_sliding_window", True, "full attention only")
     problems.flag(cfg, "mlp_only_layers", lambda v: bool(v))
     theta, fraction = default_rope(cfg, problems)
+    if fraction != 1.0:  # transformers' Qwen3 accepts the key and rotates whole heads all the same
+        problems.append(f"partial_rotary_factor={fraction} (a Qwen3 body rotates whole heads)")
     n_heads = cfg["num_attention_heads"]
     kw = {}
     if moe:
@@ -45,7 +47,7 @@ def body_args(cfg: dict, problems: Problems, moe: bool) -> dict:
         vocab_size=cfg["vocab_size"], dim=cfg["hidden_size"], n_layers=cfg["num_hidden_layers"],
         n_heads=n_heads, n_kv_heads=cfg.get("num_key_value_heads", n_heads),
         head_dim=cfg.get("head_dim") or cfg["hidden_size"] // n_heads, ffn_dim=cfg["intermediate_size"],
-        norm_eps=cfg.get("rms_norm_eps", 1e-6), rope_theta=theta, rotary_fraction=fraction, qk_norm=True,
+        norm_eps=cfg.get("rms_norm_eps", 1e-6), rope_theta=theta, qk_norm=True,
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         max_seq_len=cfg.get("max_position_embeddings", 32768), **kw)
 
@@ -71,7 +73,7 @@ def config_from_args(args: ModelArgs, dtype: torch.dtype) -> dict:
         "tie_word_embeddings": args.tie_embeddings, "max_position_embeddings": args.max_seq_len,
         "use_sliding_window": False, "dtype": dtype_name(dtype), "torch_dtype": dtype_name(dtype),
     }
-    if args.rotary_fraction != 1.0:
+    if args.rotary_fraction != 1.0:  # for people; transformers ignores it (orl_extensions says so)
         cfg["partial_rotary_factor"] = args.rotary_fraction
     if moe:
         cfg.update(num_experts=args.n_experts, num_experts_per_tok=args.n_experts_per_tok,
@@ -82,7 +84,7 @@ def config_from_args(args: ModelArgs, dtype: torch.dtype) -> dict:
     plain = ModelArgs()
     extras = {k: getattr(args, k) for k in ("learned_pos", "attn_logn", "shift_logits", "adapter_dim", "shared_expert_ffn_dim",
                                             "qkv_bias", "first_dense_layers", "router", "router_bias", "n_group",
-                                            "topk_group", "routed_scaling")
+                                            "topk_group", "routed_scaling", "rotary_fraction")
               if getattr(args, k) != getattr(plain, k)}
     if not args.qk_norm:
         extras["qk_norm"] = False
