@@ -7,14 +7,18 @@ from pathlib import Path
 
 # orl.quant.KINDS, spelled out so that building the parser does not import torch (a test keeps them equal)
 KINDS = ("int8", "fp8", "nvfp4")
-# what the quantized checkpoint keeps from its source manifest; the rest is derived from the model
-CARRIED = ("block_len", "mask_id", "eos_id", "pad_id", "residual_mode", "recipe", "objective")
+# what the quantized checkpoint does not take from its source manifest, besides what save_checkpoint derives from
+# the model (orl.checkpoint.DERIVED): the source's own file record. Every other field says how the model decodes
+# (block_len, layout, sub_block_len, eos_ids, mask_token, objective, ...; a published dLLM's come from its family's
+# config reader) and a quantized copy decodes as its source does: a list of fields to keep would drop the ones
+# added later (layout once fell back to the engine's prompt_block default that way)
+NOT_CARRIED = ("files", "git_commit", "source")
 
 
 def quantize_checkpoint(model_dir: str, kind: str, out: str):
     """Load `model_dir`, quantize it to `kind` and save it to `out` -> (path, orl.quant.weight_bytes before, after)."""
     from orl.atomic_dir import check_apart
-    from orl.checkpoint import load_checkpoint, read_manifest, recorded_verifier, save_checkpoint
+    from orl.checkpoint import DERIVED, load_checkpoint, read_manifest, recorded_verifier, save_checkpoint
     from orl.quant import KINDS, QuantizationError, quantize, weight_bytes
 
     if kind not in KINDS:  # before loading anything
@@ -32,7 +36,7 @@ def quantize_checkpoint(model_dir: str, kind: str, out: str):
                                 "quantize the full-precision checkpoint")
     before = weight_bytes(model)
     quantize(model, kind)
-    keep = {k: manifest[k] for k in CARRIED if k in manifest}
+    keep = {k: v for k, v in manifest.items() if k not in (*DERIVED, *NOT_CARRIED)}
     keep["quantized_from"] = {"path": str(model_dir), "git_commit": manifest.get("git_commit"),
                               "files": manifest.get("files")}
     path = save_checkpoint(model, tokenizer, out, manifest=keep)

@@ -9,14 +9,14 @@ Two forwards, and `path` says which one runs:
             output (the only output dtype its rowwise kernels have). Activations are quantized too,
             so this path is W8A8: its numbers differ from the emulated path's by the activation rounding.
   emulated  everywhere else: the e4m3 weights (exact in bf16 / fp16 / fp32) are multiplied in the
-            activations' dtype and the output scaled per channel (weight-only).
+            activations' dtype and the output scaled per channel (weight-only); float16 activations
+            multiply the dequantized weight instead (PerChannelLinear.scaled_matmul: range).
 The clamp before every cast matters: a float8 cast of a value beyond 448 is not guaranteed to
 saturate on every backend.
 """
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from orl.quant.base import PerChannelLinear, on_native_fp8_device
@@ -62,4 +62,4 @@ class Fp8Linear(PerChannelLinear):
         if self.path == "native":
             y = scaled_mm_rowwise(x.reshape(-1, self.in_features), self.weight, self.weight_scale)
             return y.to(x.dtype).view(*x.shape[:-1], self.out_features)
-        return F.linear(x, self.weight.to(x.dtype)) * self.weight_scale.to(x.dtype)
+        return self.scaled_matmul(x)
