@@ -20,8 +20,8 @@ from safetensors.torch import save_file
 from torch import Tensor
 
 from orl.atomic_dir import MANIFEST, MARK, RUN_FILES, NotOrlDirectory, file_digest, write_atomically
-from orl.checkpoint_checks import (CheckpointError, check_config_agrees, check_decode_fields, check_sizes, read_json,
-                                   validate_tensors, verify_checksums)
+from orl.checkpoint_checks import (QUANTIZED_MODEL_TYPE, CheckpointError, check_config_agrees, check_decode_fields,
+                                   check_sizes, read_json, validate_tensors, verify_checksums)
 from orl.device import resolve_device
 from orl.model import ModelArgs, Transformer
 from orl.model.families import family_for, get_family
@@ -69,6 +69,10 @@ def save_checkpoint(model: Transformer, tokenizer: Tokenizer, directory: str | o
     if config is None:
         config = family_for(args).config_from_args(args, dtype)
         config.update(eos_token_id=tokenizer.eos_id, pad_token_id=tokenizer.pad_id)
+        if full["quantization"]:
+            # transformers would read the int8 / float8 / packed storage as plain weights (a warning, then
+            # garbage): a model_type it does not know makes it refuse the directory instead
+            config["model_type"] = QUANTIZED_MODEL_TYPE
 
     def fill(tmp: Path) -> None:
         _write_weights(state, tmp, max_shard_bytes)
@@ -210,7 +214,7 @@ def _read_config(d: Path) -> tuple[dict, ModelArgs, torch.dtype, ModuleType]:
                                             get_family(m["family"])))
         check_decode_fields(man_path, m)
         if cfg_path.exists():
-            check_config_agrees(cfg_path, parsed[3], parsed[1], parsed[2])
+            check_config_agrees(cfg_path, parsed[3], parsed[1], parsed[2], quantized=bool(m.get("quantization")))
         return (_with_end_of_turn(m, parsed[3]), *parsed[1:])
     if not cfg_path.exists():
         raise CheckpointError(f"{d} is not a checkpoint: neither {MANIFEST} nor config.json exists")

@@ -51,9 +51,17 @@ def check_decode_fields(path: Path, m: dict) -> None:
         raise CheckpointError(f"{path}: " + "; ".join(problems))
 
 
-def check_config_agrees(cfg_path: Path, family: ModuleType, args: ModelArgs, dtype: torch.dtype) -> None:
-    """config.json is what transformers reads, orl.json what orl reads: they must describe one model."""
+# config.json's model_type in a quantized checkpoint (orl.checkpoint.save_checkpoint): transformers refuses it
+QUANTIZED_MODEL_TYPE = "orl_quantized"
+
+
+def check_config_agrees(cfg_path: Path, family: ModuleType, args: ModelArgs, dtype: torch.dtype,
+                        quantized: bool = False) -> None:
+    """config.json is what transformers reads, orl.json what orl reads: they must describe one model. A quantized
+    checkpoint's model_type is QUANTIZED_MODEL_TYPE (or, written before it, the family's)."""
     cfg = read_json(cfg_path)
+    if quantized and cfg.get("model_type") == QUANTIZED_MODEL_TYPE:
+        cfg = {k: v for k, v in cfg.items() if k != "model_type"}
     if "orl_args" in cfg:  # an export read through its own modeling file (orl.hf_wrapper)
         want = {"orl_args": args.to_dict()}
     elif hasattr(family, "config_from_args"):
