@@ -15,7 +15,8 @@ per size (digits, records, assignments, letters: orl/eval/tasks/__init__.py). Fo
 the table also gives the shape: answers with the reference's skeleton, and the right values in those.
 
 --paired A B: the two models' accuracy on the prompts both answered, per split and family, with the
-exact McNemar p-value (A = a model name as the table prints it, e.g. two runs' `tiny7h/stage1`).
+exact McNemar p-value (A = a model name as the table prints it, e.g. two runs' `tiny7h/stage1`); the samples only
+one of the two answered are left out, and counted under the table.
 
 --values-by VALUE INDEX: the right values of the well-shaped answers, split by element index >= INDEX and
 reference value >= VALUE (e.g. `--values-by 100 21` for long7xp: past the range, both grow together; the
@@ -82,6 +83,20 @@ def paired(records: list[dict], a: str, b: str) -> list[tuple[str, str, int, int
     (a sweep would pair whichever came last); a prompt evaluated twice counts with its last record. A or B
     may name one decoder of a model as MODEL/DECODER/TAU, e.g. "hint4g2/threshold L16/0.9" or
     "hint4g2/AR +self-draft k8/None" (the decoder label and threshold the summary tables print)."""
+    by = paired_verdicts(records, a, b)
+    keys = by[a].keys() & by[b].keys()
+    out = []
+    for split in sorted({k[0] for k in keys}):
+        for fam in sorted({k[1] for k in keys if k[0] == split}) + ["all"]:
+            ks = [k for k in keys if k[0] == split and (fam == k[1] or fam == "all" and k[1] not in HELPER_NAMES)]
+            n, only_a, only_b = metrics.paired_counts({k: by[a][k] for k in ks}, {k: by[b][k] for k in ks})
+            out.append((split, fam, n, sum(by[a][k] for k in ks), sum(by[b][k] for k in ks), only_a, only_b,
+                        metrics.mcnemar_exact(only_a, only_b)))
+    return out
+
+
+def paired_verdicts(records: list[dict], a: str, b: str) -> dict[str, dict[tuple, bool]]:
+    """{A, B} -> (split, family, prompt id, prompt seed, sample) -> verdict, checked as `paired` describes."""
     if a == b:
         raise SystemExit("--paired: A and B are the same model")
     by: dict[str, dict[tuple, bool]] = {a: {}, b: {}}
@@ -99,17 +114,9 @@ def paired(records: list[dict], a: str, b: str) -> list[tuple[str, str, int, int
         if len(decoders[m]) > 1:
             raise SystemExit(f"--paired: {m} has records of {len(decoders[m])} decoders or thresholds "
                              f"({sorted(map(str, decoders[m]))}); give files with one each")
-    keys = by[a].keys() & by[b].keys()
-    if not keys:
+    if not by[a].keys() & by[b].keys():
         raise SystemExit(f"--paired: {a} and {b} share no prompt (same prompt, seed and sample)")
-    out = []
-    for split in sorted({k[0] for k in keys}):
-        for fam in sorted({k[1] for k in keys if k[0] == split}) + ["all"]:
-            ks = [k for k in keys if k[0] == split and (fam == k[1] or fam == "all" and k[1] not in HELPER_NAMES)]
-            n, only_a, only_b = metrics.paired_counts({k: by[a][k] for k in ks}, {k: by[b][k] for k in ks})
-            out.append((split, fam, n, sum(by[a][k] for k in ks), sum(by[b][k] for k in ks), only_a, only_b,
-                        metrics.mcnemar_exact(only_a, only_b)))
-    return out
+    return by
 
 
 _ITEM, _SUM = re.compile(r"([a-zA-Z])([1-9])"), re.compile(r"([a-zA-Z])([0-9]+)")
@@ -238,10 +245,16 @@ def main() -> None:
         return
     if args.paired:
         a, b = args.paired
+        records = read_records(args.records)
+        by = paired_verdicts(records, a, b)
         print(f"{'split':<8} {'family':<14} {'n':>5} {'A right':>8} {'B right':>8} {'only A':>7} {'only B':>7} {'p':>8}")
-        for split, fam, n, ra, rb, oa, ob, p in paired(read_records(args.records), a, b):
+        for split, fam, n, ra, rb, oa, ob, p in paired(records, a, b):
             print(f"{split:<8} {fam:<14} {n:>5} {ra:>8} {rb:>8} {oa:>7} {ob:>7} {p:>8.2g}")
         print(f"A = {a}, B = {b}; p = exact two-sided McNemar over the prompts only one of them gets right")
+        only_a, only_b = len(by[a].keys() - by[b].keys()), len(by[b].keys() - by[a].keys())
+        if only_a or only_b:  # the test sees only the pairs: say what it does not see
+            print(f"left out: {only_a} samples of A and {only_b} of B have no partner in the other (same split, prompt, "
+                  "prompt seed and sample)")
         return
     print(f"{'model':<22} {'decoder':<14} {'tau':>5} {'split':<8} {'family':<14} {'n':>5} {'acc':>6} "
           f"{'TPF':>6} {'noEOS':>6} {'mean*':>6} {'shape':>8} {'values':>9}")

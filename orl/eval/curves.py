@@ -33,14 +33,9 @@ def read_log(path: str | os.PathLike) -> list[dict]:
 
 
 def smooth(values: list[float], window: int) -> list[float]:
-    """Trailing mean over the last `window` values (fewer at the start)."""
-    out, total = [], 0.0
-    for i, v in enumerate(values):
-        total += v
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
-    return out
+    """Trailing mean over the last `window` values (fewer at the start). Each window is summed afresh: a running
+    sum never recovers from a NaN or inf (nan - nan is NaN), which turned the rest of a curve into NaN."""
+    return [sum(values[max(0, i + 1 - window): i + 1]) / min(i + 1, window) for i in range(len(values))]
 
 
 def run_name(path) -> str:
@@ -49,12 +44,34 @@ def run_name(path) -> str:
     return p.parent.name if p.name == "train.log.jsonl" else p.name.removesuffix(".log.jsonl")
 
 
+def run_names(paths: list[str | os.PathLike]) -> list[str]:
+    """run_name of each log, lengthened by its parent directories where two different logs would share one
+    (runs/a/stage1 and runs/b/stage1 -> "a/stage1", "b/stage1"): keyed by the bare name, one run's curves
+    replaced the other's. The same file given twice keeps one name."""
+    names = [run_name(p) for p in paths]
+    parts = [(*Path(p).resolve().parent.parts, *(() if Path(p).name == "train.log.jsonl" else (n,)))
+             for p, n in zip(paths, names)]
+    out = list(names)
+    for name in set(names):
+        group = {parts[i]: i for i, n in enumerate(names) if n == name}
+        for k in range(2, max(map(len, group)) + 1):
+            if len(group) < 2:
+                break
+            label = {ps: "/".join(ps[-k:]) for ps in group}
+            if len(set(label.values())) == len(group):
+                for i, n in enumerate(names):
+                    if n == name:
+                        out[i] = label[parts[i]]
+                break
+    return out
+
+
 def plot_training_curves(paths: list[str | os.PathLike], path: Path, window: int = 10) -> Figure:
     """One panel per quantity, one line per log, labelled by the log's file name; every panel has its
     legend beside it, and a log keeps its colour and line style in every panel."""
     from orl.eval.plots import LEGEND, styles
 
-    logs = {run_name(p): read_log(p) for p in paths}
+    logs = {name: read_log(p) for name, p in zip(run_names(paths), paths)}
     style = styles(list(logs))
     fig = Figure(figsize=(8.2 * 2, 3 * max(3.0, 0.16 * len(logs) + 0.8)), layout="constrained")
     for i, (key, title) in enumerate(PANELS):

@@ -92,6 +92,13 @@ def config_id(decode: dict, batch_size: int) -> str:
     return _digest({"decode": kept, "batch_size": batch_size})
 
 
+def effective_decode(decode: dict) -> dict:
+    """The settings config_id tells apart, every later knob shown: a knob the record predates at its historical
+    value (LATER_KNOBS), a knob of another rule (RULE_KNOBS) left out, tuples as lists."""
+    decode = {**LATER_KNOBS, **{k: list(v) if isinstance(v, tuple) else v for k, v in decode.items()}}
+    return {k: v for k, v in decode.items() if not (k in RULE_KNOBS and decode.get("rule") != RULE_KNOBS[k])}
+
+
 def decoder_label(decode: dict) -> str:
     """Name of a speed-quality curve: the decoder settings other than the swept threshold."""
     label = "AR" if decode["rule"] == "ar" else f"{decode['rule']} L{decode['block_len']}"
@@ -118,7 +125,8 @@ def separate_configs(records: list[dict]) -> list[dict]:
     curve = [(r["model"]["id"], decoder_label(r["decode"]), r["decode"].get("threshold")) for r in records]
     curves: dict[tuple, dict[str, dict]] = {}
     for key, r in zip(curve, records):
-        curves.setdefault(key, {})[r["config_id"]] = {**r["decode"], "batch_size": r.get("batch_size")}
+        # compared as config_id compares them: a record from before a knob existed is that knob at its old value
+        curves.setdefault(key, {})[r["config_id"]] = {**effective_decode(r["decode"]), "batch_size": r.get("batch_size")}
     variant: dict[tuple, str] = {}
     for key, configs in curves.items():
         keys = sorted({k for d in configs.values() for k in d} - {"threshold", "seed"})
