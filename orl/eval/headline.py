@@ -27,8 +27,22 @@ def seed_of(r: dict) -> int:
     return r["decode"].get("seed", 0)
 
 
+def reads_seed(decode: dict) -> bool:
+    """Whether the recorded decoder's answer depends on its seed (DecodeConfig / ARConfig / CanvasConfig.draws,
+    read off the record; tests/test_stats_fixed_prompts.py keeps them equal): sampled tokens, alg_temp's
+    positions, 'random' scores, or a canvas decode (it always samples)."""
+    return ((decode.get("temperature") or 0) > 0 or (decode.get("alg_temp") or 0) > 0
+            or decode.get("confidence") == "random" or "max_denoising_steps" in decode)
+
+
 def pair_key(r: dict) -> tuple:
-    return r["prompt_id"], seed_of(r), r["sample"]
+    """One sample: (prompt id, which prompt, draw). Which prompt is its text when the decoder ignores its seed:
+    a task whose prompts the seed does not pick (HumanEval, a data file) decoded greedily gives the same sample
+    under every prompt seed, and counting it once per seed would shrink McNemar's p (3 seeds: a discordant prompt
+    counted 3 times). Else (sampling, or a record without its prompt) the prompt seed."""
+    if reads_seed(r["decode"]) or r.get("prompt") is None:
+        return r["prompt_id"], ("seed", seed_of(r)), r["sample"]
+    return r["prompt_id"], ("prompt", r["prompt"]), r["sample"]
 
 
 def _nearest(taus: set, want: float) -> float | None:
@@ -83,8 +97,9 @@ def compare(records: list[dict], baseline: str | None = None, threshold: float =
             sa, sb = _side([a[k] for k in ks]), _side([b[k] for k in ks])
             rows.append({"task": fam, "n": n, "a": sa, "b": sb, "diff": sb["accuracy"] - sa["accuracy"],
                          "only_a": only_a, "only_b": only_b, "p": metrics.mcnemar_exact(only_a, only_b)})
-        out.append({"a": ref, "b": cur, "thresholds": taus, "seeds": sorted({k[1] for k in keys}),
-                    "unpaired": len(a.keys() ^ b.keys()), "rows": rows})
+        repeats = len(points[ref][taus[0]]) + len(points[cur][taus[1]]) - len(a) - len(b)
+        out.append({"a": ref, "b": cur, "thresholds": taus, "seeds": sorted({seed_of(a[k]) for k in keys}),
+                    "unpaired": len(a.keys() ^ b.keys()), "repeats": repeats, "rows": rows})
     return out
 
 
@@ -119,6 +134,10 @@ def block_notes(block: dict) -> list[str]:
                    "(orl eval --seed 0, 1 and 2 for both models on the same tasks and limit).")
     if block["unpaired"]:
         out.append(f"{block['unpaired']} samples evaluated by only one of A and B are left out.")
+    if block.get("repeats"):
+        out.append(f"{block['repeats']} records repeat a sample already counted (the same prompt and draw under "
+                   "another prompt seed, with a decoder that ignores its seed: a task whose prompts the seed does "
+                   "not pick) and count once; more prompt seeds add no prompts to such a task.")
     out.append("b / c = prompts only A / only B gets right; McNemar p = exact two-sided binomial test of b against "
                "b + c (a paired test: both decoded the same prompts). TPF = all tokens incl. EOS / all forwards "
                "(denoising + commit) over the paired samples; in brackets the same per prompt seed.")
