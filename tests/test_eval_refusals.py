@@ -28,10 +28,14 @@ def test_several_draws_of_a_sampling_decoder_run(tmp_path):
 
 def test_block_decoder_settings_on_an_ar_checkpoint_are_refused_not_dropped(tmp_path):
     """`orl generate` refuses --rule / --block-len / --threshold on an AR checkpoint; `orl eval` ran plain AR
-    decoding and dropped them without a word. Its speed settings (chunk_steps) are the AR decoder's own."""
+    decoding and dropped them without a word (thresholds excepted: a sweep's one AR point). Its speed settings (chunk_steps) are the AR decoder's own."""
     common = dict(model="checkpoints/orl-tiny7-ar", out=str(tmp_path / "r.jsonl"), tasks=["keysort7x"], limit=1,
                   batch_size=1, progress=False)
-    with pytest.raises(ValueError, match="thresholds, block_len, rule: not used by the autoregressive decoder"):
+    with pytest.raises(ValueError, match="block_len, rule: not used by the autoregressive decoder"):
         run_eval(EvalSpec(**common, thresholds=[0.5], decode={"rule": "topk", "block_len": 4}))
+    # a sweep's thresholds may name the AR peer beside block models: one point, threshold None in its records
+    (rec,) = run_eval(EvalSpec(**{**common, "out": str(tmp_path / "s.jsonl")}, thresholds=[0.5, 0.9],
+                               decode={"max_new_tokens": 16}))
+    assert rec["decode"]["threshold"] is None
     recs = run_eval(EvalSpec(**common, decode={"chunk_steps": 3, "max_new_tokens": 16}))
     assert recs[0]["decode"]["chunk_steps"] == 3 and recs[0]["decode"]["rule"] == "ar"

@@ -194,8 +194,9 @@ def run_eval(spec: EvalSpec, on_batch: Callable[[list[dict]], None] | None = Non
         raise ValueError(f"{', '.join(unused)}: not used with --spec-draft {spec.ar['spec_draft']} (the AR path "
                          "decodes, its drafts are greedy); it takes max_new_tokens, temperature, stop, spec_tokens, "
                          "spec_groups")
-    # the AR decoder has no blocks, rule or threshold: such settings would be dropped and the records read as theirs
-    ar_only = [k for k in unused if k not in ("chunk_steps", "compile")]
+    # the AR decoder has no blocks or rule: such settings would be dropped and the records read as theirs. A
+    # threshold sweep may name it beside block models (one AR point, its records' threshold None, so none is misread)
+    ar_only = [k for k in unused if k not in ("chunk_steps", "compile", "thresholds")]
     if objective == ARDecoder.objective and ar_only:
         raise ValueError(f"{', '.join(ar_only)}: not used by the autoregressive decoder ({spec.model} is an "
                          "autoregressive model); it takes max_new_tokens, temperature, stop, chunk_steps, compile, "
