@@ -5,6 +5,10 @@ Every program runs as `python -I -S` (isolated mode, no site-packages) in its ow
 - rlimits set in preexec_fn: address space (RLIMIT_AS), processes (RLIMIT_NPROC), file size
   (RLIMIT_FSIZE), no core dumps, and CPU seconds as a backstop,
 - a fresh temporary working directory, deleted afterwards, and a scrubbed environment.
+A program passes only when it runs to its last line and exits 0: the sandbox appends a line that creates a file
+of a random name in its working directory and fails a run that exits without it, so a candidate that exits 0
+early (sys.exit(0), raise SystemExit, os._exit(0) inside the function the tests call) skips no test into a pass.
+A test that ends its program with sys.exit(0) on purpose fails for the same reason: end it by running out.
 
 Isolation "namespaces" (running as root with util-linux `unshare` and `setpriv`, as on the dev and CI
 machines): the program runs under `unshare --net --pid --fork --kill-child`, i.e.
@@ -47,6 +51,12 @@ for _n in ("socket", "create_connection", "socketpair", "fromfd", "getaddrinfo",
     setattr(_s, _n, _no_network)
 del _s, _n, _no_network
 """
+# the program's last line; the tests before it ran iff it did (a name no program can guess)
+REACHED_END = """
+
+import os as _orl_os
+_orl_os.close(_orl_os.open({path!r}, _orl_os.O_CREAT | _orl_os.O_WRONLY, 0o600))
+"""
 
 
 @dataclass(frozen=True)
@@ -60,7 +70,7 @@ class Limits:
 
 @dataclass(frozen=True)
 class Result:
-    status: str          # "passed" (exit 0) | "failed" | "timeout"
+    status: str          # "passed" (ran to its end, exit 0) | "failed" | "timeout"
     returncode: int | None
     stdout: str
     stderr: str
@@ -98,14 +108,16 @@ def _tail(f, n: int) -> str:
 
 
 def run_python(source: str, limits: Limits = Limits()) -> Result:
-    """Run `source` as a script in the sandbox; status "passed" iff it exits 0 within the wall time."""
+    """Run `source` as a script in the sandbox; status "passed" iff it runs to its end and exits 0 within the wall
+    time."""
     mode = isolation()
     workdir = tempfile.mkdtemp(prefix="orl-sandbox-")
     uid = UID_BASE + secrets.randbelow(UID_SPAN) if mode == "namespaces" else None
     try:
         script = os.path.join(workdir, "program.py")
+        reached_end = os.path.join(workdir, f".orl-end-{secrets.token_hex(16)}")
         with open(script, "w", encoding="utf-8") as f:
-            f.write(source if mode == "namespaces" else NO_SOCKET + source)
+            f.write((source if mode == "namespaces" else NO_SOCKET + source) + REACHED_END.format(path=reached_end))
         cmd = [sys.executable, "-I", "-S", "program.py"]
         if uid is not None:
             os.chown(workdir, uid, uid)
@@ -120,14 +132,16 @@ def run_python(source: str, limits: Limits = Limits()) -> Result:
                                     start_new_session=True, preexec_fn=lambda: _set_limits(limits))
             try:
                 rc: int | None = proc.wait(timeout=limits.wall_s)
-                status = "passed" if rc == 0 else "failed"
+                status = "passed" if rc == 0 and os.path.exists(reached_end) else "failed"
             except subprocess.TimeoutExpired:
                 rc, status = None, "timeout"
             finally:
                 # in namespaces mode killing unshare kills the PID namespace; otherwise the session
                 _kill_group(proc)
-            return Result(status, rc, _tail(out, limits.output_bytes), _tail(err, limits.output_bytes),
-                          time.perf_counter() - t0, uid)
+            stderr = _tail(err, limits.output_bytes)
+            if rc == 0 and status == "failed":
+                stderr += "\n[orl sandbox] exited 0 before its last line (sys.exit, SystemExit or os._exit): failed\n"
+            return Result(status, rc, _tail(out, limits.output_bytes), stderr, time.perf_counter() - t0, uid)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

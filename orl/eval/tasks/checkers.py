@@ -1,7 +1,8 @@
 """Checkers for tasks given as data (tasks/datafile.py): how one row judges a model output.
 
-    exact         the output is one of the row's answers
-    numeric       the output is a decimal number within `tolerance` (default 0) of one of the answers
+    exact         the output is one of the row's answers (trailing whitespace stripped from both)
+    numeric       the output is a decimal number within `tolerance` (default 0) of one of the answers, in exact
+                  decimal arithmetic (no float rounding: with tolerance 0, 10000000000000 is not 10000000000001)
     regex         the output matches the row's `pattern` in full (Python `re.fullmatch`)
     python_tests  the row's prompt + the output (the output alone with "include_prompt": false), followed
                   by one of the row's `tests`, runs in orl.eval.sandbox as humaneval's programs do; a
@@ -13,9 +14,9 @@ Numbers are strict decimals ("12", "-0.5", "1e3"): no "nan", "inf", "1_000" or s
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
+from decimal import MAX_EMAX, MIN_EMIN, ROUND_CEILING, ROUND_FLOOR, Context, Decimal, InvalidOperation
 
 from orl.eval.sandbox import Limits, run_many, run_python
 
@@ -46,14 +47,26 @@ def parse_number(text: str) -> float | None:
     return float(text) if _NUMBER.fullmatch(text) else None
 
 
+def within(output: str, answer: str, tolerance: float) -> bool:
+    """|output - answer| <= tolerance, exactly: the output is compared (exactly, as Decimal) with the interval
+    [answer - tolerance, answer + tolerance], whose ends are rounded outwards only past 10,000 digits. An exponent
+    past Decimal's range (10**18) is no number here."""
+    try:
+        x, a, tol = Decimal(output), Decimal(answer), Decimal(repr(tolerance))  # repr: 0.3, not 0.2999999999999999889
+    except InvalidOperation:
+        return False
+    low = Context(prec=10_000, rounding=ROUND_FLOOR, Emax=MAX_EMAX, Emin=MIN_EMIN).subtract(a, tol)
+    high = Context(prec=10_000, rounding=ROUND_CEILING, Emax=MAX_EMAX, Emin=MIN_EMIN).add(a, tol)
+    return low <= x <= high
+
+
 def passes(row: Row, output: str) -> bool:
     """The row's verdict on an output already stripped of trailing whitespace."""
     if row.checker == "exact":
-        return output in row.answers
+        # the output arrives with its trailing whitespace stripped: so must a reference ("Paris\n") to match it
+        return output in (a.rstrip() for a in row.answers)
     if row.checker == "numeric":
-        x = parse_number(output)
-        return x is not None and any(math.isclose(x, float(a), rel_tol=1e-12, abs_tol=row.tolerance)
-                                     for a in row.answers)
+        return _NUMBER.fullmatch(output) is not None and any(within(output, a, row.tolerance) for a in row.answers)
     if row.checker == "regex":
         return re.fullmatch(row.pattern, output) is not None
     if row.checker == "python_tests":
