@@ -1,0 +1,13 @@
+#!/bin/bash
+# Session 53: a drafter for the base trained 1,500 more stage-2 steps (base7-more/), as session 47's for the shipped
+# base (docs/TRAINING.md "A drafter for the base"): the draft recipe's draft-only form (the base, frozen, verifies;
+# a copy drafts and trains; outputs are the base's token for token), 240 updates, lr 2e-4, one thread, -> $R/NAME.
+# Resumable: rerun the same command.
+#   bash docs/results-lengths/s53/draft.sh draft-more
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+source .venv/bin/activate
+export OMP_NUM_THREADS=1
+R=${R:-$HOME/.cache/orl/runs}
+orl train --recipe draft --preset tiny_draft7_only --base docs/results-lengths/s53/base7-more --out "$R/${1:?run name}" \
+  --set threads=1 --set lr=2e-4 "${@:2}"
