@@ -86,8 +86,13 @@ def test_rolls_out_on_the_tasks_the_base_was_trained_on(tmp_path, accept_everyth
     assert set(seen) == {("long",)}
 
 
-def test_resume_is_exact(base, tmp_path, accept_everything, monkeypatch):
-    train_orl(cfg_for(base), tmp_path / "a", log=lambda *_: None)
+@pytest.mark.parametrize("reuse", [1, 4])
+def test_resume_is_exact(base, tmp_path, accept_everything, monkeypatch, reuse):
+    """reuse 4 (the stale-rollout ablation): save_every 2 falls inside the first batch, whose rollouts and rollout
+    weights are not saved; the save waits for the batch's end, so the resumed run does not roll out afresh there
+    (it did: other data, twice the generated tokens)."""
+    cfg = cfg_for(base, rollout_reuse=reuse)
+    train_orl(cfg, tmp_path / "a", log=lambda *_: None)
     real, calls = trainer.orl_loss, []
 
     def crashing(*args, **kw):  # dies in update 3, after the checkpoint at update 2
@@ -98,12 +103,16 @@ def test_resume_is_exact(base, tmp_path, accept_everything, monkeypatch):
 
     monkeypatch.setattr(trainer, "orl_loss", crashing)
     with pytest.raises(KeyboardInterrupt):
-        train_orl(cfg_for(base), tmp_path / "b", log=lambda *_: None)
+        train_orl(cfg, tmp_path / "b", log=lambda *_: None)
     monkeypatch.setattr(trainer, "orl_loss", real)
-    train_orl(cfg_for(base), tmp_path / "b", log=lambda *_: None)
+    train_orl(cfg, tmp_path / "b", log=lambda *_: None)
     a, b = records(tmp_path / "a" / "train.log.jsonl"), records(tmp_path / "b" / "train.log.jsonl")
+    assert sorted(b) == [1, 2, 3, 4]
     for u in (1, 2, 3, 4):
         assert a[u]["loss"] == b[u]["loss"] and a[u]["rollout_tpf"] == b[u]["rollout_tpf"]
+        assert a[u]["generated_tokens"] == b[u]["generated_tokens"]
+    if reuse == 4:
+        assert a[4]["generated_tokens"] == a[1]["generated_tokens"]  # one rollout batch for all four updates
 
 
 def test_stale_rollouts_reuse_one_batch(base, tmp_path, accept_everything):
