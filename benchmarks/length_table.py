@@ -83,7 +83,12 @@ def paired(records: list[dict], a: str, b: str) -> list[tuple[str, str, int, int
     (a sweep would pair whichever came last); a prompt evaluated twice counts with its last record. A or B
     may name one decoder of a model as MODEL/DECODER/TAU, e.g. "hint4g2/threshold L16/0.9" or
     "hint4g2/AR +self-draft k8/None" (the decoder label and threshold the summary tables print)."""
-    by = paired_verdicts(records, a, b)
+    return paired_rows(paired_verdicts(records, a, b), a, b)
+
+
+def paired_rows(by: dict[str, dict[tuple, bool]], a: str,
+                b: str) -> list[tuple[str, str, int, int, int, int, int, float]]:
+    """`paired`'s rows from paired_verdicts' verdicts."""
     keys = by[a].keys() & by[b].keys()
     out = []
     for split in sorted({k[0] for k in keys}):
@@ -245,10 +250,9 @@ def main() -> None:
         return
     if args.paired:
         a, b = args.paired
-        records = read_records(args.records)
-        by = paired_verdicts(records, a, b)
+        by = paired_verdicts(read_records(args.records), a, b)
         print(f"{'split':<8} {'family':<14} {'n':>5} {'A right':>8} {'B right':>8} {'only A':>7} {'only B':>7} {'p':>8}")
-        for split, fam, n, ra, rb, oa, ob, p in paired(records, a, b):
+        for split, fam, n, ra, rb, oa, ob, p in paired_rows(by, a, b):
             print(f"{split:<8} {fam:<14} {n:>5} {ra:>8} {rb:>8} {oa:>7} {ob:>7} {p:>8.2g}")
         print(f"A = {a}, B = {b}; p = exact two-sided McNemar over the prompts only one of them gets right")
         only_a, only_b = len(by[a].keys() - by[b].keys()), len(by[b].keys() - by[a].keys())

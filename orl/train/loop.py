@@ -215,8 +215,10 @@ class TrainLoop:
                         disable=not self.dist.main)
         return iter(self.bar)
 
-    def due(self, done: int, every: int) -> bool:
-        return done % every == 0 or done == self.total
+    def due(self, done: int, every: int, batch: int = 1) -> bool:
+        """After update `done`, whether a save is due: every `every` updates and at the end. With updates in
+        batches of `batch` (ORL's rollout_reuse) a save due inside a batch waits for its last update."""
+        return done == self.total or (done % batch == 0 and done // every > (done - batch) // every)
 
     def out_of_time(self, limit_s: float) -> bool:
         """Whether the run has used its wall-clock budget (0: none). Under torchrun every rank gets rank

@@ -324,7 +324,6 @@ def save_due(loop: TrainLoop, model: Transformer, tok, opt: torch.optim.Optimize
     if done in loop.snapshots:
         save_update(loop, model, tok, opt, recipe, rollout_cfg, done, gen_tokens, base, base_manifest,
                     loop.snapshots[done], recipe_extra)
-    # a multiple of save_every among this batch's updates done - reuse + 1 .. done (reuse 1: loop.due)
-    if done == loop.total or (done % reuse == 0 and done // save_every > (done - reuse) // save_every):
+    if loop.due(done, save_every, reuse):
         save_update(loop, model, tok, opt, recipe, rollout_cfg, done, gen_tokens, base, base_manifest,
                     recipe_extra=recipe_extra)
