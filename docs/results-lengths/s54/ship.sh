@@ -1,0 +1,47 @@
+#!/bin/bash
+# Session 54: ship issue 21's next trio together (run once, from a checkout of session 53's main):
+#   checkpoints/orl-tiny7-base  <- docs/results-lengths/s53/base7-more (the old base + 1,500 stage-2 steps, session 52's pick)
+#   checkpoints/orl-tiny7-draft <- docs/results-lengths/s53/draft-more (its draft-only drafter)
+#   checkpoints/orl-tiny7-orl   <- PICK: the ORL run on it picked on validation seeds 100-101 (a directory in this
+#                                  repository, or a run name under $R, staged without its optimizer state)
+# Every manifest path to base7-more becomes checkpoints/orl-tiny7-base. The base's own `init` stays
+# checkpoints/orl-tiny7-base: its `init_git_commit` (a2a43e7) names the commit that holds the old base it started from.
+#   bash docs/results-lengths/s54/ship.sh more-ref-at360
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+source .venv/bin/activate
+R=${R:-$HOME/.cache/orl/runs}
+PICK=${1:?usage: ship.sh PICK (a directory here or a run name under \$R)}
+git rm -rq checkpoints/orl-tiny7-base checkpoints/orl-tiny7-draft checkpoints/orl-tiny7-orl
+git mv docs/results-lengths/s53/base7-more checkpoints/orl-tiny7-base
+git mv docs/results-lengths/s53/draft-more checkpoints/orl-tiny7-draft
+if [ -d "$PICK" ]; then
+  git mv "$PICK" checkpoints/orl-tiny7-orl
+else
+  mkdir checkpoints/orl-tiny7-orl
+  cp "$R/$PICK/"{config.json,model.safetensors,orl_tokenizer.json,orl.json} checkpoints/orl-tiny7-orl/
+  chmod 644 checkpoints/orl-tiny7-orl/*
+fi
+python - "$PWD" <<'PY'
+import json, sys
+root = sys.argv[1]
+def walk(v, f):
+    if isinstance(v, dict):
+        return {k: walk(x, f) for k, x in v.items()}
+    if isinstance(v, list):
+        return [walk(x, f) for x in v]
+    return f(v)
+def rel(v):  # absolute paths into this checkout -> repository-relative; the staged base -> its shipped place
+    if isinstance(v, str) and v.startswith(root + "/"):
+        v = v[len(root) + 1:]
+    return "checkpoints/orl-tiny7-base" if v == "docs/results-lengths/s53/base7-more" else v
+for name in ("base", "draft", "orl"):
+    path = f"{root}/checkpoints/orl-tiny7-{name}/orl.json"
+    m = walk(json.load(open(path)), rel)
+    m["files"].pop("trainer_state.pt", None)
+    json.dump(m, open(path, "w"), indent=1)
+PY
+for n in base draft orl; do orl info checkpoints/orl-tiny7-$n > /dev/null; done
+grep -rn "docs/results-lengths/s53" checkpoints/orl-tiny7-*/orl.json && { echo "a staged path is left" >&2; exit 1; }
+git add checkpoints/orl-tiny7-base checkpoints/orl-tiny7-draft checkpoints/orl-tiny7-orl
+echo "shipped: base7-more, draft-more, $PICK"
