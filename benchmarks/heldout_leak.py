@@ -22,20 +22,24 @@ How "seen" is decided: EXACT DRAWS, not a bound. orl/train/pretrain.py's `make_b
 `rng.randrange(1 << 30)` (a task with mix 0 draws none), each sampled as `get_task(name).sample("train", index)`,
 with a fixed mix (`balance` empty in every stage here; a balanced mix would depend on losses and is refused).
 `training_keys` replays that stream (the index loop, three lines, checked against `make_batches` itself by
-tests/test_heldout_leak.py) and calls the project's own `Task.sample` for every draw of the tasks above (~15 s on
-one CPU thread for the shipped chain: 264,000 family draws and 66,000 long7xpf draws).
+tests/test_heldout_leak.py) and calls the project's own `Task.sample` for every draw of the tasks above (~20 s on
+one CPU thread for the shipped chain).
 
 Stages (the init chain of checkpoints/orl-tiny7-base):
   1. hint4st-7k-s2: the two-family AR stage (7,000 steps, seed 2, long7xp, prog7xp, long7xph, prog7xph, long7xpf at
      12, 12, 6, 6, 6 rows). Its manifest is not shipped (it lives in ~/.cache/orl/runs, not read here): the config is
      the documented command of docs/results-lengths/s39/launch39.sh and docs/TRAINING.md ("Length-varied trio",
      step 1), preset tiny_base7h, whose `init` is empty (a random init: the chain ends there).
-  2. the base itself (five7w-s2d0): read from the manifest (recipe.config: tasks, mix, seed; recipe.step steps,
-     3,000 AR + 3,000 diffusion, one seeded stream from step 0; its AR half is the five7w-s2 run it was copied from).
-  --extra-stage base7-more adds session 52's continuation of the base (docs/results-lengths/s52/more.sh: the base's
-  tasks and mix, seed 12, 1,500 steps): the training set of the `base7-more` model, which the base never saw.
+  2. five7w-s2d0, the base shipped until session 54 (checkpoints/orl-tiny7-base at git a2a43e7, its `init` above):
+     RECORDED from that manifest (tasks, mix, seed 2; 6,000 steps, 3,000 AR + 3,000 diffusion, one seeded stream
+     from step 0; its AR half is the five7w-s2 run it was copied from).
+  3. the shipped base itself (base7-more since session 54): read from the manifest (recipe.config: tasks, mix, seed
+     12; recipe.step 1,500 steps: docs/results-lengths/s52/more.sh), which names stage 2 as `init`
+     checkpoints/orl-tiny7-base with `init_git_commit` a2a43e7.
+  --extra-stage base7-more adds stage 3 to a chain without it (a `--manifest` of the old base: `git show
+  a2a43e7:checkpoints/orl-tiny7-base/orl.json`); with the shipped base it is there already and not replayed twice.
   Not included: the ORL stage's rollout prompts (orl/train/rollout.py `sample_prompts`; the shipped ORL model trained
-  on them with reference relabelling), so for orl-tiny7-orl (tiny7-ref360) "clean" means clean for its base.
+  on them with reference relabelling), so for orl-tiny7-orl "clean" means clean for its base.
 
 --budget N: instead of each stage's recorded draws (steps x mix), the first N draws of each of the tasks above in
 every stage, in the same stream (continued past the stage's last step when N exceeds them): a sensitivity check, or
@@ -86,18 +90,24 @@ class Stage:
     seed: int
     steps: int
     source: str
+    init: str = ""  # the stage it started from (a key of RECORDED), "" for a random init
 
 
-# stages whose manifests are not shipped, by run name (the basename of a manifest's `init`)
-UNSHIPPED = {
-    "hint4st-7k-s2": Stage("hint4st-7k-s2", ("long7xp", "prog7xp", "long7xph", "prog7xph", "long7xpf"),
-                           (12, 12, 6, 6, 6), 2, 7000, "docs/results-lengths/s39/launch39.sh (init: none)"),
-}
 BASE_TASKS = ("long7xp", "prog7xp", "split7xp", "constr7xp", "keysort7x", "long7xph", "prog7xph", "long7xpf",
               "split7xps", "split7xpc", "constr7xph", "keysort7xh")
-EXTRA = {
-    "base7-more": Stage("base7-more", BASE_TASKS, (8, 8, 8, 8, 8, 4, 4, 4, 2, 2, 4, 4), 12, 1500,
-                        "docs/results-lengths/s52/more.sh (init: checkpoints/orl-tiny7-base)"),
+BASE_MIX = (8, 8, 8, 8, 8, 4, 4, 4, 2, 2, 4, 4)
+# stages whose manifests are not in this checkout, by the `init` that names them: a run name (the basename of an
+# `init`), or for a shipped checkpoint since replaced "NAME@COMMIT" (its manifest's `init_git_commit`)
+RECORDED = {
+    "hint4st-7k-s2": Stage("hint4st-7k-s2", ("long7xp", "prog7xp", "long7xph", "prog7xph", "long7xpf"),
+                           (12, 12, 6, 6, 6), 2, 7000, "docs/results-lengths/s39/launch39.sh (init: none)"),
+    # the base shipped until session 54 (3,000 AR + 3,000 diffusion steps, one stream), which the shipped base continued
+    "orl-tiny7-base@a2a43e7": Stage("five7w-s2d0", BASE_TASKS, BASE_MIX, 2, 6000,
+                                    "checkpoints/orl-tiny7-base at git a2a43e7", init="hint4st-7k-s2"),
+}
+EXTRA = {  # session 52's continuation of the old base, shipped as checkpoints/orl-tiny7-base since session 54
+    "base7-more": Stage("base7-more", BASE_TASKS, BASE_MIX, 12, 1500,
+                        "docs/results-lengths/s52/more.sh (init: checkpoints/orl-tiny7-base at git a2a43e7)"),
 }
 
 
@@ -162,7 +172,7 @@ def training_keys(stages: list[Stage], budget: int | None = None, log=None) -> d
 
 def base_stages(manifest: str | Path = MANIFEST) -> list[Stage]:
     """The init chain of a pretrained checkpoint, oldest first: its own stage from its manifest, then each `init`
-    by run name from UNSHIPPED (an unknown init is an error: its draws would be missing)."""
+    from RECORDED (an unknown init is an error: its draws would be missing)."""
     data = json.loads(Path(manifest).read_text())
     recipe = data["recipe"]
     cfg = recipe["config"]
@@ -177,13 +187,28 @@ def base_stages(manifest: str | Path = MANIFEST) -> list[Stage]:
     steps = recipe.get("step") or cfg["ar_steps"] + cfg["diffusion_steps"]
     stages = [Stage(Path(manifest).parent.name, tuple(cfg["tasks"]), mix, cfg["seed"], steps, str(manifest))]
     init = cfg.get("init") or ""
+    key = Path(init).name + (f"@{recipe['init_git_commit']}" if recipe.get("init_git_commit") else "")
     while init:
-        name = Path(init).name
-        if name not in UNSHIPPED:
-            raise ValueError(f"init {init!r}: no recorded config for this stage; its draws are unknown")
-        stages.insert(0, UNSHIPPED[name])
-        init = ""  # every UNSHIPPED stage started from a random init
+        if key not in RECORDED:
+            raise ValueError(f"init {init!r} ({key}): no recorded config for this stage; its draws are unknown")
+        stages.insert(0, RECORDED[key])
+        init = key = RECORDED[key].init
     return stages
+
+
+def with_extra(stages: list[Stage], extra: list[str], log=None) -> list[Stage]:
+    """`stages` and the EXTRA stages named, each once: one already in the chain (base7-more is the shipped base's own
+    stage since session 54) is not replayed twice."""
+    out = list(stages)
+    for name in extra:
+        stage = EXTRA[name]
+        same = [s for s in out if (s.tasks, s.mix, s.seed, s.steps) == (stage.tasks, stage.mix, stage.seed, stage.steps)]
+        if same:
+            if log:
+                log(f"--extra-stage {name}: already in the chain as {same[0].name}")
+            continue
+        out.append(stage)
+    return out
 
 
 def in_range(records: list[dict], threshold: float | None = None) -> list[dict]:
@@ -263,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=int, default=None,
                     help="the first N draws of each task per stage instead of the recorded steps x mix")
     ap.add_argument("--extra-stage", action="append", default=[], choices=sorted(EXTRA),
-                    help="add a later training stage's draws (base7-more: session 52's continuation of the base)")
+                    help="add a later training stage's draws (base7-more: session 52's continuation of the old base; "
+                         "the shipped base's own stage since session 54)")
     ap.add_argument("--manifest", default=str(MANIFEST), help="the pretrain manifest whose init chain is replayed")
     ap.add_argument("--by-size", action="store_true", help="also one row per size")
     ap.add_argument("--markdown", action="store_true", help="markdown tables")
@@ -274,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     records = in_range(read_records(args.records), args.threshold)
     if not records:
         raise SystemExit(f"no in-range {'/'.join(FAMILIES)} records in {args.records}")
-    stages = base_stages(args.manifest) + [EXTRA[name] for name in args.extra_stage]
+    stages = with_extra(base_stages(args.manifest), args.extra_stage, log)
     keys = training_keys(stages, args.budget, log=log)
     log(f"{len(keys)} distinct trained problems: "
         + ", ".join(f"{f} {sum(k.startswith(f + '|') for k in keys)}" for f in FAMILIES))

@@ -103,9 +103,14 @@ def test_replayed_draws_are_make_batches_draws(monkeypatch):
     assert list(leak.stage_indices(stage, want)) == [d for d in drawn if d[0] in want]
 
 
-def test_the_base_chain_is_the_ar_stage_then_the_base():
+def test_the_base_chain_is_the_ar_stage_then_the_old_base_then_the_base():
+    """Since session 54 the shipped base is the old one (five7w-s2d0, git a2a43e7) trained 1,500 more steps: its
+    manifest names the old base as `init` checkpoints/orl-tiny7-base at `init_git_commit` a2a43e7."""
     stages = leak.base_stages()
-    assert [s.name for s in stages] == ["hint4st-7k-s2", "orl-tiny7-base"]
+    assert [s.name for s in stages] == ["hint4st-7k-s2", "five7w-s2d0", "orl-tiny7-base"]
     assert (stages[1].seed, stages[1].steps, stages[1].mix[:2]) == (2, 6000, (8, 8))
+    assert (stages[2].seed, stages[2].steps, stages[2].mix) == (12, 1500, leak.EXTRA["base7-more"].mix)
+    assert leak.with_extra(stages, ["base7-more"]) == stages  # its own stage: not replayed twice
+    assert [s.name for s in leak.with_extra(stages[:2], ["base7-more"])] == ["hint4st-7k-s2", "five7w-s2d0", "base7-more"]
     with pytest.raises(ValueError, match="draws are unknown"):
         leak.base_stages(ROOT / "checkpoints" / "orl-tiny7-ar" / "orl.json")  # init five7w-s2: not recorded here
