@@ -1,9 +1,9 @@
 """The shipped length-varied checkpoints (issue 21 item 4): checkpoints/orl-tiny7-base (five v7 families, AR stage then
-block diffusion with a next-token loss beside it), orl-tiny7-orl (KL-anchored ORL on it with reference relabelling,
-360 updates, session 50), orl-tiny7-ar (the AR peer:
+block diffusion with a next-token loss beside it, then 1,500 more such steps: sessions 52-54), orl-tiny7-orl
+(KL-anchored ORL on it with reference relabelling, 480 updates, session 54), orl-tiny7-ar (the AR peer:
 the base's AR stage, continued with AR steps for the steps the base spent on block diffusion) and two draft-only
 drafters, orl-tiny7-draft (for the base) and orl-tiny7-ardraft (for the AR peer). They load through the
-real loader and reach their documented accuracy in range and beyond the training range (docs/RESULTS.md, session 46).
+real loader and reach their documented accuracy in range and beyond the training range (docs/RESULTS.md, session 54).
 Greedy decoding of fixed held-out samples is deterministic, so the bounds are stable; they sit under the values
 measured on these prompts and far above what an untrained model scores (0)."""
 import re
@@ -60,8 +60,8 @@ def test_manifests_name_no_local_path_and_list_only_shipped_files(name):
 
 @pytest.mark.parametrize("name", ["base", "orl"])
 def test_fused_decoder_in_range_and_beyond(name, samples):
-    """Measured on these 100 prompts (fused k8, 3 groups): base 88% in range / 76% beyond, TPF 2.15; ORL 90% / 78%,
-    TPF 2.19 (on 1,500 prompts a split, seeds 0-2: base 87.9% / 69.9%, ORL 89.7% / 68.1%)."""
+    """Measured on these 100 prompts (fused k8, 3 groups; `orl demo --per-task 10`): base 86% in range / 74% beyond,
+    TPF 2.21; ORL 90% / 76%, TPF 2.26 (on 1,500 prompts a split, seeds 0-2: base 89.3% / 70.7%, ORL 89.4% / 68.2%)."""
     path = ROOT / f"orl-tiny7-{name}"
     engine = Engine.from_checkpoint(path)
     with torch.no_grad():
@@ -73,8 +73,8 @@ def test_fused_decoder_in_range_and_beyond(name, samples):
 
 def test_orl_is_more_accurate_than_the_base_under_the_threshold_decoder(tmp_path):
     """ORL's headline row (docs/RESULTS.md): the threshold decoder at 0.9 on the 500 in-range test prompts of seed 0
-    (`orl eval --split heldout --limit 100 --seed 0`). Measured: base 37.6% at TPF 1.95, ORL 43.8% at 2.04
-    (ratio of sums); on 1,500 prompts, seeds 0-2: 36.3% vs 43.1%, paired McNemar p = 9e-12."""
+    (`orl eval --split heldout --limit 100 --seed 0`). Measured: base 43.0% at TPF 2.07, ORL 49.2% at 2.13
+    (ratio of sums); on 1,500 prompts, seeds 0-2: 43.1% vs 48.1%, paired McNemar p = 3.9e-5."""
     from orl.eval.metrics import pooled_tpf
     from orl.eval.runner import EvalSpec, run_eval
 
@@ -101,9 +101,10 @@ def test_drafter_emits_its_verifiers_tokens_in_fewer_forwards(name, verifier, mi
     """The shipped draft-only drafters (the draft recipe with the verifier's weights frozen on the clean rows):
     orl-tiny7-draft (the base verifies, a trained copy of it drafts) and orl-tiny7-ardraft (the AR peer verifies,
     the base trained as its drafter). On these 100 prompts every output is the verifier's greedy one, token for
-    token, in fewer forwards: measured TPF 2.52 against the base's own fused 2.15 (x1.17), and 2.29 against the AR
-    peer's 1 (92 of 100 right, the peer's; 720 updates, session 48: 2.12 at 240); on 1,500 prompts a split, seeds
-    0-2: x1.25 / x1.15 and 2.32 / 2.24 in range / beyond (docs/BENCHMARKS.md, sessions 47-48)."""
+    token, in fewer forwards: measured TPF 2.59 against the base's own fused 2.21 (x1.17; session 54's drafter for
+    session 54's base), and 2.29 against the AR peer's 1 (92 of 100 right, the peer's; 720 updates, session 48: 2.12
+    at 240); on 1,500 prompts a split, seeds 0-2: x1.27 / x1.15 (2.65 / 2.57) and 2.32 / 2.24 in range / beyond
+    (docs/BENCHMARKS.md, sessions 47-48 and 53)."""
     from orl.engine.stops import with_stop
     from orl.verifier import attach_self_draft
 
