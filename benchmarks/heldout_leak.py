@@ -39,6 +39,7 @@ samples paired as orl.eval.headline.pair_key; the same on all records for refere
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import string
 import sys
@@ -118,6 +119,16 @@ def rollout_keys(manifest: str | Path, keys: dict[str, set[str]], log=None) -> d
     if log:
         log(f"ORL rollouts ({manifest}): {n} long7xp / prog7xp prompts; {len(keys) - before} new problems")
     return keys
+
+
+def check_orl_base(orl_manifest: str | Path, base_manifest: str | Path) -> None:
+    """Refuses an ORL run whose recorded base weights are not the pretrained checkpoint whose chain is replayed (its
+    rollouts would be added to another model's training set)."""
+    want = (json.loads(Path(orl_manifest).read_text()).get("recipe") or {}).get("base_weights") or {}
+    have = json.loads(Path(base_manifest).read_text()).get("files") or {}
+    if not want or any(have.get(k) != v for k, v in want.items()):
+        raise SystemExit(f"--orl {orl_manifest}: its base weights ({want or 'not recorded'}) are not those of "
+                         f"--manifest {base_manifest}; give the manifest of the base it was trained on")
 
 
 def in_range(records: list[dict], threshold: float | None = None) -> list[dict]:
@@ -201,8 +212,8 @@ def main(argv: list[str] | None = None) -> int:
                          "the shipped base's own stage since session 54)")
     ap.add_argument("--manifest", default=str(MANIFEST), help="the pretrain manifest whose init chain is replayed")
     ap.add_argument("--orl", default=None, metavar="MANIFEST",
-                    help="also an ORL run's rollout prompts (e.g. checkpoints/orl-tiny7-orl/orl.json): 'clean' is "
-                         "then clean for the ORL model too")
+                    help="also an ORL run's rollout prompts (e.g. checkpoints/orl-tiny7-orl/orl.json; its base must be "
+                         "--manifest's; --budget does not limit them): 'clean' is then clean for the ORL model too")
     ap.add_argument("--by-size", action="store_true", help="also one row per size")
     ap.add_argument("--markdown", action="store_true", help="markdown tables")
     args = ap.parse_args(argv)
@@ -215,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     stages = with_extra(base_stages(args.manifest), args.extra_stage, log)
     keys = training_keys(stages, args.budget, log=log)
     if args.orl:
+        check_orl_base(args.orl, args.manifest)
         keys = rollout_keys(args.orl, keys, log)
     log(f"{len(keys)} distinct trained problems: "
         + ", ".join(f"{f} {sum(k.startswith(f + '|') for k in keys)}" for f in FAMILIES))

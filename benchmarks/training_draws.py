@@ -124,7 +124,9 @@ def with_extra(stages: list[Stage], extra: list[str], log=None) -> list[Stage]:
 def rollout_samples(manifest: str | Path):
     """An ORL run's rollout prompts, replayed from its manifest's config and last update: orl.train.orl draws update
     u's prompts as sample_prompts(tasks, prompts_per_update, "orl|<seed>|u") for every u (with rollout_reuse R,
-    every R-th u), all from the train split."""
+    every R-th u), all from the train split. Assumes the run kept its tasks, seed, prompts_per_update and
+    rollout_reuse on every resume (only `updates` changed for the shipped run); a run resumed inside a reuse batch
+    under --allow-config-change also drew at its resume update, which this does not replay."""
     from orl.train.rollout import sample_prompts
 
     recipe = json.loads(Path(manifest).read_text()).get("recipe") or {}

@@ -161,7 +161,7 @@ def test_a_threshold_beside_the_fused_decoder_is_refused_not_ignored():
 
 def test_the_shipped_drafter_is_shown_beside_the_base_with_its_outputs():
     """`orl demo`'s drafter row: the shipped orl-tiny7-draft under the fused decoder emits the base's outputs on every
-    prompt in fewer forwards (measured on these 10 prompts: TPF 2.40 vs 2.23, x1.07); under the threshold decoder
+    prompt in fewer forwards (measured on these 10 prompts: TPF 2.61 vs 2.24, x1.16; session 54's pair); under the threshold decoder
     there is no drafter row; a drafter for another verifier is refused by name."""
     base, drafter = ROOT / "orl-tiny7-base", ROOT / "orl-tiny7-draft"
     out = io.StringIO()

@@ -150,3 +150,11 @@ def test_replayed_rollout_prompts_are_the_ones_orl_train_drew(tmp_path, monkeypa
     assert want and set(got) == want and all(v <= {"orl/long7xp", "orl/prog7xp"} for v in got.values())
     with pytest.raises(ValueError, match="not an ORL manifest"):
         leak.rollout_keys(tmp_path / "base" / "orl.json", {})
+
+
+def test_orl_rollouts_must_come_from_the_replayed_base():
+    """--orl with another base's chain is refused: the shipped ORL model's base is the shipped base, not the old one."""
+    orl_json = ROOT / "checkpoints" / "orl-tiny7-orl" / "orl.json"
+    leak.check_orl_base(orl_json, ROOT / "checkpoints" / "orl-tiny7-base" / "orl.json")
+    with pytest.raises(SystemExit, match="not those of"):
+        leak.check_orl_base(orl_json, ROOT / "checkpoints" / "orl-tiny7-ar" / "orl.json")

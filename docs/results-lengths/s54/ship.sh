@@ -6,25 +6,29 @@
 #                                  repository, or a run name under $R, staged without its optimizer state)
 # Every manifest path to base7-more becomes checkpoints/orl-tiny7-base. The base's own `init` stays
 # checkpoints/orl-tiny7-base: its `init_git_commit` (a2a43e7) names the commit that holds the old base it started from.
-#   bash docs/results-lengths/s54/ship.sh more-ref-at360
+#   bash docs/results-lengths/s54/ship.sh more-ref-at480
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 source .venv/bin/activate
 R=${R:-$HOME/.cache/orl/runs}
 PICK=${1:?usage: ship.sh PICK (a directory here or a run name under \$R)}
 git rm -rq checkpoints/orl-tiny7-base checkpoints/orl-tiny7-draft checkpoints/orl-tiny7-orl
-git mv docs/results-lengths/s53/base7-more checkpoints/orl-tiny7-base
-git mv docs/results-lengths/s53/draft-more checkpoints/orl-tiny7-draft
+move() {  # a staged directory, tracked (as in session 54) or not (stage.sh does not `git add`)
+  mv "$1" "$2" && git rm -rq --cached --ignore-unmatch "$1"
+}
+move docs/results-lengths/s53/base7-more checkpoints/orl-tiny7-base
+move docs/results-lengths/s53/draft-more checkpoints/orl-tiny7-draft
 if [ -d "$PICK" ]; then
-  git mv "$PICK" checkpoints/orl-tiny7-orl
+  move "$PICK" checkpoints/orl-tiny7-orl
 else
   mkdir checkpoints/orl-tiny7-orl
   cp "$R/$PICK/"{config.json,model.safetensors,orl_tokenizer.json,orl.json} checkpoints/orl-tiny7-orl/
   chmod 644 checkpoints/orl-tiny7-orl/*
 fi
-python - "$PWD" <<'PY'
+python - "$PWD" "$R" <<'PY'
 import json, sys
-root = sys.argv[1]
+root, runs = sys.argv[1], sys.argv[2]
+staged = {"docs/results-lengths/s53/base7-more", f"{runs}/base7-more"}  # where step 6 may have read the base
 def walk(v, f):
     if isinstance(v, dict):
         return {k: walk(x, f) for k, x in v.items()}
@@ -34,14 +38,18 @@ def walk(v, f):
 def rel(v):  # absolute paths into this checkout -> repository-relative; the staged base -> its shipped place
     if isinstance(v, str) and v.startswith(root + "/"):
         v = v[len(root) + 1:]
-    return "checkpoints/orl-tiny7-base" if v == "docs/results-lengths/s53/base7-more" else v
+    return "checkpoints/orl-tiny7-base" if isinstance(v, str) and v.rstrip("/") in staged else v
 for name in ("base", "draft", "orl"):
     path = f"{root}/checkpoints/orl-tiny7-{name}/orl.json"
     m = walk(json.load(open(path)), rel)
     m["files"].pop("trainer_state.pt", None)
+    init = m["recipe"]["config"].get("init") or ""
+    if name == "base" and init.endswith("/checkpoints/orl-tiny7-base"):  # the old base, read from a worktree (step 5)
+        m["recipe"]["config"]["init"] = "checkpoints/orl-tiny7-base"
+        m["recipe"].setdefault("init_git_commit", "a2a43e7")
     json.dump(m, open(path, "w"), indent=1)
 PY
 for n in base draft orl; do orl info checkpoints/orl-tiny7-$n > /dev/null; done
-grep -rn "docs/results-lengths/s53" checkpoints/orl-tiny7-*/orl.json && { echo "a staged path is left" >&2; exit 1; }
+grep -n "docs/results-lengths/s53\|\"/" checkpoints/orl-tiny7-{base,draft,orl}/orl.json && { echo "a staged or absolute path is left" >&2; exit 1; }
 git add checkpoints/orl-tiny7-base checkpoints/orl-tiny7-draft checkpoints/orl-tiny7-orl
 echo "shipped: base7-more, draft-more, $PICK"
