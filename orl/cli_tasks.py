@@ -123,8 +123,9 @@ def model_lines(path: Path, manifest: dict | None, n: int, cache: dict) -> list[
     args = manifest.get("model_args") or {}
     what = [manifest.get("objective") or "block_diffusion", f"recipe {recipe.get('name', '?')}",
             f"context {args.get('max_seq_len', '?')} tokens", f"block {manifest.get('block_len', '?')}"]
-    if recipe.get("base"):
-        what.append(f"from {recipe['base']}")
+    if recipe.get("base"):  # a base since replaced at that path names the commit that holds it
+        what.append(f"from {recipe['base']}" + (f" at git {recipe['base_git_commit']}" if recipe.get("base_git_commit")
+                                                 else ""))
     if verifier := (recipe.get("verifier") or {}).get("base"):
         what.append(f"a draft-only drafter: decodes beside its verifier {verifier} (--spec-draft fused --spec-tokens 8)")
     if rollout := cfg.get("rollout"):

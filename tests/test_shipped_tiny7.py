@@ -188,3 +188,14 @@ def test_orl_tasks_example_runs_as_printed(capsys):
     assert main(["generate", *args]) == 0
     text = capsys.readouterr().out.splitlines()[0]
     assert text.startswith(prompt) and get_task("long7xp").verify(prompt, text[len(prompt):])
+
+
+def test_orl_tasks_names_the_base_a_checkpoint_was_trained_from(capsys):
+    """orl-tiny7-ardraft was trained from the base shipped until session 54, which the path checkpoints/orl-tiny7-base
+    no longer holds: `orl tasks` names the commit that does; the shipped ORL model's base is the shipped one."""
+    from orl.cli import main
+
+    assert main(["tasks"]) == 0
+    line = {ln.split(":")[0].strip(): ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("  checkpoints/")}
+    assert "from checkpoints/orl-tiny7-base at git a2a43e7," in line["checkpoints/orl-tiny7-ardraft"]
+    assert "from checkpoints/orl-tiny7-base," in line["checkpoints/orl-tiny7-orl"]

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Session 53: keep runs of $R in the repository, so that a lost cache no longer loses them: each NAME's config,
 # weights, tokenizer and manifest (trainer_state.pt, the optimizer, left out of `files`) -> docs/results-lengths/s53/NAME
-# (default: base7-more, session 52's validation pick: the shipped base + 1,500 stage-2 steps, retrained by
+# (default: base7-more, session 52's validation pick: the base then shipped + 1,500 stage-2 steps, retrained by
 # `bash docs/results-lengths/s52/more.sh 1500`). A path in the manifest under this repository becomes relative to it.
 #   bash docs/results-lengths/s53/stage.sh [NAME ...]
 set -euo pipefail

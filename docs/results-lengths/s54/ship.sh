@@ -12,12 +12,28 @@ cd "$(dirname "$0")/../../.."
 source .venv/bin/activate
 R=${R:-$HOME/.cache/orl/runs}
 PICK=${1:?usage: ship.sh PICK (a directory here or a run name under \$R)}
+S=docs/results-lengths/s53
+# everything checked before the first change: the staged base and drafter, the pick, and that the drafter's recorded
+# verifier digest is the staged base's (a base staged after the drafter trained on its run directory differs)
+for d in "$S/base7-more" "$S/draft-more"; do [ -f "$d/orl.json" ] || { echo "ship.sh: no staged $d" >&2; exit 2; }; done
+[ -f "$PICK/orl.json" ] || [ -f "$R/$PICK/orl.json" ] || { echo "ship.sh: no checkpoint $PICK here or in $R" >&2; exit 2; }
+python - "$S" <<'PY'
+import json, sys
+from orl.train.convert_base import base_digest
+s = sys.argv[1]
+base = json.load(open(f"{s}/base7-more/orl.json"))
+base["files"].pop("trainer_state.pt", None)
+want = json.load(open(f"{s}/draft-more/orl.json"))["recipe"]["verifier"]["base_files_sha256"]
+if base_digest(f"{s}/base7-more", base) != want:
+    sys.exit("ship.sh: draft-more was trained against another copy of the base (its verifier digest differs): "
+             "train it on the staged base (BASE=docs/results-lengths/s53/base7-more)")
+PY
 git rm -rq checkpoints/orl-tiny7-base checkpoints/orl-tiny7-draft checkpoints/orl-tiny7-orl
 move() {  # a staged directory, tracked (as in session 54) or not (stage.sh does not `git add`)
   mv "$1" "$2" && git rm -rq --cached --ignore-unmatch "$1"
 }
-move docs/results-lengths/s53/base7-more checkpoints/orl-tiny7-base
-move docs/results-lengths/s53/draft-more checkpoints/orl-tiny7-draft
+move "$S/base7-more" checkpoints/orl-tiny7-base
+move "$S/draft-more" checkpoints/orl-tiny7-draft
 if [ -d "$PICK" ]; then
   move "$PICK" checkpoints/orl-tiny7-orl
 else
