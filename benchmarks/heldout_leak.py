@@ -54,8 +54,8 @@ from orl.eval.tasks import get_task
 from orl.eval.tasks.hinted import MARKERS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/: the training stream replay beside this script
-from training_draws import (EXTRA, MANIFEST, RECORDED, Stage, base_stages, rollout_samples,  # noqa: E402,F401
-                            stage_indices, with_extra)
+from training_draws import (EXTRA, MANIFEST, Stage, base_stages, rollout_samples, stage_indices,  # noqa: E402
+                            with_extra)
 
 FAMILIES = ("long7xp", "prog7xp")  # the families whose held-out split hashes the markers (in-range records only)
 # training tasks whose draws pose a FAMILIES problem: task -> the family whose problem it is

@@ -218,3 +218,32 @@ def test_resume_refuses_a_base_that_holds_other_weights(base, tmp_path, accept_e
     save_checkpoint(other, CharTokenizer(), base, {"block_len": 8})  # the same path, other weights
     with pytest.raises(ResumeError, match="now holds other weights than the run started from"):
         train_orl(cfg_for(base), tmp_path / "run", log=lambda *_: None)
+
+
+@pytest.mark.parametrize("reuse", [1, 2])
+def test_rollout_prompts_replay_from_the_manifest(base, tmp_path, monkeypatch, reuse):
+    """benchmarks/training_draws.rollout_samples (what benchmarks/heldout_leak.py --orl counts as trained on) gives,
+    from the run's manifest alone, exactly the prompts the trainer drew; with stale rollouts only every reuse-th
+    update draws."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "training_draws", Path(__file__).resolve().parents[1] / "benchmarks" / "training_draws.py")
+    draws = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(draws)
+    drawn = []
+    real = trainer.sample_prompts
+
+    def spy(tasks, n, key):
+        got = real(tasks, n, key)
+        drawn.extend(got)
+        return got
+
+    monkeypatch.setattr(trainer, "sample_prompts", spy)
+    cfg = cfg_for(base, tasks=("long7xp", "prog7xp", "split7xp"), seed=3, prompts_per_update=4, rollout_reuse=reuse)
+    train_orl(cfg, tmp_path / "run", log=lambda *_: None)
+    assert len(drawn) == 4 * 4 // reuse
+    assert list(draws.rollout_samples(tmp_path / "run" / "orl.json")) == drawn
+    with pytest.raises(ValueError, match="not an ORL manifest"):
+        list(draws.rollout_samples(base / "orl.json"))
