@@ -148,3 +148,17 @@ def test_a_base_in_a_layout_the_replay_cannot_rebuild_is_refused_by_name():
     assert base_layout({}, DecodeConfig(layout="absolute_grid")).layout == "prompt_block"  # shipped tiny models
     with pytest.raises(ValueError, match="rollouts need a block layout"):
         base_layout({"layout": "full_sequence", "block_len": 32}, DecodeConfig())
+
+
+def test_reference_relabelling_trains_on_a_stop_string_task(conv, tmp_path):
+    """A one-line data task (stop "\\n") the tiny model never answers: relabel=reference still trains on the states
+    before each rollout's first wrong commit, toward the reference answer and its newline."""
+    rows = [{"prompt": f"a{i} = {i}\nb{i} =", "answer": f" {i + 1}", "stop": "\n",
+             "split": "train" if i < 6 else "heldout"} for i in range(8)]
+    path = tmp_path / "lines.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert train("orl", conv, tmp_path / "ref", "--tasks-file", f"lines={path}", "--set", "relabel=reference") == 0
+    log = [json.loads(x) for x in (tmp_path / "ref" / "train.log.jsonl").read_text().splitlines()]
+    assert all(r["rollout_verified"] == 0 for r in log)
+    assert sum(r["relabelled"] for r in log) > 0 and all(r["kept"] == r["relabelled"] for r in log)
+    assert any(r["pred"] > 0 for r in log if r["relabelled"])

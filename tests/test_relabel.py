@@ -123,10 +123,65 @@ def test_which_rollouts_are_relabelled_and_toward_what():
     bad = replace(s, answer="")
     assert relabel_unverified(group_of(bad, [False, False]), [], 2, TOK, IDS, 4, "prompt_block", 8) == []
     assert relabel_unverified(group_of(s, [True, True]), [], 2, TOK, IDS, 4, "prompt_block", 8) == []
-    # a rollout ended by a stop string is left out
+    # a rollout of a task without stop strings that met one (a decode that set its own) is relabelled as any other
     g3 = group_of(s, [False, False])
     g3[0] = replace(g3[0], gen=replace(g3[0].gen, stop="\n"))
-    assert len(relabel_unverified(g3, [], 2, TOK, IDS, 4, "prompt_block", 8)) == 1
+    assert len(relabel_unverified(g3, [], 2, TOK, IDS, 4, "prompt_block", 8)) == 2
+
+
+NL = 30  # the stop string's token in the hand-built traces
+
+
+def stop_rollout():
+    """Answer 10 11 12 13 | 14 NL, then the stop: block 1 commits 20 in slot 3, after the stop (dropped text), then 21
+    where the reference has its stop token."""
+    trace = [step(0, 0, [M, M, M, M], [10, 11, 12, 13]),
+             step(0, 1, [10, 11, 12, 13], [10, 11, 12, 13]),
+             step(1, 0, [M, M, M, M], [14, NL, 20, 20]),
+             step(1, 1, [M, M, M, 20], [14, NL, 20, 20]),
+             step(1, 2, [14, M, M, 20], [14, 21, 20, 20]),   # proposes 21 where the reference has its stop token
+             step(1, 3, [14, 21, M, 20], [14, 21, NL, 20])]  # 21 committed: the rollout left the reference
+    g = Generation([5, 6, 7], [10, 11, 12, 13, 14, 21, NL], "", True, 1, 6, 1, 0.0, 0.0, [2, 4], trace, stop="\n")
+    return Rollout(Sample("long7xp:3shot", "train", 0, "p", "a"), g, verified=False)
+
+
+def test_a_stop_string_ends_the_reference_and_nothing_after_it_is_compared():
+    from orl.train.losses import IGNORE
+
+    r, ref = stop_rollout(), [10, 11, 12, 13, 14, NL]
+    x = relabel(r, ref, IDS, 4, "prompt_block", 8, stop="\n")
+    # the 20 committed after the stop's slot is not compared: the states up to the wrong 21 are kept
+    assert [(s.block, s.step) for s in x.gen.trace] == [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2)]
+    assert x.gen.token_ids == ref and x.gen.stop == "\n" and x.gen.finished
+    assert x.gen.trace[4].confidence.tolist() == pytest.approx([0.95, 0.0, 0.95, 0.95])  # only 21 is contradicted
+    u = make_unit(x, 4, EOS, 8, kl_conf=0.9, max_new_tokens=8)
+    assert u.targets[3:9].tolist() == ref and u.targets[9:11].tolist() == [IGNORE, IGNORE]
+    assert u.targets[u.state == 4].tolist() == [14, NL, IGNORE, IGNORE]
+    # the same reference ending at EOS instead: the 20 after it is a wrong commit, so block 1 keeps one state
+    y = relabel(r, ref + [EOS], IDS, 4, "prompt_block", 8)
+    assert [(s.block, s.step) for s in y.gen.trace] == [(0, 0), (0, 1), (1, 0)] and y.gen.stop is None
+    # kept states ending before the stop's block: an unfinished answer, with no stop
+    z = relabel(r, [10, 11, 19, 13, 14, NL], IDS, 4, "prompt_block", 8, stop="\n")
+    assert z.gen.token_ids == [10, 11, 19, 13] and z.gen.stop is None and not z.gen.finished
+
+
+def test_tasks_with_stop_strings_are_relabelled_toward_answer_plus_stop():
+    from orl.eval.tasks import get_task
+
+    task = get_task("long7xp:3shot")
+    assert task.stop == ("\n",)
+    s = task.sample("train", 0)
+    ref = reference_ids(TOK, s.prompt, s.answer, EOS, "\n")
+    assert ref == TOK.encode(s.answer + "\n") and EOS not in ref
+    rows = [replace(stop_rollout(), sample=s) for _ in range(2)]
+    out = relabel_unverified(rows, [], 2, TOK, IDS, 4, "prompt_block", 8)
+    assert len(out) == 2 and all(x.gen.token_ids == ref[:4] and x.gen.stop is None for x in out)
+    # a verified sibling that met the stop: its answer, stop token included, is the target
+    sib = replace(stop_rollout(), sample=s, verified=True,
+                  gen=replace(stop_rollout().gen, token_ids=[10, 11, 12, 13, 14, NL]))
+    out = relabel_unverified([sib, rows[0]], [sib], 2, TOK, IDS, 4, "prompt_block", 8)
+    assert len(out) == 1 and out[0].gen.token_ids == [10, 11, 12, 13, 14, NL] and out[0].gen.stop == "\n"
+    assert len(out[0].gen.trace) == 5
 
 
 @pytest.mark.parametrize("residual,shift", [("adapter", False), ("adapter", True)])
