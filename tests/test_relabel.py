@@ -215,3 +215,40 @@ def test_relabelled_states_replay_as_decoded(residual, shift):
     u = make_unit(out[0], L, ids.eos, model.args.dim, kl_conf=0.5, max_new_tokens=24)
     n = len(out[0].gen.prompt_ids)
     assert u.targets[n + L + 2] == out[0].gen.token_ids[L + 2]
+
+
+def test_a_block_wholly_past_the_stop_is_no_state():
+    """A reference that ends with its stop token at a block's end (a decode that did not stop there: its own stop
+    strings): the next block's states see only text after the answer, so none is kept."""
+    trace = [step(0, 0, [M, M, M, M], [10, 11, 12, NL]),
+             step(0, 1, [10, 11, 12, NL], [10, 11, 12, NL]),
+             step(1, 0, [M, M, M, M], [20, 20, 20, 20]),
+             step(1, 1, [20, 20, M, M], [20, 20, 20, 20])]
+    g = Generation([5, 6, 7], [10, 11, 12, NL, 20, 20, 20, 20], "", False, 1, 4, 1, 0.0, 0.0, [2, 2], trace)
+    r = Rollout(Sample("long7xp", "train", 0, "p", "a"), g, verified=False)
+    x = relabel(r, [10, 11, 12, NL], IDS, 4, "prompt_block", 8, stop="\n")
+    assert [(s.block, s.step) for s in x.gen.trace] == [(0, 0), (0, 1)] and x.gen.stop == "\n"
+
+
+def test_the_rollouts_own_stop_strings_decide_the_reference():
+    from orl.eval.tasks import get_task
+
+    s = get_task("long7xp").sample("train", 0)  # a task without stop strings, decoded with stop "\n"
+    r = stop_rollout()
+    sib = replace(r, sample=s, verified=True, gen=replace(r.gen, token_ids=[10, 11, 12, 13, 14, NL]))
+    rows = [sib, replace(r, sample=s)]
+    out = relabel_unverified(rows, [sib], 2, TOK, IDS, 4, "prompt_block", 8, stop=("\n",))
+    assert len(out) == 1 and out[0].gen.token_ids == [10, 11, 12, 13, 14, NL] and out[0].gen.stop == "\n"
+    assert len(out[0].gen.trace) == 5  # the 20 after the stop is not compared
+    # the same rows read as decoded without stop strings (the task's own: none): a sibling that met "\n" is not a
+    # whole answer of that decode, so the reference (and EOS) is the target
+    out = relabel_unverified(rows, [sib], 2, TOK, IDS, 4, "prompt_block", 8)
+    assert len(out) == 1 and out[0].gen.token_ids == reference_ids(TOK, s.prompt, s.answer, EOS)[:4]
+    # a stop task's verified sibling that ended at EOS is whole too: its answer and EOS are the target
+    k = get_task("long7xp:3shot").sample("train", 0)
+    eos_sib = replace(r, sample=k, verified=True, gen=replace(r.gen, token_ids=[10, 11, 12, 13, 14, EOS], stop=None))
+    out = relabel_unverified([eos_sib, replace(r, sample=k)], [eos_sib], 2, TOK, IDS, 4, "prompt_block", 8)
+    assert len(out) == 1 and out[0].gen.token_ids[-2:] == [14, EOS] and out[0].gen.stop is None
+    # a reference answer that holds a stop string is never a target: the decode would end inside it
+    bad = replace(k, answer=k.answer[:3] + "\n" + k.answer[3:])
+    assert relabel_unverified([replace(r, sample=bad)] * 2, [], 2, TOK, IDS, 4, "prompt_block", 8) == []

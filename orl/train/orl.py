@@ -197,7 +197,8 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config
         rec = {"update": update + 1, **{f"rollout_{k}": v for k, v in stats.items()}, "generated_tokens": gen_tokens}
         if cfg.relabel == "reference":
             extra = relabel_unverified(rollouts, kept, cfg.group_size, tok, ids, rollout_cfg.block_len,
-                                       rollout_cfg.layout, rollout_cfg.max_new_tokens, cfg.keep_reward)
+                                       rollout_cfg.layout, rollout_cfg.max_new_tokens, cfg.keep_reward,
+                                       tuple(rollout_cfg.stop or ()))
             kept = kept + extra
             n_extra = dist.all_sum(torch.tensor([len(extra), sum(len(r.gen.trace) for r in extra)])).tolist()
             rec["relabelled"], rec["relabelled_states"] = n_extra

@@ -74,6 +74,8 @@ def relabel(r: Rollout, ref: list[int], ids: SpecialIds, block_len: int, layout:
         lo = c + rec.block * L - n  # answer index of the canvas's first slot (< 0: prompt tail, absolute_grid)
         if lo > 0 and not agree[lo - 1]:
             break  # an earlier block went wrong: the cache holds tokens `ref` does not continue
+        if stop and lo >= len(ref):
+            break  # a block wholly past the stop: the answer had ended, nothing here is a target
         a = torch.arange(lo, lo + L)
         inside = (a >= 0) & (a < width)
         fixed = inside & ~rec.unresolved & care[a.clamp(0, width - 1)]
@@ -96,12 +98,14 @@ def relabel(r: Rollout, ref: list[int], ids: SpecialIds, block_len: int, layout:
 
 
 def relabel_unverified(rollouts: list[Rollout], kept: list[Rollout], group: int, tok, ids: SpecialIds,
-                       block_len: int, layout: str, max_new_tokens: int, keep_reward: float = 1.0) -> list[Rollout]:
+                       block_len: int, layout: str, max_new_tokens: int, keep_reward: float = 1.0,
+                       stop: tuple[str, ...] = ()) -> list[Rollout]:
     """Every unverified rollout's usable states (relabel), toward a kept sibling's answer or else the verified
-    reference. `rollouts` come grouped as collect returns them (`group` a prompt). A task with stop strings
-    ends the reference with its first one (a sibling's answer ends with the one its rollout met). Left out:
-    references their verifier rejects (an empty `answer` of a regex family) or that do not tokenize after their
-    prompt, rollouts with no usable state."""
+    reference. `rollouts` come grouped as collect returns them (`group` a prompt). `stop`: the rollout config's
+    own stop strings, which replace a task's (orl.engine.stops.with_stop); with stop strings the reference ends
+    with the first one (a sibling's answer ends as its rollout did: at one of them, or at an end id). Left out:
+    references their verifier rejects (an empty `answer` of a regex family), that hold a stop string (the decode
+    would end inside them) or that do not tokenize after their prompt, rollouts with no usable state."""
     out, kept_ids = [], {id(r) for r in kept}
     for i in range(0, len(rollouts), group):
         rows = rollouts[i:i + group]
@@ -109,22 +113,23 @@ def relabel_unverified(rollouts: list[Rollout], kept: list[Rollout], group: int,
         task = get_task(s.task)
         if all(r.verified for r in rows):
             continue
-        stops = tuple(task.stop or ())
-        # a sibling's answer is whole: it ended at an end id or, for a task with stop strings, at one of them
+        stops = tuple(stop or task.stop or ())  # what the rollouts decoded with
+        # a sibling's answer is whole: it ended at an end id or at one of the stop strings
         sibling = next((r for r in rows if id(r) in kept_ids and r.gen.finished
-                        and (r.gen.stop in stops if stops else r.gen.stop is None)), None)
-        stop = sibling.gen.stop if sibling is not None else (stops[0] if stops else None)
+                        and (r.gen.stop is None or r.gen.stop in stops)), None)
+        end = sibling.gen.stop if sibling is not None else (stops[0] if stops else None)
         if sibling is not None:
             ref = list(sibling.gen.token_ids)
-        elif s.answer and reward_of(task, s.prompt, s.answer) >= keep_reward:
-            ref = reference_ids(tok, s.prompt, s.answer, ids.eos, stop)
+        elif (s.answer and not any(x in s.answer for x in stops)
+              and reward_of(task, s.prompt, s.answer) >= keep_reward):
+            ref = reference_ids(tok, s.prompt, s.answer, ids.eos, end)
         else:
             ref = None
         if ref is None:
             continue
         for r in rows:
             if not r.verified:
-                x = relabel(r, ref, ids, block_len, layout, max_new_tokens, stop)
+                x = relabel(r, ref, ids, block_len, layout, max_new_tokens, end)
                 if x is not None:
                     out.append(x)
     return out
