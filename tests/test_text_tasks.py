@@ -76,3 +76,11 @@ def test_files_load_and_verify(tmp_path):
     assert {r["split"] for r in rows} == {"train", "heldout"}
     with pytest.raises(ValueError, match="beyond"):
         tt.rows("copy", "train", 2, beyond=True)
+
+
+def test_more_train_rows_than_the_guarded_draws_are_refused(tmp_path):
+    # count has ~5.4k problems: 4,096 distinct train rows need draws past the ones held-out rows are checked against
+    with pytest.raises(ValueError, match="train draws"):
+        tt.rows("count", "train", tt.N_TRAIN_GUARD)
+    with pytest.raises(SystemExit, match="train draws"):
+        tt.main(["--out-dir", str(tmp_path), "--train", str(tt.N_TRAIN_GUARD), "--families", "count"])

@@ -1,0 +1,100 @@
+"""Accuracy and TPF of models on the text families (benchmarks/text_tasks.py), pooled over prompt seeds, with the
+paired McNemar test against a baseline model (issue 22 item 4).
+
+    python benchmarks/text_table.py ~/.cache/orl/runs/g55/eval --models ar,conv,orl,no_aec --baseline conv
+
+Reads DIR/{model}-{kind}{seed}.jsonl (`orl eval` records: kind `seed` = the in-range held-out draw of that seed,
+`beyond` = sizes past the training range). One markdown row per (model, threshold, kind): accuracy per family and
+pooled, the pooled accuracy's spread over seeds (min-max), TPF as a ratio of sums (every generated token / every
+denoising and commit forward; a stopped row's tokens after its stop string are not counted, their forwards are),
+mean steps per block, and the difference to the baseline at the same threshold (else at the baseline's threshold
+nearest 0.9, named in the cell) with the exact McNemar p over the samples both answered (same seed, prompt, draw).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from orl.eval import metrics
+from orl.eval.records import decoder_label, latest_records
+
+FAMILIES = ("copy", "count", "upper", "reverse")
+
+
+def load(path: Path) -> list[dict]:
+    if not path.is_file():
+        raise SystemExit(f"no records {path}: run `orl eval ... --out {path}` first")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def groups(recs_dir: Path, model: str, kind: str, seeds: list[int]) -> dict[float | None, list[dict]]:
+    """threshold (None for an AR decoder) -> records over all seeds, each tagged with its seed. A prompt evaluated
+    twice counts once (its last record); a file holding two models or two decoders at one threshold is refused."""
+    out = defaultdict(list)
+    for s in seeds:
+        path = recs_dir / f"{model}-{kind}{s}.jsonl"
+        for r in latest_records(load(path)):
+            if r["task"] not in FAMILIES:
+                raise SystemExit(f"{path}: a record of task {r['task']!r}, not one of {', '.join(FAMILIES)}")
+            r["_seed"] = s
+            out[None if r["decode"].get("rule") == "ar" else r["decode"].get("threshold")].append(r)
+    for tau, recs in out.items():
+        who = {(r["model"]["id"], decoder_label(r["decode"])) for r in recs}
+        if len(who) > 1:
+            raise SystemExit(f"{model}-{kind}*: threshold {tau}: records of {len(who)} models / decoders {sorted(who)}")
+    return out
+
+
+def key(r: dict) -> tuple:
+    return r["_seed"], r["task"], r["prompt"], r["sample"]
+
+
+def row(model: str, tau, kind: str, recs: list[dict], base: list[dict] | None, base_tau) -> str:
+    verdicts = {f: [r["verdict"] for r in recs if r["task"] == f] for f in FAMILIES}
+    per_seed = defaultdict(list)
+    for r in recs:
+        per_seed[r["_seed"]].append(r["verdict"])
+    spread = [100 * metrics.accuracy(v) for v in per_seed.values()]
+    steps = [s for r in recs for s in r.get("block_steps") or []]
+    tpf = metrics.pooled_tpf(recs)["tpf"]
+    cells = [model, "AR" if tau is None else f"{tau:g}", kind,
+             *(f"{100 * metrics.accuracy(v):.1f}" if v else "-" for v in verdicts.values()),
+             f"**{100 * metrics.accuracy([r['verdict'] for r in recs]):.1f}** ({min(spread):.0f}-{max(spread):.0f})",
+             f"{tpf:.2f}", f"{metrics.mean(steps):.2f}" if steps else "-"]
+    n, b, c = metrics.paired_counts({key(r): r["verdict"] for r in recs}, {key(r): r["verdict"] for r in base or []})
+    if not n:
+        cells.append("-")
+    else:
+        at = "AR" if base_tau is None else f"{base_tau:g}"
+        cells.append(f"at {at}: {100 * (b - c) / n:+.1f} pts, {b} vs {c}, p = {metrics.mcnemar_exact(b, c):.2g} (n = {n})")
+    return "| " + " | ".join(cells) + " |"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("dir", type=Path)
+    ap.add_argument("--models", required=True, help="comma-separated record-file prefixes")
+    ap.add_argument("--baseline", help="the prefix the others are compared with")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--kinds", default="seed,beyond")
+    args = ap.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    print("| model | threshold | split | " + " | ".join(FAMILIES) + " | all % (seed min-max) | TPF | steps/block | "
+          f"vs {args.baseline or '-'} (right only here vs only there) |")
+    print("|---|---|---|" + "---:|" * (len(FAMILIES) + 4))
+    for kind in args.kinds.split(","):
+        base = groups(args.dir, args.baseline, kind, seeds) if args.baseline else {}
+        for model in args.models.split(","):
+            for tau, recs in sorted(groups(args.dir, model, kind, seeds).items(), key=lambda t: -(t[0] or 2)):
+                # the baseline at the same threshold; an AR model (or a threshold the baseline lacks) against the
+                # baseline's nearest to 0.9, named in the cell
+                at = tau if tau in base else min(base, key=lambda t: abs((t or 0.9) - 0.9), default=None)
+                ref = base.get(at) if model != args.baseline else None
+                print(row(model, tau, "in range" if kind == "seed" else kind, recs, ref, at))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
