@@ -3,7 +3,7 @@ paired McNemar test against a baseline model (issue 22 item 4).
 
     python benchmarks/text_table.py ~/.cache/orl/runs/g55/eval --models ar,conv,orl,no_aec --baseline conv
 
-Reads DIR/{model}-{kind}{seed}.jsonl (`orl eval` records: kind `seed` = the in-range held-out draw of that seed,
+Reads DIR/{model}-{kind}{seed}.jsonl or .jsonl.gz (`orl eval` records: kind `seed` = the in-range held-out draw of that seed,
 `beyond` = sizes past the training range). One markdown row per (model, threshold, kind): accuracy per family and
 pooled, the pooled accuracy's spread over seeds (min-max), TPF as a ratio of sums (every generated token / every
 denoising and commit forward; a stopped row's tokens after its stop string are not counted, their forwards are),
@@ -13,20 +13,21 @@ nearest 0.9, named in the cell) with the exact McNemar p over the samples both a
 from __future__ import annotations
 
 import argparse
-import json
 from collections import defaultdict
 from pathlib import Path
 
 from orl.eval import metrics
-from orl.eval.records import decoder_label, latest_records
+from orl.eval.records import decoder_label, latest_records, read_records
 
 FAMILIES = ("copy", "count", "upper", "reverse")
 
 
 def load(path: Path) -> list[dict]:
-    if not path.is_file():
-        raise SystemExit(f"no records {path}: run `orl eval ... --out {path}` first")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The records of path, or of path.gz (the form committed under docs/)."""
+    for p in (path, path.with_name(path.name + ".gz")):
+        if p.is_file():
+            return read_records(p)
+    raise SystemExit(f"no records {path}(.gz): run `orl eval ... --out {path}` first")
 
 
 def groups(recs_dir: Path, model: str, kind: str, seeds: list[int]) -> dict[float | None, list[dict]]:
