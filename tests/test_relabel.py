@@ -5,6 +5,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from orl.engine import DecodeConfig
 from orl.engine.sequence import Generation
 from orl.engine.trace import StepRecord
 from orl.eval.tasks.base import Sample
@@ -17,6 +18,7 @@ from tests.test_replay import L, TOK, assert_replays, rollouts, tiny_model
 
 M, EOS = TOK.mask_id, TOK.eos_id
 IDS = SpecialIds(M, EOS, TOK.pad_id, (), (EOS,))
+CFG = DecodeConfig(block_len=4, max_new_tokens=8, layout="prompt_block")  # the rollouts' decode
 
 
 def step(block, s, canvas, tokens, conf=0.95):
@@ -112,21 +114,21 @@ def test_which_rollouts_are_relabelled_and_toward_what():
     ref = reference_ids(TOK, s.prompt, s.answer, EOS)
     # a prompt with a verified sibling: its answer (the one kept) is the target, the verified ones stay out
     g1 = group_of(s, [True, False, False])
-    out = relabel_unverified(g1, [g1[0]], 3, TOK, IDS, 4, "prompt_block", 8)
+    out = relabel_unverified(g1, [g1[0]], 3, TOK, IDS, CFG)
     assert len(out) == 2 and all(x.gen.token_ids == [10, 11, 12, 13, 14, EOS] for x in out)
     assert out[0].sample is s and all(len(x.gen.trace) == 4 for x in out)  # up to the 20 committed in block 1
     # no verified sibling: the reference, tokenized after its prompt, up to the end of the last kept block
     g2 = group_of(s, [False, False])
-    out = relabel_unverified(g2, [], 2, TOK, IDS, 4, "prompt_block", 8)
+    out = relabel_unverified(g2, [], 2, TOK, IDS, CFG)
     assert len(out) == 2 and all(x.gen.token_ids == ref[:4] and len(x.gen.trace) == 1 for x in out)
     # a reference its verifier rejects (an empty regex answer) relabels nothing; all verified: nothing to do
     bad = replace(s, answer="")
-    assert relabel_unverified(group_of(bad, [False, False]), [], 2, TOK, IDS, 4, "prompt_block", 8) == []
-    assert relabel_unverified(group_of(s, [True, True]), [], 2, TOK, IDS, 4, "prompt_block", 8) == []
+    assert relabel_unverified(group_of(bad, [False, False]), [], 2, TOK, IDS, CFG) == []
+    assert relabel_unverified(group_of(s, [True, True]), [], 2, TOK, IDS, CFG) == []
     # a rollout of a task without stop strings that met one (a decode that set its own) is relabelled as any other
     g3 = group_of(s, [False, False])
     g3[0] = replace(g3[0], gen=replace(g3[0].gen, stop="\n"))
-    assert len(relabel_unverified(g3, [], 2, TOK, IDS, 4, "prompt_block", 8)) == 2
+    assert len(relabel_unverified(g3, [], 2, TOK, IDS, CFG)) == 2
 
 
 NL = 30  # the stop string's token in the hand-built traces
@@ -174,12 +176,12 @@ def test_tasks_with_stop_strings_are_relabelled_toward_answer_plus_stop():
     ref = reference_ids(TOK, s.prompt, s.answer, EOS, "\n")
     assert ref == TOK.encode(s.answer + "\n") and EOS not in ref
     rows = [replace(stop_rollout(), sample=s) for _ in range(2)]
-    out = relabel_unverified(rows, [], 2, TOK, IDS, 4, "prompt_block", 8)
+    out = relabel_unverified(rows, [], 2, TOK, IDS, CFG)
     assert len(out) == 2 and all(x.gen.token_ids == ref[:4] and x.gen.stop is None for x in out)
     # a verified sibling that met the stop: its answer, stop token included, is the target
     sib = replace(stop_rollout(), sample=s, verified=True,
                   gen=replace(stop_rollout().gen, token_ids=[10, 11, 12, 13, 14, NL]))
-    out = relabel_unverified([sib, rows[0]], [sib], 2, TOK, IDS, 4, "prompt_block", 8)
+    out = relabel_unverified([sib, rows[0]], [sib], 2, TOK, IDS, CFG)
     assert len(out) == 1 and out[0].gen.token_ids == [10, 11, 12, 13, 14, NL] and out[0].gen.stop == "\n"
     assert len(out[0].gen.trace) == 5
 
@@ -237,18 +239,18 @@ def test_the_rollouts_own_stop_strings_decide_the_reference():
     r = stop_rollout()
     sib = replace(r, sample=s, verified=True, gen=replace(r.gen, token_ids=[10, 11, 12, 13, 14, NL]))
     rows = [sib, replace(r, sample=s)]
-    out = relabel_unverified(rows, [sib], 2, TOK, IDS, 4, "prompt_block", 8, stop=("\n",))
+    out = relabel_unverified(rows, [sib], 2, TOK, IDS, replace(CFG, stop=("\n",)))
     assert len(out) == 1 and out[0].gen.token_ids == [10, 11, 12, 13, 14, NL] and out[0].gen.stop == "\n"
     assert len(out[0].gen.trace) == 5  # the 20 after the stop is not compared
     # the same rows read as decoded without stop strings (the task's own: none): a sibling that met "\n" is not a
     # whole answer of that decode, so the reference (and EOS) is the target
-    out = relabel_unverified(rows, [sib], 2, TOK, IDS, 4, "prompt_block", 8)
+    out = relabel_unverified(rows, [sib], 2, TOK, IDS, CFG)
     assert len(out) == 1 and out[0].gen.token_ids == reference_ids(TOK, s.prompt, s.answer, EOS)[:4]
     # a stop task's verified sibling that ended at EOS is whole too: its answer and EOS are the target
     k = get_task("long7xp:3shot").sample("train", 0)
     eos_sib = replace(r, sample=k, verified=True, gen=replace(r.gen, token_ids=[10, 11, 12, 13, 14, EOS], stop=None))
-    out = relabel_unverified([eos_sib, replace(r, sample=k)], [eos_sib], 2, TOK, IDS, 4, "prompt_block", 8)
+    out = relabel_unverified([eos_sib, replace(r, sample=k)], [eos_sib], 2, TOK, IDS, CFG)
     assert len(out) == 1 and out[0].gen.token_ids[-2:] == [14, EOS] and out[0].gen.stop is None
     # a reference answer that holds a stop string is never a target: the decode would end inside it
     bad = replace(k, answer=k.answer[:3] + "\n" + k.answer[3:])
-    assert relabel_unverified([replace(r, sample=bad)] * 2, [], 2, TOK, IDS, 4, "prompt_block", 8) == []
+    assert relabel_unverified([replace(r, sample=bad)] * 2, [], 2, TOK, IDS, CFG) == []

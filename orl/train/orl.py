@@ -196,9 +196,7 @@ def train_orl(cfg: ORLConfig, out: str | Path, resume: bool = True, allow_config
         kept = select_kept(rollouts, cfg.group_size, cfg.keep)
         rec = {"update": update + 1, **{f"rollout_{k}": v for k, v in stats.items()}, "generated_tokens": gen_tokens}
         if cfg.relabel == "reference":
-            extra = relabel_unverified(rollouts, kept, cfg.group_size, tok, ids, rollout_cfg.block_len,
-                                       rollout_cfg.layout, rollout_cfg.max_new_tokens, cfg.keep_reward,
-                                       tuple(rollout_cfg.stop or ()))
+            extra = relabel_unverified(rollouts, kept, cfg.group_size, tok, ids, rollout_cfg, cfg.keep_reward)
             kept = kept + extra
             n_extra = dist.all_sum(torch.tensor([len(extra), sum(len(r.gen.trace) for r in extra)])).tolist()
             rec["relabelled"], rec["relabelled_states"] = n_extra

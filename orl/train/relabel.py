@@ -28,6 +28,8 @@ from dataclasses import replace
 
 import torch
 
+from orl.engine import DecodeConfig
+from orl.engine.stops import with_stop
 from orl.eval.tasks import get_task
 from orl.eval.tasks.custom import reward_of
 from orl.model.vocab import SpecialIds, is_eos
@@ -98,11 +100,10 @@ def relabel(r: Rollout, ref: list[int], ids: SpecialIds, block_len: int, layout:
 
 
 def relabel_unverified(rollouts: list[Rollout], kept: list[Rollout], group: int, tok, ids: SpecialIds,
-                       block_len: int, layout: str, max_new_tokens: int, keep_reward: float = 1.0,
-                       stop: tuple[str, ...] = ()) -> list[Rollout]:
+                       cfg: DecodeConfig, keep_reward: float = 1.0) -> list[Rollout]:
     """Every unverified rollout's usable states (relabel), toward a kept sibling's answer or else the verified
-    reference. `rollouts` come grouped as collect returns them (`group` a prompt). `stop`: the rollout config's
-    own stop strings, which replace a task's (orl.engine.stops.with_stop); with stop strings the reference ends
+    reference. `rollouts` come grouped as collect returns them (`group` a prompt), decoded with `cfg` and each
+    task's stop strings as collect decodes them (orl.engine.stops.with_stop); with stop strings the reference ends
     with the first one (a sibling's answer ends as its rollout did: at one of them, or at an end id). Left out:
     references their verifier rejects (an empty `answer` of a regex family), that hold a stop string (the decode
     would end inside them) or that do not tokenize after their prompt, rollouts with no usable state."""
@@ -113,7 +114,7 @@ def relabel_unverified(rollouts: list[Rollout], kept: list[Rollout], group: int,
         task = get_task(s.task)
         if all(r.verified for r in rows):
             continue
-        stops = tuple(stop or task.stop or ())  # what the rollouts decoded with
+        stops = with_stop(cfg, tuple(task.stop)).stop  # what the rollouts decoded with
         # a sibling's answer is whole: it ended at an end id or at one of the stop strings
         sibling = next((r for r in rows if id(r) in kept_ids and r.gen.finished
                         and (r.gen.stop is None or r.gen.stop in stops)), None)
@@ -129,7 +130,7 @@ def relabel_unverified(rollouts: list[Rollout], kept: list[Rollout], group: int,
             continue
         for r in rows:
             if not r.verified:
-                x = relabel(r, ref, ids, block_len, layout, max_new_tokens, end)
+                x = relabel(r, ref, ids, cfg.block_len, cfg.layout, cfg.max_new_tokens, end)
                 if x is not None:
                     out.append(x)
     return out
