@@ -9,6 +9,12 @@ pooled, the pooled accuracy's spread over seeds (min-max), TPF as a ratio of sum
 denoising and commit forward; a stopped row's tokens after its stop string are not counted, their forwards are),
 mean steps per block, and the difference to the baseline at the same threshold (else at the baseline's threshold
 nearest 0.9, named in the cell) with the exact McNemar p over the samples both answered (same seed, prompt, draw).
+
+A second table gives each model's AUP per split (orl.eval.metrics.aup) over its threshold curve: the points are
+(pooled TPF, pooled accuracy) at every threshold evaluated on all the requested seeds (a threshold run on fewer seeds
+is left out and named), y_max is the best accuracy of any listed model's threshold points in that split (AR decoders
+are not on a threshold curve and do not set it), and the spread is the AUP of each seed alone with the same y_max.
+AUPs compare only between curves over the same thresholds, which the table names.
 """
 from __future__ import annotations
 
@@ -73,6 +79,40 @@ def row(model: str, tau, kind: str, recs: list[dict], base: list[dict] | None, b
     return "| " + " | ".join(cells) + " |"
 
 
+def curve(recs: list[dict]) -> tuple[float, float]:
+    """(TPF as a ratio of sums, accuracy as a fraction) of one threshold's records."""
+    return metrics.pooled_tpf(recs)["tpf"], metrics.accuracy([r["verdict"] for r in recs])
+
+
+def aup_table(recs_dir: Path, models: list[str], kinds: list[str], seeds: list[int]) -> list[str]:
+    lines = ["| model | split | thresholds | AUP (seed min-max) | points (threshold: TPF, acc %) | left out |",
+             "|---|---|---|---:|---|---|"]
+    for kind in kinds:
+        curves, missing = {}, {}
+        for model in models:
+            by_tau = {t: r for t, r in groups(recs_dir, model, kind, seeds).items() if t is not None}
+            full = {t: r for t, r in by_tau.items() if {x["_seed"] for x in r} == set(seeds)}
+            missing[model] = sorted(set(by_tau) - set(full))
+            if full:
+                curves[model] = full
+        if not curves:
+            continue
+        y_max = max(curve(r)[1] for c in curves.values() for r in c.values())
+        for model, c in curves.items():
+            taus = sorted(c)
+            pts = [curve(c[t]) for t in taus]
+            whole = metrics.aup([p[0] for p in pts], [p[1] for p in pts], y_max=y_max)
+            per_seed = []
+            for s in seeds:
+                sp = [curve([x for x in c[t] if x["_seed"] == s]) for t in taus]
+                per_seed.append(metrics.aup([p[0] for p in sp], [p[1] for p in sp], y_max=y_max))
+            lines.append(f"| {model} | {'in range' if kind == 'seed' else kind} | {','.join(f'{t:g}' for t in taus)} | "
+                         f"**{whole:.1f}** ({min(per_seed):.1f}-{max(per_seed):.1f}) | "
+                         + "; ".join(f"{t:g}: {p[0]:.2f}, {100 * p[1]:.1f}" for t, p in zip(taus, pts))
+                         + f" | {','.join(f'{t:g}' for t in missing[model]) or '-'} |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dir", type=Path)
@@ -80,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline", help="the prefix the others are compared with")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--kinds", default="seed,beyond")
+    ap.add_argument("--aup", action="store_true", help="also the AUP table over each model's threshold curve")
     args = ap.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     print("| model | threshold | split | " + " | ".join(FAMILIES) + " | all % (seed min-max) | TPF | steps/block | "
@@ -94,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
                 at = tau if tau in base else min(base, key=lambda t: abs((t or 0.9) - 0.9), default=None)
                 ref = base.get(at) if model != args.baseline else None
                 print(row(model, tau, "in range" if kind == "seed" else kind, recs, ref, at))
+    if args.aup:
+        print()
+        print("\n".join(aup_table(args.dir, args.models.split(","), args.kinds.split(","), seeds)))
     return 0
 
 

@@ -19,7 +19,7 @@ spec.loader.exec_module(tab)
 
 def rec(model, task, i, verdict, tau=0.9, n_tokens=4, steps=4, model_id=None):
     decode = {"rule": "threshold", "threshold": tau, "block_len": 4, "residual": "off", "seed": 0, "temperature": 0.0}
-    return {"schema": 1, "config_id": "c", "timing": {}, "batch_size": 8,
+    return {"schema": 1, "config_id": f"c{tau}", "timing": {}, "batch_size": 8,
             "model": {"name": model, "id": model_id or model}, "decode": decode, "task": task, "split": "heldout",
             "prompt_id": f"{task}/heldout/{i}", "prompt": f"{task} q{i} =", "sample": 0, "verdict": verdict,
             "n_tokens": n_tokens, "finished": True, "stop": "\n", "forwards": {"prefill": 1, "step": steps, "commit": 0},
@@ -57,3 +57,20 @@ def test_two_models_in_one_file_are_refused(tmp_path):
     write(tmp_path / "x-seed0.jsonl", [rec("x", "sort", 0, True)])
     with pytest.raises(SystemExit, match="not one of"):
         tab.main([str(tmp_path), "--models", "x", "--seeds", "0", "--kinds", "seed"])
+
+
+def test_aup_over_full_seed_thresholds(tmp_path, capsys):
+    # a: both seeds at 0.9 (TPF 1, 2 of 4 right) and 0.7 (TPF 2, 2 of 4 right); b: 0.7 on both seeds (TPF 1; seed 0
+    # 2 of 4, seed 1 none), 0.9 on seed 0 only -> left out of b's curve
+    for s in (0, 1):
+        write(tmp_path / f"a-seed{s}.jsonl", [rec("a", "copy", i, i < 2) for i in range(4)]
+              + [rec("a", "copy", i, i < 2, tau=0.7, n_tokens=8) for i in range(4)])
+        write(tmp_path / f"b-seed{s}.jsonl", [rec("b", "copy", i, s == 0 and i < 2, tau=0.7) for i in range(4)]
+              + ([rec("b", "copy", i, True) for i in range(4)] if s == 0 else []))
+    assert tab.main([str(tmp_path), "--models", "a,b", "--seeds", "0,1", "--kinds", "seed", "--aup"]) == 0
+    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in capsys.readouterr().out.splitlines()
+            if line.count("|") == 7 and "AUP" not in line and "---" not in line}
+    # y_max = 50 (a's points; b's 0.9 point is left out): a = 1 * 50 + (2 - 1) * (50 + 50) / 2 = 100
+    assert rows["a"][2:4] == ["0.7,0.9", "**100.0** (100.0-100.0)"]
+    # b: one point, TPF 1 at 25% (seeds: 50% and 0%) -> the rectangle 1 * 25
+    assert rows["b"][2:4] == ["0.7", "**25.0** (0.0-50.0)"] and rows["b"][5] == "0.9 |"
