@@ -3,7 +3,7 @@ paired McNemar test against a baseline model (issue 22 item 4).
 
     python benchmarks/text_table.py ~/.cache/orl/runs/g55/eval --models ar,conv,orl,no_aec --baseline conv
 
-Reads DIR/{model}-{kind}{seed}.jsonl or .jsonl.gz (`orl eval` records: kind `seed` = the in-range held-out draw of that seed,
+Reads DIR/{model}-{kind}{seed}.jsonl or .jsonl.gz (from the first of the given DIRs that has it) (`orl eval` records: kind `seed` = the in-range held-out draw of that seed,
 `beyond` = sizes past the training range). One markdown row per (model, threshold, kind): accuracy per family and
 pooled, the pooled accuracy's spread over seeds (min-max), TPF as a ratio of sums (every generated token / every
 denoising and commit forward; a stopped row's tokens after its stop string are not counted, their forwards are),
@@ -28,21 +28,22 @@ from orl.eval.records import decoder_label, latest_records, read_records
 FAMILIES = ("copy", "count", "upper", "reverse")
 
 
-def load(path: Path) -> list[dict]:
-    """The records of path, or of path.gz (the form committed under docs/)."""
-    for p in (path, path.with_name(path.name + ".gz")):
-        if p.is_file():
-            return read_records(p)
-    raise SystemExit(f"no records {path}(.gz): run `orl eval ... --out {path}` first")
+def load(dirs: list[Path], name: str) -> tuple[Path, list[dict]]:
+    """The records DIR/name or DIR/name.gz (the form committed under docs/) of the first dir that has them."""
+    for d in dirs:
+        for p in (d / name, d / (name + ".gz")):
+            if p.is_file():
+                return p, read_records(p)
+    raise SystemExit(f"no records {name}(.gz) in {', '.join(map(str, dirs))}: run `orl eval ... --out DIR/{name}` first")
 
 
-def groups(recs_dir: Path, model: str, kind: str, seeds: list[int]) -> dict[float | None, list[dict]]:
+def groups(dirs: list[Path], model: str, kind: str, seeds: list[int]) -> dict[float | None, list[dict]]:
     """threshold (None for an AR decoder) -> records over all seeds, each tagged with its seed. A prompt evaluated
     twice counts once (its last record); a file holding two models or two decoders at one threshold is refused."""
     out = defaultdict(list)
     for s in seeds:
-        path = recs_dir / f"{model}-{kind}{s}.jsonl"
-        for r in latest_records(load(path)):
+        path, recs = load(dirs, f"{model}-{kind}{s}.jsonl")
+        for r in latest_records(recs):
             if r["task"] not in FAMILIES:
                 raise SystemExit(f"{path}: a record of task {r['task']!r}, not one of {', '.join(FAMILIES)}")
             r["_seed"] = s
@@ -84,13 +85,13 @@ def curve(recs: list[dict]) -> tuple[float, float]:
     return metrics.pooled_tpf(recs)["tpf"], metrics.accuracy([r["verdict"] for r in recs])
 
 
-def aup_table(recs_dir: Path, models: list[str], kinds: list[str], seeds: list[int]) -> list[str]:
+def aup_table(dirs: list[Path], models: list[str], kinds: list[str], seeds: list[int]) -> list[str]:
     lines = ["| model | split | thresholds | AUP (seed min-max) | points (threshold: TPF, acc %) | left out |",
              "|---|---|---|---:|---|---|"]
     for kind in kinds:
         curves, missing = {}, {}
         for model in models:
-            by_tau = {t: r for t, r in groups(recs_dir, model, kind, seeds).items() if t is not None}
+            by_tau = {t: r for t, r in groups(dirs, model, kind, seeds).items() if t is not None}
             full = {t: r for t, r in by_tau.items() if {x["_seed"] for x in r} == set(seeds)}
             missing[model] = sorted(set(by_tau) - set(full))
             if full:
@@ -115,7 +116,7 @@ def aup_table(recs_dir: Path, models: list[str], kinds: list[str], seeds: list[i
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("dir", type=Path)
+    ap.add_argument("dirs", type=Path, nargs="+", help="record directories, searched in order for each file")
     ap.add_argument("--models", required=True, help="comma-separated record-file prefixes")
     ap.add_argument("--baseline", help="the prefix the others are compared with")
     ap.add_argument("--seeds", default="0,1,2")
@@ -127,9 +128,9 @@ def main(argv: list[str] | None = None) -> int:
           f"vs {args.baseline or '-'} (right only here vs only there) |")
     print("|---|---|---|" + "---:|" * (len(FAMILIES) + 4))
     for kind in args.kinds.split(","):
-        base = groups(args.dir, args.baseline, kind, seeds) if args.baseline else {}
+        base = groups(args.dirs, args.baseline, kind, seeds) if args.baseline else {}
         for model in args.models.split(","):
-            for tau, recs in sorted(groups(args.dir, model, kind, seeds).items(), key=lambda t: -(t[0] or 2)):
+            for tau, recs in sorted(groups(args.dirs, model, kind, seeds).items(), key=lambda t: -(t[0] or 2)):
                 # the baseline at the same threshold; an AR model (or a threshold the baseline lacks) against the
                 # baseline's nearest to 0.9, named in the cell
                 at = tau if tau in base else min(base, key=lambda t: abs((t or 0.9) - 0.9), default=None)
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(row(model, tau, "in range" if kind == "seed" else kind, recs, ref, at))
     if args.aup:
         print()
-        print("\n".join(aup_table(args.dir, args.models.split(","), args.kinds.split(","), seeds)))
+        print("\n".join(aup_table(args.dirs, args.models.split(","), args.kinds.split(","), seeds)))
     return 0
 
 

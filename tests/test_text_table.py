@@ -74,3 +74,15 @@ def test_aup_over_full_seed_thresholds(tmp_path, capsys):
     assert rows["a"][2:4] == ["0.7,0.9", "**100.0** (100.0-100.0)"]
     # b: one point, TPF 1 at 25% (seeds: 50% and 0%) -> the rectangle 1 * 25
     assert rows["b"][2:4] == ["0.7", "**25.0** (0.0-50.0)"] and rows["b"][5] == "0.9 |"
+
+
+def test_records_are_found_in_the_first_dir_that_has_them(tmp_path, capsys):
+    (tmp_path / "new").mkdir(), (tmp_path / "old").mkdir()
+    write(tmp_path / "old" / "a-seed0.jsonl", [rec("a", "copy", 0, False)], gz=True)
+    write(tmp_path / "new" / "a-seed0.jsonl", [rec("a", "copy", 0, True)], gz=True)
+    write(tmp_path / "old" / "b-seed0.jsonl", [rec("b", "copy", 0, True)], gz=True)
+    assert tab.main([str(tmp_path / "new"), str(tmp_path / "old"), "--models", "a,b", "--seeds", "0", "--kinds", "seed"]) == 0
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line[:4] in ("| a ", "| b ")]
+    assert [r[3] for r in rows] == ["100.0", "100.0"]   # a from new (not old's wrong answer), b from old
+    with pytest.raises(SystemExit, match="no records c-seed0.jsonl"):
+        tab.main([str(tmp_path / "new"), "--models", "c", "--seeds", "0", "--kinds", "seed"])

@@ -19,7 +19,7 @@ recs_dir, pairs = Path(sys.argv[1]), sys.argv[2:]
 SEEDS = [0, 1, 2]
 for new, old in zip(pairs[::2], pairs[1::2]):
     (m1, t1), (m2, t2) = ((m, float(t)) for m, t in (p.split("@") for p in (new, old)))
-    a, b = tt.groups(recs_dir, m1, "seed", SEEDS)[t1], tt.groups(recs_dir, m2, "seed", SEEDS)[t2]
+    a, b = tt.groups([recs_dir], m1, "seed", SEEDS)[t1], tt.groups([recs_dir], m2, "seed", SEEDS)[t2]
     n, only_a, only_b = metrics.paired_counts({tt.key(r): r["verdict"] for r in a}, {tt.key(r): r["verdict"] for r in b})
     acc = [100 * metrics.accuracy([r["verdict"] for r in x]) for x in (a, b)]
     ratio = metrics.pooled_tpf(a)["tpf"] / metrics.pooled_tpf(b)["tpf"]
