@@ -12,9 +12,12 @@ nearest 0.9, named in the cell) with the exact McNemar p over the samples both a
 
 A second table gives each model's AUP per split (orl.eval.metrics.aup) over its threshold curve: the points are
 (pooled TPF, pooled accuracy) at every threshold evaluated on all the requested seeds (a threshold run on fewer seeds
-is left out and named), y_max is the best accuracy of any listed model's threshold points in that split (AR decoders
-are not on a threshold curve and do not set it), and the spread is the AUP of each seed alone with the same y_max.
-AUPs compare only between curves over the same thresholds, which the table names.
+or on part of a seed's questions is left out and named), y_max is the best accuracy of any listed model's threshold
+points in that split (AR decoders are not on a threshold curve and do not set it, unlike orl.eval.report, whose
+curves include the AR rows: here the compared curves are the dLLMs'), and the spread is the AUP of each seed alone over
+the thresholds the pooled curve counts, with the same y_max. The "counted" column names the points d3LLM's drop rule
+keeps (more than 5 points below the least parallel point's accuracy: not counted). AUPs compare only between curves
+over the same thresholds.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from orl.eval import metrics
 from orl.eval.records import decoder_label, latest_records, read_records
 
 FAMILIES = ("copy", "count", "upper", "reverse")
+MAX_DROP = 5.0  # d3LLM's AUP drop rule, in accuracy points (orl.eval.metrics.aup)
 
 
 def load(dirs: list[Path], name: str) -> tuple[Path, list[dict]]:
@@ -86,31 +90,41 @@ def curve(recs: list[dict]) -> tuple[float, float]:
 
 
 def aup_table(dirs: list[Path], models: list[str], kinds: list[str], seeds: list[int]) -> list[str]:
-    lines = ["| model | split | thresholds | AUP (seed min-max) | points (threshold: TPF, acc %) | left out |",
-             "|---|---|---|---:|---|---|"]
+    lines = ["| model | split | thresholds | counted (5-point drop rule) | AUP (seed min-max) | points (threshold: TPF, acc %) "
+             "| left out (not on every seed's full question set) |", "|---|---|---|---|---:|---|---|"]
     for kind in kinds:
+        by_model = {m: {t: r for t, r in groups(dirs, m, kind, seeds).items() if t is not None} for m in models}
+        # a seed's full question set: every (task, prompt, sample) any listed model answered at any threshold there
+        qs = defaultdict(set)
+        for by_tau in by_model.values():
+            for recs in by_tau.values():
+                for r in recs:
+                    qs[r["_seed"]].add(key(r))
         curves, missing = {}, {}
-        for model in models:
-            by_tau = {t: r for t, r in groups(dirs, model, kind, seeds).items() if t is not None}
-            full = {t: r for t, r in by_tau.items() if {x["_seed"] for x in r} == set(seeds)}
+        for model, by_tau in by_model.items():
+            full = {t: r for t, r in by_tau.items()
+                    if all({key(x) for x in r if x["_seed"] == s} == qs[s] for s in seeds)}
             missing[model] = sorted(set(by_tau) - set(full))
-            if full:
-                curves[model] = full
-        if not curves:
-            continue
-        y_max = max(curve(r)[1] for c in curves.values() for r in c.values())
+            curves[model] = full
+        y_max = max((curve(r)[1] for c in curves.values() for r in c.values()), default=0.0)
         for model, c in curves.items():
+            split = "in range" if kind == "seed" else kind
+            left = ",".join(f"{t:g}" for t in missing[model]) or "-"
+            if not c:
+                lines.append(f"| {model} | {split} | - | - | no threshold curve | - | {left} |")
+                continue
             taus = sorted(c)
-            pts = [curve(c[t]) for t in taus]
-            whole = metrics.aup([p[0] for p in pts], [p[1] for p in pts], y_max=y_max)
-            per_seed = []
+            pts = {t: curve(c[t]) for t in taus}
+            first = min(taus, key=lambda t: pts[t][0])   # the least parallel point sets the drop floor
+            kept = [t for t in taus if 100 * pts[t][1] >= 100 * pts[first][1] - MAX_DROP]
+            whole = metrics.aup([pts[t][0] for t in kept], [pts[t][1] for t in kept], y_max=y_max, max_drop=MAX_DROP)
+            per_seed = []  # each seed over the pooled curve's counted thresholds (no drop rule of its own)
             for s in seeds:
-                sp = [curve([x for x in c[t] if x["_seed"] == s]) for t in taus]
-                per_seed.append(metrics.aup([p[0] for p in sp], [p[1] for p in sp], y_max=y_max))
-            lines.append(f"| {model} | {'in range' if kind == 'seed' else kind} | {','.join(f'{t:g}' for t in taus)} | "
+                sp = [curve([x for x in c[t] if x["_seed"] == s]) for t in kept]
+                per_seed.append(metrics.aup([p[0] for p in sp], [p[1] for p in sp], y_max=y_max, max_drop=float("inf")))
+            lines.append(f"| {model} | {split} | {','.join(f'{t:g}' for t in taus)} | {','.join(f'{t:g}' for t in kept)} | "
                          f"**{whole:.1f}** ({min(per_seed):.1f}-{max(per_seed):.1f}) | "
-                         + "; ".join(f"{t:g}: {p[0]:.2f}, {100 * p[1]:.1f}" for t, p in zip(taus, pts))
-                         + f" | {','.join(f'{t:g}' for t in missing[model]) or '-'} |")
+                         + "; ".join(f"{t:g}: {pts[t][0]:.2f}, {100 * pts[t][1]:.1f}" for t in taus) + f" | {left} |")
     return lines
 
 

@@ -59,21 +59,41 @@ def test_two_models_in_one_file_are_refused(tmp_path):
         tab.main([str(tmp_path), "--models", "x", "--seeds", "0", "--kinds", "seed"])
 
 
+def aup_rows(out):
+    return {line.split(" | ")[0][2:]: line.split(" | ") for line in out.splitlines()
+            if line.count("|") == 8 and "AUP" not in line and "---" not in line}
+
+
 def test_aup_over_full_seed_thresholds(tmp_path, capsys):
     # a: both seeds at 0.9 (TPF 1, 2 of 4 right) and 0.7 (TPF 2, 2 of 4 right); b: 0.7 on both seeds (TPF 1; seed 0
-    # 2 of 4, seed 1 none), 0.9 on seed 0 only -> left out of b's curve
+    # 2 of 4, seed 1 none), 0.9 on seed 0 only -> left out of b's curve; c: AR only -> no curve
     for s in (0, 1):
         write(tmp_path / f"a-seed{s}.jsonl", [rec("a", "copy", i, i < 2) for i in range(4)]
               + [rec("a", "copy", i, i < 2, tau=0.7, n_tokens=8) for i in range(4)])
         write(tmp_path / f"b-seed{s}.jsonl", [rec("b", "copy", i, s == 0 and i < 2, tau=0.7) for i in range(4)]
               + ([rec("b", "copy", i, True) for i in range(4)] if s == 0 else []))
-    assert tab.main([str(tmp_path), "--models", "a,b", "--seeds", "0,1", "--kinds", "seed", "--aup"]) == 0
-    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in capsys.readouterr().out.splitlines()
-            if line.count("|") == 7 and "AUP" not in line and "---" not in line}
-    # y_max = 50 (a's points; b's 0.9 point is left out): a = 1 * 50 + (2 - 1) * (50 + 50) / 2 = 100
-    assert rows["a"][2:4] == ["0.7,0.9", "**100.0** (100.0-100.0)"]
+        ar = [rec("c", "copy", i, True) for i in range(4)]
+        for r in ar:
+            r["decode"]["rule"] = "ar"
+        write(tmp_path / f"c-seed{s}.jsonl", ar)
+    assert tab.main([str(tmp_path), "--models", "a,b,c", "--seeds", "0,1", "--kinds", "seed", "--aup"]) == 0
+    rows = aup_rows(capsys.readouterr().out)
+    # y_max = 50 (a's points; b's 0.9 point is left out, c's AR answers set nothing): a = 1 * 50 + (2 - 1) * (50 + 50) / 2
+    assert rows["a"][2:5] == ["0.7,0.9", "0.7,0.9", "**100.0** (100.0-100.0)"]
     # b: one point, TPF 1 at 25% (seeds: 50% and 0%) -> the rectangle 1 * 25
-    assert rows["b"][2:4] == ["0.7", "**25.0** (0.0-50.0)"] and rows["b"][5] == "0.9 |"
+    assert rows["b"][2:5] == ["0.7", "0.7", "**25.0** (0.0-50.0)"] and rows["b"][6] == "0.9 |"
+    assert rows["c"][4] == "no threshold curve"
+
+
+def test_aup_drop_rule_and_partial_seeds(tmp_path, capsys):
+    # a: 0.9 at TPF 1 with 10 of 10 right, 0.5 at TPF 2 with 9 of 10 (10 points lower: dropped by the 5-point rule),
+    # 0.7 answered on 9 of the 10 questions only (an interrupted run): left out
+    write(tmp_path / "a-seed0.jsonl", [rec("a", "copy", i, True) for i in range(10)]
+          + [rec("a", "copy", i, i > 0, tau=0.5, n_tokens=8) for i in range(10)]
+          + [rec("a", "copy", i, True, tau=0.7, n_tokens=6) for i in range(9)])
+    assert tab.main([str(tmp_path), "--models", "a", "--seeds", "0", "--kinds", "seed", "--aup"]) == 0
+    a = aup_rows(capsys.readouterr().out)["a"]
+    assert a[2:5] == ["0.5,0.9", "0.9", "**100.0** (100.0-100.0)"] and a[6] == "0.7 |"
 
 
 def test_records_are_found_in_the_first_dir_that_has_them(tmp_path, capsys):

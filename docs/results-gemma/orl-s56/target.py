@@ -16,10 +16,22 @@ tt = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(tt)
 
 recs_dir, pairs = Path(sys.argv[1]), sys.argv[2:]
+if not pairs or len(pairs) % 2 or not all(p.count("@") == 1 for p in pairs):
+    raise SystemExit("usage: target.py RECORDS_DIR NEW@THRESHOLD OLD@THRESHOLD [NEW@THRESHOLD OLD@THRESHOLD ...]")
 SEEDS = [0, 1, 2]
+
+
+def at(model: str, tau: str) -> dict:
+    by_tau = tt.groups([recs_dir], model, "seed", SEEDS)
+    if float(tau) not in by_tau:
+        raise SystemExit(f"{model}: no records at threshold {tau} (has {sorted(t for t in by_tau if t is not None)})")
+    return {tt.key(r): r for r in by_tau[float(tau)]}
+
+
 for new, old in zip(pairs[::2], pairs[1::2]):
-    (m1, t1), (m2, t2) = ((m, float(t)) for m, t in (p.split("@") for p in (new, old)))
-    a, b = tt.groups([recs_dir], m1, "seed", SEEDS)[t1], tt.groups([recs_dir], m2, "seed", SEEDS)[t2]
+    a, b = at(*new.split("@")), at(*old.split("@"))
+    both = sorted(set(a) & set(b))  # every number over the questions both answered
+    a, b = [a[k] for k in both], [b[k] for k in both]
     n, only_a, only_b = metrics.paired_counts({tt.key(r): r["verdict"] for r in a}, {tt.key(r): r["verdict"] for r in b})
     acc = [100 * metrics.accuracy([r["verdict"] for r in x]) for x in (a, b)]
     ratio = metrics.pooled_tpf(a)["tpf"] / metrics.pooled_tpf(b)["tpf"]
