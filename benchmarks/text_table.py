@@ -3,7 +3,7 @@ paired McNemar test against a baseline model (issue 22 item 4).
 
     python benchmarks/text_table.py ~/.cache/orl/runs/g55/eval --models ar,conv,orl,no_aec --baseline conv
 
-Reads DIR/{model}-{kind}{seed}.jsonl or .jsonl.gz (from the first of the given DIRs that has it) (`orl eval` records: kind `seed` = the in-range held-out draw of that seed,
+Reads DIR/{model}-{kind}{seed}.jsonl or .jsonl.gz from the first given DIR that has it (`orl eval` records: kind `seed` = the in-range held-out draw of that seed,
 `beyond` = sizes past the training range). One markdown row per (model, threshold, kind): accuracy per family and
 pooled, the pooled accuracy's spread over seeds (min-max), TPF as a ratio of sums (every generated token / every
 denoising and commit forward; a stopped row's tokens after its stop string are not counted, their forwards are),
@@ -29,7 +29,6 @@ from orl.eval import metrics
 from orl.eval.records import decoder_label, latest_records, read_records
 
 FAMILIES = ("copy", "count", "upper", "reverse")
-MAX_DROP = 5.0  # d3LLM's AUP drop rule, in accuracy points (orl.eval.metrics.aup)
 
 
 def load(dirs: list[Path], name: str) -> tuple[Path, list[dict]]:
@@ -115,9 +114,9 @@ def aup_table(dirs: list[Path], models: list[str], kinds: list[str], seeds: list
                 continue
             taus = sorted(c)
             pts = {t: curve(c[t]) for t in taus}
-            first = min(taus, key=lambda t: pts[t][0])   # the least parallel point sets the drop floor
-            kept = [t for t in taus if 100 * pts[t][1] >= 100 * pts[first][1] - MAX_DROP]
-            whole = metrics.aup([pts[t][0] for t in kept], [pts[t][1] for t in kept], y_max=y_max, max_drop=MAX_DROP)
+            counted = metrics.aup_counted([pts[t][0] for t in taus], [pts[t][1] for t in taus])
+            kept = [t for t, c in zip(taus, counted) if c]
+            whole = metrics.aup([pts[t][0] for t in taus], [pts[t][1] for t in taus], y_max=y_max)
             per_seed = []  # each seed over the pooled curve's counted thresholds (no drop rule of its own)
             for s in seeds:
                 sp = [curve([x for x in c[t] if x["_seed"] == s]) for t in kept]

@@ -146,6 +146,13 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 
 
+def aup_counted(tpfs: Sequence[float], accuracies: Sequence[float], max_drop: float = 5.0) -> list[bool]:
+    """Which curve points AUP's drop rule keeps: those at most max_drop points (accuracy in percent) below the
+    accuracy of the least parallel point (lowest TPF); accuracies are fractions."""
+    first = min(range(len(tpfs)), key=lambda i: tpfs[i])
+    return [100.0 * a >= 100.0 * accuracies[first] - max_drop for a in accuracies]
+
+
 def aup(tpfs: Sequence[float], accuracies: Sequence[float], y_max: float | None = None,
         alpha: float = 3.0, max_drop: float = 5.0) -> float:
     """Accuracy under parallelism; accuracies are fractions in [0, 1] (scaled to percent inside, the
@@ -162,8 +169,7 @@ def aup(tpfs: Sequence[float], accuracies: Sequence[float], y_max: float | None 
     def weighted(y: float) -> float:
         return y * min(math.exp(-alpha * (1.0 - y / y_top)), 1.0)
 
-    floor = points[0][1] - max_drop
-    kept = [(r, y) for r, y in points if y >= floor]
+    kept = [p for p, c in zip(points, aup_counted([r for r, _ in points], [y / 100 for _, y in points], max_drop)) if c]
     area = kept[0][0] * kept[0][1]
     for (r0, y0), (r1, y1) in zip(kept, kept[1:]):
         area += (r1 - r0) * (weighted(y1) + weighted(y0)) / 2
